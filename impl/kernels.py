@@ -1,0 +1,55 @@
+"""The fused operations behind impl/, as one interface with a torch and a Triton implementation.
+
+Both implementations must write identical values into the same output elements; neither writes
+outside the elements named here. Inputs are already validated by the caller (impl/validate.py);
+on the defined "sink" cases below (a pad or a column past the group's width) the result is a
+location in the null page 0, never an out-of-bounds read.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+
+class Kernels(Protocol):
+    name: str
+
+    def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
+                     seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
+        """Decode / verify / re-anchor locations of all groups at once (W1, W2, W4, G4).
+
+        tables: int32 ``[G, R, W]`` (R >= bs); widths, page_sizes: int32 ``[G]`` (group g's real width
+        and consumer page size); seq_lens: int32 ``[>= bs]``; out: int32 ``[G, cap]``, cap >= bs*n.
+        For i = b*n + t < bs*n: ``pos = max(seq_lens[b] - n + t, 0)`` (int64), ``col = pos // ps``,
+        ``page = tables[g, b, col]`` if ``col < widths[g]`` else -1, and
+        ``out[g, i] = max(page, 0) * ps + pos % ps`` (int64 arithmetic, stored int32).
+        ``out[g, bs*n:]`` is left untouched.
+        """
+        ...
+
+    def stacked_extend_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
+                            rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
+        """Extend locations of all groups at once (W3).
+
+        rows, positions: int64 ``[T]`` (token i belongs to request rows[i] at position positions[i]);
+        out: int32 ``[G, >= T]``. ``out[g, i]`` as in ``stacked_locs`` with ``b = rows[i]``,
+        ``pos = positions[i]``; ``out[g, T:]`` untouched.
+        """
+        ...
+
+    def replay_fill(self, packed: torch.Tensor, meta: torch.Tensor, dst: torch.Tensor, bs: int,
+                    actual_bs: int, tail_pad: int) -> None:
+        """The CUDA-graph replay fill of all groups in one pass (G3).
+
+        packed: int32 1-D, every group's live table back to back (row-major, ``actual_bs`` rows each);
+        meta: int32 ``[G, 3]`` = (element offset into packed, source columns, ratio r);
+        dst: int32 ``[G, max_bs, W]``. For every g, b < bs and w < W:
+        - b < actual_bs and ``w // r < cols``: v = packed[off + b*cols + w//r];
+          ``dst = v*r + w % r`` if v > 0 else v (holes stay 0, pads stay pad);
+        - b < actual_bs and ``w // r >= cols``: tail_pad;
+        - actual_bs <= b < bs: 0.
+        Rows b >= bs are untouched.
+        """
+        ...

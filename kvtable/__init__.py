@@ -1,0 +1,6 @@
+"""kvtable: a formally specified reference model and differential tester for per-group paged KV tables."""
+
+from kvtable.errors import ContractViolation, StaleGraphState
+
+__version__ = "0.1.0"
+__all__ = ["ContractViolation", "StaleGraphState", "__version__"]

@@ -1,0 +1,85 @@
+"""The backend protocol: what the conformance suite, the fuzzer and the zoo call on a backend.
+
+A backend takes and returns torch tensors (int32 tables, int32 locations) on its own device. It
+raises ``kvtable.ContractViolation`` (naming the clause) for input it can see is broken without a
+device sync; with ``debug=True`` it also runs the full contract check and the strong write checker.
+Load any backend with ``kvtable.backends.load("pkg.mod:factory")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+    from kvtable.reference.model import Batch, GroupSpec
+
+
+@runtime_checkable
+class GraphRunner(Protocol):
+    """Persistent per-group CUDA-graph buffers (clauses G1-G5)."""
+
+    table_buffers: dict[str, torch.Tensor]
+    """Group id -> int32 ``[max_bs, width_g]`` persistent table (a view of one stack is fine)."""
+    loc_buffers: dict[str, torch.Tensor]
+    """Group id -> int32 ``[max_bs * spec_n]`` persistent location buffer."""
+
+    def capture(self, bs: int, group_ids: Sequence[str], tokens_per_req: int = 1
+                ) -> tuple[dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None]:
+        """G2: views ``table_buffers[g][:bs]`` and ``loc_buffers[g][:bs*tokens_per_req]``."""
+        ...
+
+    def replay(self, bs: int, tables: Mapping[str, torch.Tensor] | None, seq_lens: torch.Tensor,
+               tokens_per_req: int = 1, *, actual_bs: int | None = None) -> None:
+        """G3-G5: stale guard, then refill rows [:bs] and locations [:bs*tokens_per_req] in place."""
+        ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One implementation of the contract under test."""
+
+    name: str
+    device: str
+
+    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
+        """W1: int32 ``[bs]``."""
+        ...
+
+    def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
+                    *, actual_bs: int | None = None) -> torch.Tensor:
+        """W2: int32 ``[bs*n]``, token-major."""
+        ...
+
+    def reanchor_locs(self, table: torch.Tensor, frontier: torch.Tensor, page_size: int, n: int
+                      ) -> torch.Tensor:
+        """W4: int32 ``[bs*n]``."""
+        ...
+
+    def extend_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int],
+                    page_size: int) -> torch.Tensor:
+        """W3: int32 ``[sum(extend_lens)]``, request order; lengths are CPU mirrors."""
+        ...
+
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch
+                   ) -> dict[str, torch.Tensor]:
+        """W1-W4 for every non-state group in one pass (T6: state groups shed), at each group's B."""
+        ...
+
+    def expand_table(self, table: torch.Tensor, ratio: int, *, max_kernel_pages: int | None = None,
+                     tail_pad: int = -1, actual_bs: int | None = None) -> torch.Tensor:
+        """E2: int32 ``[rows, max_kernel_pages or width*ratio]``."""
+        ...
+
+    def check_write_locs(self, table: torch.Tensor, locs: torch.Tensor, batch: Batch, page_size: int,
+                         *, group: str | None = None) -> None:
+        """D1-D2: the strong debug write checker; raises ContractViolation."""
+        ...
+
+    def graph(self, specs: Sequence[GroupSpec], *, max_bs: int, max_kernel_pages: int,
+              kernel_page_size: int, spec_n: int = 1, tail_pad: int = -1, expand: bool = True
+              ) -> GraphRunner:
+        """G1: allocate the persistent buffers on this backend's device."""
+        ...

@@ -1,0 +1,223 @@
+"""T1-T9: the table contract validator. ``check_tables`` raises the first breach it finds.
+
+Tables may be plain lists of lists or any object with ``tolist()`` (a torch tensor, say); an object
+that declares a ``dtype`` must declare int32. The validator itself never imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from kvtable.errors import ContractViolation
+from kvtable.reference.locs import check_int32_range
+from kvtable.reference.model import DEFAULT_TAIL_PAD, INT32_MAX, NULL_PAGE, Batch, GroupSpec, Table
+
+Specs = Mapping[str, GroupSpec] | Sequence[GroupSpec]
+
+
+def specs_by_id(specs: Specs) -> dict[str, GroupSpec]:
+    """Group specs keyed by group id, from either a mapping or a sequence."""
+    if isinstance(specs, Mapping):
+        return dict(specs)
+    return {spec.group_id: spec for spec in specs}
+
+
+def shed_state_groups(specs: Specs, tables: Mapping[str, Any]) -> dict[str, Any]:
+    """T6 state-shed: the tables of the non-state groups only; state tables never reach location math."""
+    by_id = specs_by_id(specs)
+    return {gid: table for gid, table in tables.items() if not (gid in by_id and by_id[gid].is_state)}
+
+
+def as_table(obj: Any, *, group: str | None = None) -> Table:
+    """T1 table-shape: a rectangular 2-D list of int32 ints, from a list or anything with ``tolist()``."""
+    dtype = getattr(obj, "dtype", None)
+    if dtype is not None and not str(dtype).endswith("int32"):
+        raise ContractViolation("T1", f"tables are int32, got dtype {dtype}", group=group)
+    rows = obj.tolist() if hasattr(obj, "tolist") else obj
+    if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+        raise ContractViolation("T1", f"a table is 2-D [bs, max_pages], got {type(obj).__name__}", group=group)
+    width = len(rows[0]) if rows else 0
+    for r, row in enumerate(rows):
+        if len(row) != width:
+            raise ContractViolation("T1", f"ragged table: row has {len(row)} columns, row 0 has {width}",
+                                    group=group, row=r)
+        for c, page in enumerate(row):
+            if not isinstance(page, int) or isinstance(page, bool):
+                raise ContractViolation("T1", f"page ids are ints, got {page!r}", group=group, row=r, col=c)
+            if not -1 <= page <= INT32_MAX:
+                raise ContractViolation("T1", f"page id {page} is neither a page (>= 0) nor the pad -1",
+                                        group=group, row=r, col=c)
+    return rows
+
+
+def check_table_shape(table: Table, batch: Batch, *, group: str | None = None) -> None:
+    """T1 table-shape: at least one row per batch row and at least one column."""
+    if len(table) < batch.bs:
+        raise ContractViolation("T1", f"table has {len(table)} rows for a batch of {batch.bs}", group=group)
+    if batch.bs and not table[0]:
+        raise ContractViolation("T1", "table has no columns; col 0 must exist for dummy rows", group=group)
+
+
+def check_lengths(batch: Batch) -> None:
+    """T9 lengths (and W2's seq_len >= N for real verify rows)."""
+    if not 0 <= batch.live_rows <= batch.bs:
+        raise ContractViolation("T9", f"actual_bs {batch.actual_bs} outside [0, {batch.bs}]")
+    if batch.prefix_lens is not None and len(batch.prefix_lens) != batch.bs:
+        raise ContractViolation("T9", f"{len(batch.prefix_lens)} prefix lengths for {batch.bs} rows")
+    for row, seq in enumerate(batch.seq_lens):
+        if batch.mode == "extend":
+            assert batch.prefix_lens is not None
+            prefix = batch.prefix_lens[row]
+            if prefix < 0 or seq < prefix:
+                raise ContractViolation("T9", f"prefix {prefix} and extend {seq - prefix} must be >= 0",
+                                        row=row)
+        elif seq < 1:
+            raise ContractViolation("T9", f"seq_len must be >= 1, got {seq}", row=row)
+        if batch.mode == "verify" and not batch.is_dummy(row) and seq < batch.n:
+            raise ContractViolation("W2", f"real row has seq_len {seq} < N={batch.n}", row=row)
+
+
+def check_dummy_rows(table: Table, batch: Batch, *, group: str | None = None) -> None:
+    """T2 dummy-row: padded rows hold page 0 in every column and replay at seq_len 1."""
+    for row in range(batch.live_rows, batch.bs):
+        if batch.seq_lens[row] != 1:
+            raise ContractViolation("T2", f"dummy row has seq_len {batch.seq_lens[row]}, expected 1",
+                                    group=group, row=row)
+        for col, page in enumerate(table[row]):
+            if page != NULL_PAGE:
+                raise ContractViolation("T2", f"dummy row holds {page}, expected page 0", group=group,
+                                        row=row, col=col)
+
+
+def needed_columns(batch: Batch, row: int, spec: GroupSpec) -> range:
+    """The columns whose pages this step reads or writes for ``row`` (empty if it writes nothing)."""
+    ps = spec.block_granularity
+    if batch.first_query(row) is None:
+        return range(0)
+    end = -(-batch.seq_lens[row] // ps)
+    return range(batch.read_start(row, spec.window) // ps, end)
+
+
+def check_width(table: Table, batch: Batch, spec: GroupSpec) -> None:
+    """T8 table-width: every needed column of a live row exists."""
+    width = len(table[0]) if table else 0
+    for row in range(batch.live_rows):
+        cols = needed_columns(batch, row, spec)
+        if cols and cols[-1] >= width:
+            raise ContractViolation("T8", f"seq_len {batch.seq_lens[row]} needs {cols[-1] + 1} columns of "
+                                    f"{spec.block_granularity} tokens, table has {width}",
+                                    group=spec.group_id, row=row, col=cols[-1])
+
+
+def check_row_layout(table: Table, batch: Batch, spec: GroupSpec, tail_pad: int) -> None:
+    """T3 tail-pad and T4 live-pages: rows read ``holes, real pages, tail pad`` and needed columns are real."""
+    gid = spec.group_id
+    for row in range(batch.live_rows):
+        entries = table[row]
+        for col in needed_columns(batch, row, spec):
+            page = entries[col]
+            if page < 0:
+                raise ContractViolation("T4", f"tail pad {page} inside the live length "
+                                        f"(seq_len {batch.seq_lens[row]})", group=gid, row=row, col=col)
+            if page == NULL_PAGE and spec.family == "full":
+                raise ContractViolation("T4", "null page 0 inside the live length; full-attention rows have "
+                                        "no holes", group=gid, row=row, col=col)
+        _check_grammar(entries, spec, tail_pad, row)
+
+
+def _check_grammar(entries: list[int], spec: GroupSpec, tail_pad: int, row: int) -> None:
+    seen_real = seen_pad = False
+    for col, page in enumerate(entries):
+        if page > 0 and not seen_pad:
+            seen_real = True
+            continue
+        if page == tail_pad and (seen_real or page < 0):
+            seen_pad = True
+            continue
+        if page == NULL_PAGE and not seen_real and not seen_pad:
+            continue  # a front hole (sliding) or col 0 of a row whose needed columns start later
+        if page == NULL_PAGE and spec.family == "sliding" and not seen_pad:
+            raise ContractViolation("T5", "hole (page 0) after a real page; holes sit only at the front",
+                                    group=spec.group_id, row=row, col=col)
+        what = "a real page" if page > 0 else f"{page}"
+        raise ContractViolation("T3", f"{what} where only the tail pad {tail_pad} may follow",
+                                group=spec.group_id, row=row, col=col)
+
+
+def check_swa_holes(table: Table, batch: Batch, spec: GroupSpec) -> None:
+    """T5 swa-front-holes: no hole covers a column that a write or an in-window read needs."""
+    if spec.family != "sliding":
+        return
+    for row in range(batch.live_rows):
+        for col in needed_columns(batch, row, spec):
+            if table[row][col] == NULL_PAGE:
+                first = batch.first_query(row)
+                raise ContractViolation(
+                    "T5", f"hole covers a needed column: queries from position {first} with window "
+                    f"{spec.window} read from position {batch.read_start(row, spec.window)}",
+                    group=spec.group_id, row=row, col=col)
+
+
+def check_page_sharing(table: Table, batch: Batch, spec: GroupSpec) -> None:
+    """T7 private-write-pages: a page with a write position is in no other live row, nor twice in its own."""
+    ps = spec.block_granularity
+    owners: dict[int, int] = {}
+    for row in range(batch.live_rows):
+        for col, page in enumerate(table[row]):
+            if page <= 0:
+                continue
+            if owners.get(page) == row:
+                raise ContractViolation("T7", f"page {page} appears twice in one row", group=spec.group_id,
+                                        row=row, col=col)
+            owners.setdefault(page, row)
+    rows_of: dict[int, set[int]] = {}
+    for row in range(batch.live_rows):
+        for page in table[row]:
+            if page > 0:
+                rows_of.setdefault(page, set()).add(row)
+    for row in range(batch.live_rows):
+        for pos in batch.write_positions(row):
+            page = table[row][pos // ps]
+            others = rows_of.get(page, set()) - {row}
+            if others:
+                raise ContractViolation("T7", f"write page {page} (position {pos}) is shared with rows "
+                                        f"{sorted(others)}", group=spec.group_id, row=row, col=pos // ps)
+
+
+def check_group_table(table_like: Any, batch: Batch, spec: GroupSpec, *, tail_pad: int = DEFAULT_TAIL_PAD) -> Table:
+    """Every table clause for one group; returns the table as plain lists."""
+    table = as_table(table_like, group=spec.group_id)
+    check_table_shape(table, batch, group=spec.group_id)
+    check_dummy_rows(table, batch, group=spec.group_id)
+    check_width(table, batch, spec)
+    check_swa_holes(table, batch, spec)
+    check_row_layout(table, batch, spec, tail_pad)
+    check_page_sharing(table, batch, spec)
+    check_int32_range(table, spec.block_granularity, group=spec.group_id)
+    return table
+
+
+def check_tables(specs: Specs, tables: Mapping[str, Any], batch: Batch, *,
+                 tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, Table]:
+    """Validate a batch's tables against clauses T1-T9 and W2/W5; return the non-state tables as lists.
+
+    Raises ``ContractViolation`` naming the clause, group, row and column of the first breach.
+    """
+    if tail_pad not in (-1, 0):
+        raise ContractViolation("T3", f"the tail pad is -1 or 0, got {tail_pad}")
+    by_id = specs_by_id(specs)
+    check_lengths(batch)
+    live = shed_state_groups(by_id, tables)
+    _check_group_ids(by_id, live)
+    return {gid: check_group_table(live[gid], batch, by_id[gid], tail_pad=tail_pad) for gid in sorted(live)}
+
+
+def _check_group_ids(by_id: Mapping[str, GroupSpec], tables: Iterable[str]) -> None:
+    delivered = set(tables)
+    unknown = sorted(delivered - set(by_id))
+    if unknown:
+        raise ContractViolation("T1", f"tables for undeclared groups {unknown}; declared: {sorted(by_id)}")
+    missing = sorted(gid for gid, spec in by_id.items() if not spec.is_state and gid not in delivered)
+    if missing:
+        raise ContractViolation("T1", f"no table for groups {missing}; every non-state group has one")
