@@ -1,0 +1,57 @@
+"""One clause, one name: SPEC.md, the clause registry and the reference agree, and so do README and CI."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from kvtable import ContractViolation
+from kvtable.spec.clauses import CLAUSES, clause_label
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = (ROOT / "spec" / "SPEC.md").read_text()
+HEADINGS = re.findall(r"^### ([A-Z]\d+ [a-z0-9-]+)$", SPEC, flags=re.M)
+
+
+def _resolve(dotted: str) -> object:
+    module_name, _, attr_path = dotted.partition(".")
+    target: object = importlib.import_module(f"kvtable.reference.{module_name}")
+    for attr in attr_path.split("."):
+        target = getattr(target, attr)
+    return target
+
+
+def test_every_clause_has_a_spec_heading_and_no_heading_is_unregistered() -> None:
+    assert HEADINGS == [c.label for c in CLAUSES]
+
+
+@pytest.mark.parametrize("clause", CLAUSES, ids=lambda c: c.label)
+def test_clause_reference_function_exists_and_is_named_in_spec(clause) -> None:
+    assert callable(_resolve(clause.reference))
+    section = SPEC.split(f"### {clause.label}\n", 1)[1].split("\n### ", 1)[0]
+    reference_line = next(line for line in section.splitlines() if line.startswith("**Reference**"))
+    named = re.findall(r"`([a-z_]+\.[A-Za-z0-9_.]+)`", reference_line)
+    assert clause.reference in named
+    for dotted in named:
+        assert callable(_resolve(dotted)), dotted
+
+
+def test_violations_render_the_clause_label_and_location() -> None:
+    err = ContractViolation("T2", "dummy row holds 5", group="full", row=2, col=0)
+    assert str(err) == "[T2 dummy-row] group 'full' row 2 col 0: dummy row holds 5"
+    assert (err.clause_id, err.clause) == ("T2", "T2 dummy-row")
+    assert isinstance(err, ValueError)
+
+
+def test_unknown_clause_ids_are_refused() -> None:
+    with pytest.raises(KeyError, match="no clause 'T99'"):
+        clause_label("T99")
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci_command = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    readme = (ROOT / "README.md").read_text()
+    assert f"\n{ci_command}\n" in readme
