@@ -1,0 +1,105 @@
+"""Seeded, contract-valid benchmark batches: group sets, lengths and per-group tables, built vectorized.
+
+Each row holds distinct real pages over the columns it needs, front holes (page 0) where a sliding
+window has slid past, and the tail pad -1 after its last real page, as clauses T3-T5 and T7 require.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kvtable.reference.model import Batch, GroupSpec
+
+KERNEL_PAGE_SIZE = 16
+MAX_SEQ = 32768
+"""Longest sequence in any benchmark batch (tokens)."""
+
+_GROUPS = (
+    GroupSpec("full", "full", 16),
+    GroupSpec("swa", "sliding", 16, window=4096),
+    GroupSpec("full_b64", "full", 64),
+    GroupSpec("swa_b32", "sliding", 32, window=1024),
+)
+
+
+def group_set(n_groups: int) -> tuple[GroupSpec, ...]:
+    """2 to 4 attention groups: full and sliding at the kernel page size, then coarser blocks."""
+    if not 2 <= n_groups <= len(_GROUPS):
+        raise ValueError(f"benchmarks use 2..{len(_GROUPS)} groups, got {n_groups}")
+    return _GROUPS[:n_groups]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One batch: its group specs, one int32 table per group and the lengths."""
+
+    specs: tuple[GroupSpec, ...]
+    tables: dict[str, torch.Tensor]
+    batch: Batch
+
+    @property
+    def tokens(self) -> int:
+        """Locations written per group."""
+        if self.batch.mode == "extend":
+            assert self.batch.prefix_lens is not None
+            return sum(self.batch.seq_lens) - sum(self.batch.prefix_lens)
+        return self.batch.bs * self.batch.tokens_per_row
+
+
+def extend_workload(n_groups: int, bs: int, *, max_extend: int, seed: int, max_seq: int = MAX_SEQ,
+                    device: str = "cpu") -> Workload:
+    """A prefill batch of mixed lengths: extend log-uniform in [1, max_extend], prefix so seq <= max_seq."""
+    gen = torch.Generator().manual_seed(seed)
+    log_len = torch.rand(bs, generator=gen, dtype=torch.float64) * math.log(max_extend)
+    extend = [max(1, min(max_extend, round(math.exp(x)))) for x in log_len.tolist()]
+    room = torch.rand(bs, generator=gen, dtype=torch.float64).tolist()
+    prefix = [int(r * (max_seq - e)) for r, e in zip(room, extend, strict=True)]
+    batch = Batch.extend(prefix, extend)
+    specs = group_set(n_groups)
+    return Workload(specs, build_tables(specs, batch, gen, max_seq=max_seq, device=device), batch)
+
+
+def decode_workload(n_groups: int, bs: int, *, n: int, seed: int, max_seq: int = MAX_SEQ,
+                    device: str = "cpu") -> Workload:
+    """A decode (n == 1) or verify batch, seq_lens uniform in [n, max_seq]."""
+    gen = torch.Generator().manual_seed(seed)
+    seq = torch.randint(n, max_seq + 1, (bs,), generator=gen).tolist()
+    batch = Batch(tuple(seq), mode="decode" if n == 1 else "verify", n=n)
+    specs = group_set(n_groups)
+    return Workload(specs, build_tables(specs, batch, gen, max_seq=max_seq, device=device), batch)
+
+
+def build_tables(specs: Sequence[GroupSpec], batch: Batch, gen: torch.Generator, *, max_seq: int = MAX_SEQ,
+                 device: str = "cpu") -> dict[str, torch.Tensor]:
+    """Per-group tables ``[bs, ceil(max_seq / B)]``: front holes, distinct real pages, tail pad -1."""
+    seq = torch.tensor(batch.seq_lens, dtype=torch.int64)
+    tables: dict[str, torch.Tensor] = {}
+    for spec in specs:
+        ps = spec.block_granularity
+        width = -(-max_seq // ps)
+        read_start = torch.tensor([batch.read_start(row, spec.window) for row in range(batch.bs)],
+                                  dtype=torch.int64)
+        cols = torch.arange(width)
+        pages = (torch.randperm(batch.bs * width, generator=gen) + 1).view(batch.bs, width)
+        table = torch.where(cols < (-(-seq // ps))[:, None], pages, -1)
+        table = torch.where(cols < (read_start // ps)[:, None], 0, table)
+        tables[spec.group_id] = table.to(torch.int32).to(device)
+    return tables
+
+
+def expanded_widths(specs: Sequence[GroupSpec]) -> dict[str, tuple[int, int]]:
+    """Per group (source width in blocks, ratio r = B // K) for graph buffers of MAX_SEQ tokens."""
+    max_kernel_pages = -(-MAX_SEQ // KERNEL_PAGE_SIZE)
+    out: dict[str, tuple[int, int]] = {}
+    for spec in specs:
+        ratio = spec.block_granularity // KERNEL_PAGE_SIZE
+        out[spec.group_id] = (-(-max_kernel_pages * KERNEL_PAGE_SIZE // spec.block_granularity), ratio)
+    return out
+
+
+def total_bytes(tensors: Mapping[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors.values())
