@@ -1,0 +1,174 @@
+"""W1-W4: write locations from torch tables, every group of a batch in one fused kernel call.
+
+Each function validates what it can see without a device sync (impl/validate.py), stacks the tables
+into one ``[G, R, Wmax]`` tensor and hands it to the ``Kernels`` (torch by default, Triton when given).
+Locations are int32; the arithmetic behind them is int64. In debug mode the result is checked
+against the full contract and the strong write checker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from kvtable.errors import ContractViolation
+from kvtable.impl import validate
+from kvtable.impl.kernels import Kernels
+from kvtable.impl.tokens import extend_tokens
+from kvtable.impl.torch_kernels import TORCH_KERNELS
+from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec, Mode
+from kvtable.reference.tables import _check_group_ids, shed_state_groups, specs_by_id
+
+Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
+LONE = "table"
+"""The group name a lone table goes by in errors and debug checks."""
+
+
+def stack_tables(tables: Sequence[torch.Tensor], rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``rows`` rows of each table in one zero-padded int32 ``[G, rows, Wmax]`` stack, and the widths."""
+    device = tables[0].device
+    widths = [t.shape[1] for t in tables]
+    if len(tables) == 1:
+        stack = tables[0][:rows].contiguous().unsqueeze(0)
+    else:
+        stack = torch.zeros(len(tables), rows, max(widths), dtype=torch.int32, device=device)
+        for i, table in enumerate(tables):
+            stack[i, :, : widths[i]] = table[:rows]
+    return stack, torch.tensor(widths, dtype=torch.int32, device=device)
+
+
+def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str, int],
+                     seq_lens: torch.Tensor, n: int, *, kernels: Kernels = TORCH_KERNELS
+                     ) -> dict[str, torch.Tensor]:
+    """W1/W2/W4 for already-validated tables: ``bs*n`` clamped positions per group, one kernel call.
+
+    ``seq_lens`` may live on the device; nothing here reads it back.
+    """
+    bs = seq_lens.shape[0]
+    gids = sorted(tables)
+    if not gids:
+        return {}
+    stack, widths = stack_tables([tables[g] for g in gids], bs)
+    sizes = torch.tensor([page_sizes[g] for g in gids], dtype=torch.int32, device=stack.device)
+    out = torch.empty(len(gids), bs * n, dtype=torch.int32, device=stack.device)
+    kernels.stacked_locs(stack, widths, sizes, seq_lens.to(device=stack.device, dtype=torch.int32), out, bs, n)
+    return dict(zip(gids, out, strict=True))
+
+
+def extend_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str, int],
+                      prefix_lens: Sequence[int], extend_lens: Sequence[int], *,
+                      kernels: Kernels = TORCH_KERNELS) -> dict[str, torch.Tensor]:
+    """W3 for already-validated tables: positions ``[prefix, prefix + extend)`` per request, one kernel call."""
+    gids = sorted(tables)
+    if not gids:
+        return {}
+    stack, widths = stack_tables([tables[g] for g in gids], len(extend_lens))
+    sizes = torch.tensor([page_sizes[g] for g in gids], dtype=torch.int32, device=stack.device)
+    rows, positions = extend_tokens(prefix_lens, extend_lens, stack.device)
+    out = torch.empty(len(gids), rows.shape[0], dtype=torch.int32, device=stack.device)
+    kernels.stacked_extend_locs(stack, widths, sizes, rows, positions, out)
+    return dict(zip(gids, out, strict=True))
+
+
+def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *,
+               kernels: Kernels = TORCH_KERNELS, debug: bool | None = None,
+               tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
+    """W1-W4 for every non-state group of ``batch`` at its own block granularity (T6: state groups shed).
+
+    ``tail_pad`` is the pad value the debug-mode contract check accepts.
+    """
+    validate.check_batch(batch)
+    by_id = specs_by_id(specs)
+    live = shed_state_groups(by_id, tables)
+    _check_group_ids(by_id, live)
+    for gid in sorted(live):
+        validate.check_table(live[gid], batch.bs, group=gid)
+    if live:
+        validate.one_device(live)
+    sizes = {gid: by_id[gid].block_granularity for gid in live}
+    validate.check_width(batch, {gid: t.shape[1] for gid, t in live.items()}, sizes)
+    if batch.mode == "extend":
+        assert batch.prefix_lens is not None
+        extend = [seq - p for seq, p in zip(batch.seq_lens, batch.prefix_lens, strict=True)]
+        locs = extend_group_locs(live, sizes, batch.prefix_lens, extend, kernels=kernels)
+    else:
+        device = next(iter(live.values())).device if live else "cpu"
+        seq = torch.tensor(batch.seq_lens, dtype=torch.int32, device=device)
+        locs = fixed_group_locs(live, sizes, seq, batch.tokens_per_row, kernels=kernels)
+    if validate.debug_enabled(debug):
+        validate.debug_check(by_id, live, batch, locs, tail_pad=tail_pad)
+    return locs
+
+
+def decode_locs(table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, *,
+                kernels: Kernels = TORCH_KERNELS, debug: bool | None = None) -> torch.Tensor:
+    """W1 decode-loc: int32 ``[bs]``, the location of position ``seq_len - 1`` of each request."""
+    return _lone_fixed(table, seq_lens, page_size, 1, "decode", None, kernels, debug)
+
+
+def verify_locs(table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int, *,
+                actual_bs: int | None = None, kernels: Kernels = TORCH_KERNELS,
+                debug: bool | None = None) -> torch.Tensor:
+    """W2 verify-loc: int32 ``[bs*n]`` token-major, positions ``seq_len-n .. seq_len-1`` clamped at 0.
+
+    Rows ``>= actual_bs`` are padding; a real row needs ``seq_len >= n`` (checked when the lengths
+    are on the CPU, or in debug mode).
+    """
+    validate.check_n(n, "W2")
+    return _lone_fixed(table, seq_lens, page_size, n, "verify", actual_bs, kernels, debug)
+
+
+def reanchor_locs(table: torch.Tensor, frontier: torch.Tensor, page_size: int, n: int, *,
+                  kernels: Kernels = TORCH_KERNELS, debug: bool | None = None) -> torch.Tensor:
+    """W4 reanchor-loc: int32 ``[bs*n]``, positions ``frontier-n .. frontier-1`` clamped at 0 for all rows."""
+    validate.check_n(n, "W4")
+    return _lone_fixed(table, frontier, page_size, n, "reanchor", None, kernels, debug)
+
+
+def extend_locs(table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int],
+                page_size: int, *, kernels: Kernels = TORCH_KERNELS, debug: bool | None = None
+                ) -> torch.Tensor:
+    """W3 extend-loc: int32 ``[sum(extend_lens)]`` in request order; the lengths are CPU mirrors."""
+    validate.check_page_size(page_size, group=LONE)
+    batch = Batch.extend(prefix_lens, extend_lens)
+    _lone_checks(table, batch, page_size)
+    locs = extend_group_locs({LONE: table}, {LONE: page_size}, prefix_lens, extend_lens, kernels=kernels)
+    _lone_debug(table, batch, page_size, locs, debug)
+    return locs[LONE]
+
+
+def _lone_fixed(table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int, mode: Mode,
+                actual_bs: int | None, kernels: Kernels, debug: bool | None) -> torch.Tensor:
+    """The fixed-count modes over one table; the length checks run only where reading them costs no sync."""
+    validate.check_page_size(page_size, group=LONE)
+    validate.check_seq_tensor(seq_lens)
+    bs = seq_lens.shape[0]
+    if actual_bs is not None and not 0 <= actual_bs <= bs:
+        raise ContractViolation("T9", f"actual_bs {actual_bs} outside [0, {bs}]")
+    lengths = validate.cpu_lengths(seq_lens)
+    if lengths is None and validate.debug_enabled(debug):
+        lengths = seq_lens.tolist()
+    batch = None if lengths is None else Batch(tuple(lengths), mode=mode, n=n, actual_bs=actual_bs)
+    if batch is None:
+        validate.check_table(table, bs, group=LONE)
+    else:
+        _lone_checks(table, batch, page_size)
+    locs = fixed_group_locs({LONE: table}, {LONE: page_size}, seq_lens, n, kernels=kernels)
+    if batch is not None:
+        _lone_debug(table, batch, page_size, locs, debug)
+    return locs[LONE]
+
+
+def _lone_checks(table: torch.Tensor, batch: Batch, page_size: int) -> None:
+    """The cheap checks of one table as a lone group, on the batch's CPU lengths."""
+    validate.check_batch(batch)
+    validate.check_table(table, batch.bs, group=LONE)
+    validate.check_width(batch, {LONE: table.shape[1]}, {LONE: page_size})
+
+
+def _lone_debug(table: torch.Tensor, batch: Batch, page_size: int, locs: Mapping[str, torch.Tensor],
+                debug: bool | None) -> None:
+    """Debug mode for a lone table, whose family is unknown: a window-1 sliding spec asks only for its writes."""
+    if validate.debug_enabled(debug):
+        validate.debug_check([validate.window_one_spec(LONE, page_size)], {LONE: table}, batch, locs)
