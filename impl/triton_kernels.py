@@ -3,9 +3,12 @@
 Triton is optional: without it this module still imports, ``triton_available()`` is False and
 ``TritonKernels()`` raises ``ImportError``. Without CUDA the kernels run in the Triton interpreter on
 CPU tensors (``TRITON_INTERPRET=1`` is set before triton is imported, since it is read when a kernel is
-decorated). The interpreter does not bounds-check memory, so every load and store is masked to lie
-in bounds whatever the index values; masked-off lanes are never stored. Index and location arithmetic
-is int64; divisions only ever see non-negative operands (compiled ``//`` and ``%`` truncate toward 0).
+decorated); the kernels use only core builtins, because triton.language.standard's jit helpers
+(``tl.zeros``, ``tl.cdiv``) do not interpret if triton was imported before that.
+
+The interpreter does not bounds-check memory, so every load and store is masked to lie in bounds
+whatever the index values; masked-off lanes are never stored. Index and location arithmetic is
+int64; divisions only ever see non-negative operands (compiled ``//`` and ``%`` truncate toward 0).
 """
 
 from __future__ import annotations
@@ -101,7 +104,7 @@ def _replay_fill_kernel(packed_ptr, stride_p, packed_numel, meta_ptr, stride_mg,
     ratio = tl.load(meta_ptr + g * stride_mg + 2 * stride_mf).to(tl.int64)
     src_col = w // ratio
     # b as a block: the interpreter (3.9) broadcasts a scalar comparison as int64, not as a mask
-    live = (b + tl.zeros([BLOCK_W], tl.int64)) < actual_bs
+    live = (tl.full([BLOCK_W], 0, tl.int64) + b) < actual_bs
     in_src = src_col < cols
     idx = offset + b * cols + src_col
     in_packed = in_dst & live & in_src & (idx >= 0) & (idx < packed_numel)
