@@ -79,13 +79,7 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
     ``tail_pad`` is the pad value the debug-mode contract check accepts.
     """
     validate.check_batch(batch)
-    by_id = specs_by_id(specs)
-    live = shed_state_groups(by_id, tables)
-    _check_group_ids(by_id, live)
-    for gid in sorted(live):
-        validate.check_table(live[gid], batch.bs, group=gid)
-    if live:
-        validate.one_device(live)
+    by_id, live = _live_tables(specs, tables, batch.bs)
     sizes = {gid: by_id[gid].block_granularity for gid in live}
     validate.check_width(batch, {gid: t.shape[1] for gid, t in live.items()}, sizes)
     if batch.mode == "extend":
@@ -101,10 +95,36 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
     return locs
 
 
+def group_seq_locs(specs: Specs, tables: Mapping[str, torch.Tensor], seq_lens: torch.Tensor, n: int = 1, *,
+                   mode: Mode = "decode", actual_bs: int | None = None, kernels: Kernels = TORCH_KERNELS,
+                   debug: bool | None = None, tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
+    """W1/W2/W4 of every non-state group from a lengths tensor, which may live on the device.
+
+    CPU lengths (or debug mode, which reads them back) go through ``group_locs`` and all its checks;
+    device lengths get only the shape checks, and the kernels sink what those cannot see.
+    """
+    if mode == "extend":
+        raise ValueError("extend lengths are CPU mirrors; use group_locs with Batch.extend")
+    validate.check_n(n, "W4" if mode == "reanchor" else "W2")
+    validate.check_seq_tensor(seq_lens)
+    bs = seq_lens.shape[0]
+    lengths = validate.cpu_lengths(seq_lens)
+    if lengths is None and validate.debug_enabled(debug):
+        lengths = seq_lens.tolist()
+    if lengths is not None:
+        batch = Batch(tuple(lengths), mode=mode, n=n, actual_bs=actual_bs)
+        return group_locs(specs, tables, batch, kernels=kernels, debug=debug, tail_pad=tail_pad)
+    if actual_bs is not None and not 0 <= actual_bs <= bs:
+        raise ContractViolation("T9", f"actual_bs {actual_bs} outside [0, {bs}]")
+    by_id, live = _live_tables(specs, tables, bs)
+    sizes = {gid: by_id[gid].block_granularity for gid in live}
+    return fixed_group_locs(live, sizes, seq_lens, n, kernels=kernels)
+
+
 def decode_locs(table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, *,
                 kernels: Kernels = TORCH_KERNELS, debug: bool | None = None) -> torch.Tensor:
     """W1 decode-loc: int32 ``[bs]``, the location of position ``seq_len - 1`` of each request."""
-    return _lone_fixed(table, seq_lens, page_size, 1, "decode", None, kernels, debug)
+    return group_seq_locs([lone_spec(page_size)], {LONE: table}, seq_lens, kernels=kernels, debug=debug)[LONE]
 
 
 def verify_locs(table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int, *,
@@ -115,60 +135,43 @@ def verify_locs(table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: 
     Rows ``>= actual_bs`` are padding; a real row needs ``seq_len >= n`` (checked when the lengths
     are on the CPU, or in debug mode).
     """
-    validate.check_n(n, "W2")
-    return _lone_fixed(table, seq_lens, page_size, n, "verify", actual_bs, kernels, debug)
+    return group_seq_locs([lone_spec(page_size)], {LONE: table}, seq_lens, n, mode="verify",
+                          actual_bs=actual_bs, kernels=kernels, debug=debug)[LONE]
 
 
 def reanchor_locs(table: torch.Tensor, frontier: torch.Tensor, page_size: int, n: int, *,
                   kernels: Kernels = TORCH_KERNELS, debug: bool | None = None) -> torch.Tensor:
     """W4 reanchor-loc: int32 ``[bs*n]``, positions ``frontier-n .. frontier-1`` clamped at 0 for all rows."""
-    validate.check_n(n, "W4")
-    return _lone_fixed(table, frontier, page_size, n, "reanchor", None, kernels, debug)
+    return group_seq_locs([lone_spec(page_size)], {LONE: table}, frontier, n, mode="reanchor",
+                          kernels=kernels, debug=debug)[LONE]
 
 
 def extend_locs(table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int],
                 page_size: int, *, kernels: Kernels = TORCH_KERNELS, debug: bool | None = None
                 ) -> torch.Tensor:
     """W3 extend-loc: int32 ``[sum(extend_lens)]`` in request order; the lengths are CPU mirrors."""
+    spec = lone_spec(page_size)
+    return group_locs([spec], {LONE: table}, Batch.extend(prefix_lens, extend_lens), kernels=kernels,
+                      debug=debug)[LONE]
+
+
+def lone_spec(page_size: int) -> GroupSpec:
+    """The spec a lone table goes by: its family is unknown, so a window-1 sliding group asks only for its writes.
+
+    (Window 1 makes the debug check demand real pages at the written columns and nothing before them.)
+    """
     validate.check_page_size(page_size, group=LONE)
-    batch = Batch.extend(prefix_lens, extend_lens)
-    _lone_checks(table, batch, page_size)
-    locs = extend_group_locs({LONE: table}, {LONE: page_size}, prefix_lens, extend_lens, kernels=kernels)
-    _lone_debug(table, batch, page_size, locs, debug)
-    return locs[LONE]
+    return GroupSpec(LONE, "sliding", page_size, window=1)
 
 
-def _lone_fixed(table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int, mode: Mode,
-                actual_bs: int | None, kernels: Kernels, debug: bool | None) -> torch.Tensor:
-    """The fixed-count modes over one table; the length checks run only where reading them costs no sync."""
-    validate.check_page_size(page_size, group=LONE)
-    validate.check_seq_tensor(seq_lens)
-    bs = seq_lens.shape[0]
-    if actual_bs is not None and not 0 <= actual_bs <= bs:
-        raise ContractViolation("T9", f"actual_bs {actual_bs} outside [0, {bs}]")
-    lengths = validate.cpu_lengths(seq_lens)
-    if lengths is None and validate.debug_enabled(debug):
-        lengths = seq_lens.tolist()
-    batch = None if lengths is None else Batch(tuple(lengths), mode=mode, n=n, actual_bs=actual_bs)
-    if batch is None:
-        validate.check_table(table, bs, group=LONE)
-    else:
-        _lone_checks(table, batch, page_size)
-    locs = fixed_group_locs({LONE: table}, {LONE: page_size}, seq_lens, n, kernels=kernels)
-    if batch is not None:
-        _lone_debug(table, batch, page_size, locs, debug)
-    return locs[LONE]
-
-
-def _lone_checks(table: torch.Tensor, batch: Batch, page_size: int) -> None:
-    """The cheap checks of one table as a lone group, on the batch's CPU lengths."""
-    validate.check_batch(batch)
-    validate.check_table(table, batch.bs, group=LONE)
-    validate.check_width(batch, {LONE: table.shape[1]}, {LONE: page_size})
-
-
-def _lone_debug(table: torch.Tensor, batch: Batch, page_size: int, locs: Mapping[str, torch.Tensor],
-                debug: bool | None) -> None:
-    """Debug mode for a lone table, whose family is unknown: a window-1 sliding spec asks only for its writes."""
-    if validate.debug_enabled(debug):
-        validate.debug_check([validate.window_one_spec(LONE, page_size)], {LONE: table}, batch, locs)
+def _live_tables(specs: Specs, tables: Mapping[str, torch.Tensor], bs: int
+                 ) -> tuple[dict[str, GroupSpec], dict[str, torch.Tensor]]:
+    """T6 then T1: the specs by id and the non-state tables, each an int32 2-D tensor on one device."""
+    by_id = specs_by_id(specs)
+    live = shed_state_groups(by_id, tables)
+    _check_group_ids(by_id, live)
+    for gid in sorted(live):
+        validate.check_table(live[gid], bs, group=gid)
+    if live:
+        validate.one_device(live)
+    return by_id, live

@@ -21,7 +21,6 @@ from kvtable.reference.tables import check_lengths, check_tables, specs_by_id
 __all__ = [
     "DEBUG_ENV", "check_batch", "check_n", "check_page_size", "check_seq_tensor", "check_table",
     "check_width", "cpu_lengths", "debug_check", "debug_enabled", "one_device", "page_ratio",
-    "window_one_spec",
 ]
 
 DEBUG_ENV = "KVTABLE_DEBUG"
@@ -104,11 +103,6 @@ def check_width(batch: Batch, widths: Mapping[str, int], page_sizes: Mapping[str
         row, seq = next((row, seq) for row, seq in writing if seq > width * ps)
         raise ContractViolation("T8", f"seq_len {seq} needs {-(-seq // ps)} columns of {ps} tokens, table "
                                 f"has {width}", group=gid, row=row, col=(seq - 1) // ps)
-
-
-def window_one_spec(group: str, page_size: int) -> GroupSpec:
-    """The spec of a lone table whose family is unknown: a window-1 sliding group needs only its writes."""
-    return GroupSpec(group, "sliding", page_size, window=1)
 
 
 def debug_check(specs: Sequence[GroupSpec] | Mapping[str, GroupSpec], tables: Mapping[str, torch.Tensor],

@@ -1,0 +1,177 @@
+"""G1-G5: persistent per-group CUDA-graph buffers in torch, one stack for tables and one for locations.
+
+Capture hands out views of the stacks (stable data pointers across batch sizes). Replay checks
+everything it can before it writes, then refills every group's rows in one ``replay_fill`` call over a
+packed upload of the live tables, and recomputes every group's locations in one ``stacked_locs`` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from kvtable.errors import ContractViolation, StaleGraphState
+from kvtable.impl import validate
+from kvtable.impl.kernels import Kernels
+from kvtable.impl.torch_kernels import TORCH_KERNELS
+from kvtable.reference.model import DEFAULT_TAIL_PAD, GroupSpec
+from kvtable.reference.tables import specs_by_id
+
+Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
+
+
+class GroupGraphBuffers:
+    """The ``GraphRunner`` of impl/: G1 init, G2 capture, G3-G5 replay on ``device`` through ``kernels``."""
+
+    def __init__(self, specs: Specs, *, max_bs: int, max_kernel_pages: int, kernel_page_size: int,
+                 spec_n: int = 1, tail_pad: int = DEFAULT_TAIL_PAD, expand: bool = True,
+                 device: torch.device | str = "cpu", kernels: Kernels = TORCH_KERNELS) -> None:
+        if max_bs < 1 or max_kernel_pages < 1 or spec_n < 1:
+            raise ContractViolation("G1", f"max_bs {max_bs}, max_kernel_pages {max_kernel_pages} and spec_n "
+                                    f"{spec_n} must all be >= 1")
+        if tail_pad not in (-1, 0):
+            raise ContractViolation("T3", f"the tail pad is -1 or 0, got {tail_pad}")
+        by_id = specs_by_id(specs)
+        self.max_bs, self.spec_n, self.tail_pad = max_bs, spec_n, tail_pad
+        self.device = torch.device(device)
+        self.kernels = kernels
+        self.state_ids = frozenset(gid for gid, spec in by_id.items() if spec.is_state)
+        self.group_ids = tuple(sorted(gid for gid in by_id if gid not in self.state_ids))
+        self.ratios: dict[str, int] = {}
+        self.page_sizes: dict[str, int] = {}
+        self.source_widths: dict[str, int] = {}
+        for gid in self.group_ids:
+            block = by_id[gid].block_granularity
+            self.ratios[gid] = validate.page_ratio(block, kernel_page_size, group=gid) if expand else 1
+            self.page_sizes[gid] = block // self.ratios[gid]
+            self.source_widths[gid] = -(-max_kernel_pages * kernel_page_size // block)
+        self.widths = {gid: self.source_widths[gid] * self.ratios[gid] for gid in self.group_ids}
+        groups, wmax = len(self.group_ids), max(self.widths.values(), default=0)
+        self.table_stack = torch.zeros(groups, max_bs, wmax, dtype=torch.int32, device=self.device)
+        self.loc_stack = torch.zeros(groups, max_bs * spec_n, dtype=torch.int32, device=self.device)
+        self.table_buffers = {gid: self.table_stack[i, :, : self.widths[gid]]
+                              for i, gid in enumerate(self.group_ids)}
+        self.loc_buffers = {gid: self.loc_stack[i] for i, gid in enumerate(self.group_ids)}
+        self._widths = torch.tensor([self.widths[g] for g in self.group_ids], dtype=torch.int32,
+                                    device=self.device)
+        self._page_sizes = torch.tensor([self.page_sizes[g] for g in self.group_ids], dtype=torch.int32,
+                                        device=self.device)
+
+    def capture(self, bs: int, group_ids: Sequence[str], tokens_per_req: int = 1
+                ) -> tuple[dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None]:
+        """G2 capture-views: ``[:bs]`` of the tables and ``[:bs*N]`` of the locations; state ids skipped."""
+        self._check_step(bs, tokens_per_req, "G2")
+        wanted = [gid for gid in group_ids if gid not in self.state_ids]
+        if not wanted:
+            return None, None
+        unknown = sorted(set(wanted) - set(self.group_ids))
+        if unknown:
+            raise ContractViolation("G2", f"groups {unknown} have no persistent buffers "
+                                    f"(buffers: {list(self.group_ids)}); declare them before graph init")
+        tables = {gid: self.table_buffers[gid][:bs] for gid in wanted}
+        locs = {gid: self.loc_buffers[gid][: bs * tokens_per_req] for gid in wanted}
+        return tables, locs
+
+    def replay(self, bs: int, tables: Mapping[str, torch.Tensor] | None, seq_lens: torch.Tensor,
+               tokens_per_req: int = 1, *, actual_bs: int | None = None) -> None:
+        """G3 replay-fill and G4 replay-locs after the G5 stale guard; every check runs before any write."""
+        self._check_step(bs, tokens_per_req, "G3")
+        live_tables = self.stale_guard(bs, tables)
+        if actual_bs is not None and actual_bs < 0:
+            raise ContractViolation("T9", f"actual_bs {actual_bs} must be >= 0")
+        if not isinstance(seq_lens, torch.Tensor):
+            seq_lens = torch.tensor(list(seq_lens), dtype=torch.int32)
+        seq = self._seq_tensor(seq_lens, bs)
+        cap = bs if actual_bs is None else min(actual_bs, bs)
+        live = {gid: min(t.shape[0], cap) for gid, t in live_tables.items()}
+        lengths = validate.cpu_lengths(seq_lens)
+        if lengths is not None:
+            self._check_reach(lengths[:bs], tokens_per_req, live_tables, live)
+        self._fill(bs, live_tables, live)
+        self.kernels.stacked_locs(self.table_stack, self._widths, self._page_sizes, seq, self.loc_stack, bs,
+                                  tokens_per_req)
+
+    def stale_guard(self, bs: int, tables: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        """G5 stale-guard: every buffered group delivered, no uncaptured ones, none empty; raises before writes."""
+        if not self.group_ids:
+            raise StaleGraphState("G5", "the runner published no cache groups; nothing to replay")
+        if not tables:
+            raise StaleGraphState("G5", f"buffers exist for groups {list(self.group_ids)} but block_tables is "
+                                  f"missing or empty at bs={bs}; the graph would read stale page tables")
+        delivered = {gid for gid in tables if gid not in self.state_ids}
+        missing = sorted(set(self.group_ids) - delivered)
+        if missing:
+            raise StaleGraphState("G5", f"replay is missing captured groups {missing} (delivered: "
+                                  f"{sorted(delivered)})")
+        extra = sorted(delivered - set(self.group_ids))
+        if extra:
+            raise StaleGraphState("G5", f"replay delivered uncaptured groups {extra}; their writes would "
+                                  "have no buffers")
+        for gid in self.group_ids:
+            validate.check_table(tables[gid], 0, group=gid)
+        for gid in self.group_ids:
+            if tables[gid].numel() == 0:
+                raise StaleGraphState("G5", "empty table at replay", group=gid)
+        return {gid: tables[gid] for gid in self.group_ids}
+
+    def _check_step(self, bs: int, tokens_per_req: int, clause: str) -> None:
+        if not 1 <= bs <= self.max_bs:
+            raise ContractViolation(clause, f"bs {bs} outside the captured range [1, {self.max_bs}]")
+        if not 1 <= tokens_per_req <= self.spec_n:
+            raise ContractViolation(clause, f"tokens_per_req {tokens_per_req} outside [1, spec_n={self.spec_n}]"
+                                    "; the location buffers were sized for spec_n")
+
+    def _seq_tensor(self, seq_lens: torch.Tensor, bs: int) -> torch.Tensor:
+        """G4: at least ``bs`` integer lengths, as int32 on the buffers' device."""
+        validate.check_seq_tensor(seq_lens, "G4")
+        if seq_lens.shape[0] < bs:
+            raise ContractViolation("G4", f"{seq_lens.shape[0]} seq_lens for a replay at bs={bs}")
+        return seq_lens.to(device=self.device, dtype=torch.int32)
+
+    def _check_reach(self, lengths: Sequence[int], n: int, tables: Mapping[str, torch.Tensor],
+                     live: Mapping[str, int]) -> None:
+        """T8 / T4 on CPU lengths: no position reaches past a buffer's width or (tail pad -1) onto its tail.
+
+        Reports the first such position of the first such row of the first such group, as the
+        reference model does; a pad inside a live table's own columns is left to the sink.
+        """
+        longest = max(lengths)
+        for gid in self.group_ids:
+            ps, width = self.page_sizes[gid], self.widths[gid]
+            filled = min(tables[gid].shape[1] * self.ratios[gid], width) if self.tail_pad < 0 else width
+            if longest <= filled * ps:
+                continue
+            row = next(r for r, seq in enumerate(lengths) if seq > (filled if r < live[gid] else width) * ps)
+            boundary = filled if row < live[gid] else width
+            col = max(lengths[row] - n, 0, boundary * ps) // ps
+            if col >= width:
+                raise ContractViolation("T8", f"seq_len {lengths[row]} reaches past the buffer's {width} "
+                                        "columns", group=gid, row=row, col=col)
+            raise ContractViolation("T4", f"seq_len {lengths[row]} falls on the tail pad past the table's "
+                                    f"{filled} kernel columns (stale seq_len?)", group=gid, row=row, col=col)
+
+    def _fill(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
+        """G3 replay-fill: one ``replay_fill`` over the packed live tables, then zero any group's extra rows.
+
+        Groups normally share one live row count; a group with fewer rows is packed with zero rows up
+        to the common count, and those rows (now dummy rows) are zeroed after the fill.
+        """
+        rows = max(live.values())
+        one_device = len({t.device for t in tables.values()}) == 1
+        pieces, meta, offset = [], [], 0
+        for gid in self.group_ids:
+            cols = min(tables[gid].shape[1], self.source_widths[gid])
+            piece = tables[gid][: live[gid], :cols].reshape(-1)
+            piece = piece if one_device else piece.to(self.device)
+            if live[gid] < rows:
+                piece = torch.cat([piece, piece.new_zeros((rows - live[gid]) * cols)])
+            pieces.append(piece)
+            meta.append((offset, cols, self.ratios[gid]))
+            offset += rows * cols
+        packed = torch.cat(pieces).to(self.device)
+        meta_t = torch.tensor(meta, dtype=torch.int32).to(self.device)
+        self.kernels.replay_fill(packed, meta_t, self.table_stack, bs, rows, self.tail_pad)
+        for i, gid in enumerate(self.group_ids):
+            if live[gid] < rows:
+                self.table_stack[i, live[gid]:bs] = 0

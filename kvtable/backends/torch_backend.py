@@ -1,0 +1,67 @@
+"""The torch backend: impl/'s functional API behind the ``Backend`` protocol, on one device.
+
+Each behaviour is one method, so a subclass can swap the kernels (``TritonBackend``) or override a
+single behaviour (the bug zoo) without touching the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from kvtable.impl import locs as impl_locs
+from kvtable.impl.checker import check_write_locs as strong_check
+from kvtable.impl.expand import expand_table as impl_expand
+from kvtable.impl.graph import GroupGraphBuffers
+from kvtable.impl.kernels import Kernels
+from kvtable.impl.torch_kernels import TORCH_KERNELS
+from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec
+
+
+class TorchBackend:
+    """Vectorized torch on ``device``; ``debug`` None defers to ``KVTABLE_DEBUG=1``."""
+
+    name = "torch"
+
+    def __init__(self, device: str = "cpu", debug: bool | None = None, kernels: Kernels = TORCH_KERNELS) -> None:
+        self.device = device
+        self.debug = debug
+        self.kernels = kernels
+
+    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
+        return impl_locs.decode_locs(table, seq_lens, page_size, kernels=self.kernels, debug=self.debug)
+
+    def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
+                    *, actual_bs: int | None = None) -> torch.Tensor:
+        return impl_locs.verify_locs(table, seq_lens, page_size, n, actual_bs=actual_bs,
+                                     kernels=self.kernels, debug=self.debug)
+
+    def reanchor_locs(self, table: torch.Tensor, frontier: torch.Tensor, page_size: int, n: int
+                      ) -> torch.Tensor:
+        return impl_locs.reanchor_locs(table, frontier, page_size, n, kernels=self.kernels, debug=self.debug)
+
+    def extend_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int],
+                    page_size: int) -> torch.Tensor:
+        return impl_locs.extend_locs(table, prefix_lens, extend_lens, page_size, kernels=self.kernels,
+                                     debug=self.debug)
+
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch
+                   ) -> dict[str, torch.Tensor]:
+        return impl_locs.group_locs(specs, tables, batch, kernels=self.kernels, debug=self.debug)
+
+    def expand_table(self, table: torch.Tensor, ratio: int, *, max_kernel_pages: int | None = None,
+                     tail_pad: int = DEFAULT_TAIL_PAD, actual_bs: int | None = None) -> torch.Tensor:
+        return impl_expand(table, ratio, max_kernel_pages=max_kernel_pages, tail_pad=tail_pad,
+                           actual_bs=actual_bs, kernels=self.kernels)
+
+    def check_write_locs(self, table: torch.Tensor, locs: torch.Tensor, batch: Batch, page_size: int,
+                         *, group: str | None = None) -> None:
+        strong_check(table, locs, batch, page_size, group=group)
+
+    def graph(self, specs: Sequence[GroupSpec], *, max_bs: int, max_kernel_pages: int,
+              kernel_page_size: int, spec_n: int = 1, tail_pad: int = DEFAULT_TAIL_PAD, expand: bool = True
+              ) -> GroupGraphBuffers:
+        return GroupGraphBuffers(specs, max_bs=max_bs, max_kernel_pages=max_kernel_pages,
+                                 kernel_page_size=kernel_page_size, spec_n=spec_n, tail_pad=tail_pad,
+                                 expand=expand, device=self.device, kernels=self.kernels)
