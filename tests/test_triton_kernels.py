@@ -8,6 +8,8 @@ Outputs start as sentinels, and every element a kernel must not write is checked
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -94,6 +96,22 @@ def expected_fill(source: Table, ratio: int, width: int, bs: int, actual_bs: int
     return expand_table(padded, ratio, max_kernel_pages=width, tail_pad=tail_pad, actual_bs=actual_bs)
 
 
+WITHOUT_TRITON = """
+import sys
+sys.modules["triton"] = None  # import triton now raises ImportError
+from kvtable.impl import triton_kernels
+from kvtable.backends.triton_backend import TritonBackend
+assert not triton_kernels.triton_available()
+for build in (triton_kernels.TritonKernels, TritonBackend):
+    try:
+        build()
+    except ImportError as e:
+        assert "needs triton" in str(e)
+    else:
+        raise AssertionError(build)
+print("ok")
+"""
+
 SLIDING = [[0, 5, 7, -1], [0, 6, -1, -1]]
 FULL = [[1, 2, 3, -1], [4, 8, -1, -1]]
 
@@ -103,6 +121,12 @@ def test_module_surface() -> None:
     assert isinstance(TRITON, triton_kernels.TritonKernels) and TRITON.name == "triton"
     with pytest.raises(ValueError, match="out has 1 columns"):
         run_locs(TRITON, stack([FULL], 2, 4), [4], [2], [5, 4], 2, 1, cap=1)
+
+
+def test_optional_without_triton() -> None:
+    """Triton is optional: the module and the backend import without it and fail only when built."""
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TRITON], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 @pytest.mark.parametrize("kernels", [TRITON, TORCH_KERNELS], ids=["triton", "torch"])
@@ -269,3 +293,39 @@ def test_random_locs_and_replay(seed: int) -> None:
     expanded_widths = [w * r for w, r in zip(widths, ratios, strict=True)]
     replayed = run_locs(TRITON, dst, expanded_widths, kernel_ps, seq, bs, n, cap)
     assert torch.equal(replayed, got)
+
+
+def test_triton_backend_hand_vectors() -> None:
+    """The backend wiring: TorchBackend's behaviours on the Triton kernels."""
+    from kvtable.backends.triton_backend import TritonBackend
+
+    backend = TritonBackend()
+    assert backend.name == "triton" and backend.device == DEVICE
+    assert isinstance(backend.kernels, triton_kernels.TritonKernels)
+    assert backend.decode_locs(i32(SLIDING), i32([5, 4]), 2).tolist() == [14, 13]
+    assert backend.decode_locs(i32(FULL), i32([5, 4]), 2).tolist() == [6, 17]
+    assert backend.verify_locs(i32(FULL), i32([5, 4]), 2, 2).tolist() == verify_locs(FULL, [5, 4], 2, 2)
+    assert backend.extend_locs(i32(FULL), [2, 0], [3, 2], 2).tolist() == [4, 5, 6, 8, 9]
+
+
+def test_triton_backend_graph_replay() -> None:
+    """A graph replay (ratio 2 expansion, a dummy row) through the Triton kernels equals the torch
+    backend's and the reference GraphModel's, tables and locations both."""
+    from kvtable.backends.torch_backend import TorchBackend
+    from kvtable.backends.triton_backend import TritonBackend
+    from kvtable.reference import GraphModel, GroupSpec
+
+    specs = [GroupSpec("full", "full", 2), GroupSpec("swa", "sliding", 2, window=2), GroupSpec("ssm", "state", 1)]
+    live = {"full": FULL, "swa": SLIDING}
+    seq, kw = [5, 4, 1], {"max_bs": 4, "max_kernel_pages": 8, "kernel_page_size": 1, "spec_n": 2}
+    model = GraphModel(specs, **kw)
+    model.replay(3, live, seq, 2, actual_bs=2)
+    results = []
+    for backend in (TritonBackend(), TorchBackend(device=DEVICE)):
+        runner = backend.graph(specs, **kw)
+        runner.replay(3, {g: i32(t) for g, t in live.items()}, i32(seq), 2, actual_bs=2)
+        results.append({g: (runner.table_buffers[g][:3].tolist(), runner.loc_buffers[g][:6].tolist())
+                        for g in live})
+    want = {g: (model.groups[g].table[:3], model.groups[g].locs[:6]) for g in live}
+    assert results[0] == results[1] == want
+    assert want["full"][1] == [5, 6, 16, 17, 0, 0]  # seq 5, n 2: positions 3, 4 -> pages 2, 3
