@@ -28,6 +28,8 @@ except ImportError:  # the kernels below stay plain, never-called functions
     triton = None
 
 _jit = triton.jit if triton is not None else (lambda fn: fn)
+_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+"""Read once, as ``triton.jit`` reads it when the kernels below are decorated."""
 
 LOCS_BLOCK = 128
 """Tokens per program of the two location kernels."""
@@ -42,7 +44,7 @@ def triton_available() -> bool:
 
 def interpreting() -> bool:
     """Whether the kernels run in the Triton interpreter (on CPU tensors) rather than compiled."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return _INTERPRETED
 
 
 @_jit
