@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -24,20 +24,29 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 """Where results land by default; git-ignored."""
 
 
+Size = Literal["full", "quick", "smoke"]
+SIZES: tuple[Size, ...] = ("full", "quick", "smoke")
+
+
 @dataclass(frozen=True)
 class Settings:
-    """How hard to measure: warmup calls, interleaved samples, and the least time one sample takes."""
+    """How big the cases are and how hard to measure: warmup calls, interleaved samples, least sample time.
 
+    ``smoke`` runs tiny cases once each: it checks the pipeline end to end and its numbers mean nothing.
+    """
+
+    size: Size
     warmup: int
     repeats: int
     min_sample_s: float
-    quick: bool
 
     @classmethod
-    def for_run(cls, quick: bool) -> Settings:
-        if quick:
-            return cls(warmup=1, repeats=5, min_sample_s=0.002, quick=True)
-        return cls(warmup=3, repeats=15, min_sample_s=0.02, quick=False)
+    def for_size(cls, size: Size) -> Settings:
+        if size == "smoke":
+            return cls(size, warmup=0, repeats=1, min_sample_s=0.0)
+        if size == "quick":
+            return cls(size, warmup=1, repeats=5, min_sample_s=0.002)
+        return cls(size, warmup=3, repeats=15, min_sample_s=0.02)
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,34 @@ def _sample(fn: Callable[[], object], calls: int, sync: Callable[[], None]) -> f
         fn()
     sync()
     return (time.perf_counter() - start) / calls
+
+
+def count_dispatched_ops(fn: Callable[[], object]) -> int:
+    """How many non-view aten ops one call dispatches: on a GPU each is (about) one kernel launch."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            Counter.ops += not func.is_view
+            return func(*args, **(kwargs or {}))
+
+    with Counter():
+        fn()
+    return Counter.ops
+
+
+def count_device_launches(fn: Callable[[], object]) -> int:
+    """How many device activities (kernels, memcpys, memsets) one call runs, from the CUDA profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
 def require_same(what: str, got: Mapping[str, torch.Tensor], want: Mapping[str, torch.Tensor]) -> None:
@@ -188,9 +225,11 @@ def host_info() -> dict[str, Any]:
     return info
 
 
-def write_json(path: Path, sections: Sequence[Section], *, quick: bool) -> None:
+def write_json(path: Path, sections: Sequence[Section], settings: Settings) -> None:
     """One JSON document for the whole run: host, settings and every section."""
-    doc = {"schema": 1, "created": datetime.now(UTC).isoformat(timespec="seconds"), "quick": quick,
+    doc = {"schema": 1, "created": datetime.now(UTC).isoformat(timespec="seconds"),
+           "settings": {"size": settings.size, "warmup": settings.warmup, "repeats": settings.repeats,
+                        "min_sample_s": settings.min_sample_s},
            "host": host_info(), "sections": {s.name: s.to_json() for s in sections}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")

@@ -91,15 +91,14 @@ def build_tables(specs: Sequence[GroupSpec], batch: Batch, gen: torch.Generator,
     return tables
 
 
-def expanded_widths(specs: Sequence[GroupSpec]) -> dict[str, tuple[int, int]]:
-    """Per group (source width in blocks, ratio r = B // K) for graph buffers of MAX_SEQ tokens."""
-    max_kernel_pages = -(-MAX_SEQ // KERNEL_PAGE_SIZE)
-    out: dict[str, tuple[int, int]] = {}
-    for spec in specs:
-        ratio = spec.block_granularity // KERNEL_PAGE_SIZE
-        out[spec.group_id] = (-(-max_kernel_pages * KERNEL_PAGE_SIZE // spec.block_granularity), ratio)
-    return out
-
-
-def total_bytes(tensors: Mapping[str, torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors.values())
+def stacked(specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor]
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The tables as one ``[G, bs, Wmax]`` stack (columns past a group's width -1), widths, page sizes."""
+    groups = [s for s in specs if not s.is_state]
+    widths = [tables[s.group_id].shape[1] for s in groups]
+    first = tables[groups[0].group_id]
+    stack = torch.full((len(groups), first.shape[0], max(widths)), -1, dtype=torch.int32, device=first.device)
+    for g, spec in enumerate(groups):
+        stack[g, :, : widths[g]] = tables[spec.group_id]
+    as_i32 = dict(dtype=torch.int32, device=first.device)
+    return stack, torch.tensor(widths, **as_i32), torch.tensor([s.block_granularity for s in groups], **as_i32)
