@@ -28,8 +28,8 @@ except ImportError:  # the kernels below stay plain, never-called functions
     triton = None
 
 _jit = triton.jit if triton is not None else (lambda fn: fn)
-_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
-"""Read once, as ``triton.jit`` reads it when the kernels below are decorated."""
+_INTERPRETED = triton is not None and bool(triton.knobs.runtime.interpret)
+"""Read once, from the knob ``triton.jit`` reads when the kernels below are decorated."""
 
 LOCS_BLOCK = 128
 """Tokens per program of the two location kernels."""
