@@ -1,0 +1,471 @@
+"""impl/ in torch on the CPU: hand-derived vectors, graph buffers, every cheap ContractViolation, and
+equality with the pure-Python reference on seeded random valid batches."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from kvtable import ContractViolation, StaleGraphState
+from kvtable.backends.protocol import Backend, GraphRunner
+from kvtable.backends.torch_backend import TorchBackend
+from kvtable.impl import (
+    TORCH_KERNELS,
+    GroupGraphBuffers,
+    check_write_locs,
+    decode_locs,
+    expand_table,
+    extend_locs,
+    group_locs,
+    group_seq_locs,
+    reanchor_locs,
+    verify_locs,
+)
+from kvtable.reference import Batch, GraphModel, GroupSpec, batch_locs, check_tables
+from kvtable.reference import check_write_locs as ref_check_write_locs
+from kvtable.reference import expand_table as ref_expand_table
+
+SLIDING = [[0, 5, 7, -1], [0, 6, -1, -1]]
+FULL = [[1, 2, 3, -1], [4, 8, -1, -1]]
+SPECS = (
+    GroupSpec("sliding_attention", "sliding", 2, window=2),
+    GroupSpec("full_attention", "full", 2),
+    GroupSpec("mamba", "state", 1),
+)
+
+
+def i32(values: object) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def tables() -> dict[str, torch.Tensor]:
+    return {"sliding_attention": i32(SLIDING), "full_attention": i32(FULL), "mamba": i32([[0, 9], [0, 9]])}
+
+
+# Hand-derived vectors -------------------------------------------------------------------------------------
+def test_decode_vectors() -> None:
+    """Page size 2, seq [5, 4]: position 4 is col 2 offset 0, position 3 is col 1 offset 1."""
+    got_sliding = decode_locs(i32(SLIDING), i32([5, 4]), 2)
+    assert got_sliding.dtype == torch.int32 and got_sliding.tolist() == [14, 13]  # 7*2+0, 6*2+1
+    assert decode_locs(i32(FULL), i32([5, 4]), 2).tolist() == [6, 17]  # 3*2+0, 8*2+1
+
+
+def test_extend_vector() -> None:
+    """prefix [2, 0], extend [3, 2]: row 0 writes 2, 3, 4 (pages 2, 2, 3), row 1 writes 0, 1 (page 4)."""
+    got = extend_locs(i32(FULL), [2, 0], [3, 2], 2)
+    assert got.dtype == torch.int32 and got.tolist() == [4, 5, 6, 8, 9]
+
+
+def test_verify_is_token_major_and_padded_rows_clamp() -> None:
+    table = i32([[11, 12], [0, 0]])
+    assert verify_locs(table, i32([65, 1]), 64, 4, actual_bs=1).tolist() == [765, 766, 767, 768, 0, 0, 0, 0]
+
+
+def test_reanchor_vector_and_clamp() -> None:
+    assert reanchor_locs(i32([[7, 8, 9]]), i32([6]), 2, 4).tolist() == [16, 17, 18, 19]
+    assert reanchor_locs(i32([[7, 8, 9]]), i32([2]), 2, 4).tolist() == [14, 14, 14, 15]
+
+
+def test_group_locs_all_modes_shed_state_groups() -> None:
+    got = group_locs(SPECS, tables(), Batch((5, 4)))
+    assert {g: t.tolist() for g, t in got.items()} == {"sliding_attention": [14, 13], "full_attention": [6, 17]}
+    got = group_locs(SPECS, tables(), Batch.extend([2, 0], [3, 2]), debug=False)
+    assert got["full_attention"].tolist() == [4, 5, 6, 8, 9]
+    got = group_locs(SPECS, tables(), Batch((5, 4), mode="verify", n=2))
+    assert got["full_attention"].tolist() == [5, 6, 16, 17]
+    got = group_locs(SPECS, tables(), Batch((5, 4), mode="reanchor", n=2))
+    assert got["sliding_attention"].tolist() == [11, 14, 12, 13]
+
+
+def test_group_locs_each_group_at_its_own_granularity() -> None:
+    specs = [GroupSpec("small", "full", 2), GroupSpec("large", "full", 4)]
+    live = {"small": i32([[1, 2, 3]]), "large": i32([[6, 7]])}
+    got = group_locs(specs, live, Batch((5,)))
+    assert got["small"].tolist() == [6] and got["large"].tolist() == [28]
+    live = {"small": i32([[10, 11, 12]]), "large": i32([[20, 21]])}
+    got = group_locs(specs, live, Batch.extend([3], [3]))
+    assert got["small"].tolist() == [23, 24, 25] and got["large"].tolist() == [83, 84, 85]
+
+
+def test_group_seq_locs_reads_nothing_from_device_lengths() -> None:
+    """Lengths that are not on the CPU skip the value checks; the result is the same."""
+    live = tables()
+    assert group_seq_locs(SPECS, live, i32([5, 4]))["full_attention"].tolist() == [6, 17]
+    meta = torch.empty(2, dtype=torch.int32, device="meta")
+    from kvtable.impl.validate import cpu_lengths
+
+    assert cpu_lengths(meta) is None
+
+
+def test_sinks_pads_and_columns_past_width_to_page_0() -> None:
+    """Sinks, never out-of-bounds reads: a pad entry and a column past the width both land in page 0."""
+    table = i32([[5, -1]])
+    assert TORCH_KERNELS.name == "torch"
+    out = torch.full((1, 4), -7, dtype=torch.int32)
+    TORCH_KERNELS.stacked_locs(table[None], i32([2]), i32([4]), i32([7]), out, 1, 2)
+    assert out.tolist() == [[1, 2, -7, -7]]  # positions 5, 6 sit on the pad: offsets 1, 2 of page 0
+    TORCH_KERNELS.stacked_locs(table[None], i32([1]), i32([4]), i32([3]), out, 1, 1)
+    assert out.tolist() == [[22, 2, -7, -7]]  # position 2: col 0, page 5; out[1:] untouched
+    TORCH_KERNELS.stacked_locs(table[None], i32([1]), i32([4]), i32([7]), out, 1, 1)
+    assert out.tolist() == [[2, 2, -7, -7]]  # position 6: col 1 is past width 1, so page 0
+
+
+def test_expand_holes_and_pads_stay_and_dummy_rows_zero() -> None:
+    table = i32([[3, 5, -1], [0, -1, -1]])
+    assert expand_table(table, 2, max_kernel_pages=6).tolist() == [[6, 7, 10, 11, -1, -1], [0, 0, -1, -1, -1, -1]]
+    got = expand_table(table, 2, max_kernel_pages=8, tail_pad=0, actual_bs=1)
+    assert got.tolist() == [[6, 7, 10, 11, -1, -1, 0, 0], [0] * 8]
+    out = torch.full((3, 10), 99, dtype=torch.int32)
+    view = expand_table(table, 3, out=out)
+    assert view.data_ptr() == out.data_ptr() and view.shape == (2, 9)
+    assert out[:, 9].tolist() == [99, 99, 99] and out[2].tolist() == [99] * 10
+
+
+# Graph buffers ---------------------------------------------------------------------------------------------
+GRAPH_SPECS = (GroupSpec("sliding_attention", "sliding", 2, window=2), GroupSpec("full_attention", "full", 2),
+               GroupSpec("mamba", "state", 1))
+
+
+def graph(**kw: object) -> GroupGraphBuffers:
+    args = {"max_bs": 4, "max_kernel_pages": 4, "kernel_page_size": 2} | kw
+    return GroupGraphBuffers(GRAPH_SPECS, **args)  # type: ignore[arg-type]
+
+
+def test_graph_init_layout() -> None:
+    specs = [GroupSpec("b", "full", 4), GroupSpec("a", "sliding", 2, window=3), GroupSpec("s", "state", 1)]
+    runner = GroupGraphBuffers(specs, max_bs=3, max_kernel_pages=5, kernel_page_size=2, spec_n=2)
+    assert runner.group_ids == ("a", "b")
+    assert runner.ratios == {"a": 1, "b": 2} and runner.page_sizes == {"a": 2, "b": 2}
+    assert runner.widths == {"a": 5, "b": 6}  # ceil(5*2/2)*1, ceil(5*2/4)*2
+    assert runner.table_stack.shape == (2, 3, 6) and runner.loc_stack.shape == (2, 6)
+    assert runner.table_buffers["a"].shape == (3, 5) and runner.loc_buffers["b"].shape == (6,)
+    assert not runner.table_stack.any() and runner.table_stack.dtype == torch.int32
+    flat = GroupGraphBuffers(specs, max_bs=3, max_kernel_pages=5, kernel_page_size=2, expand=False)
+    assert flat.ratios == {"a": 1, "b": 1} and flat.page_sizes == {"a": 2, "b": 4}
+    assert flat.widths == {"a": 5, "b": 3}
+
+
+def test_capture_reuses_pointers_across_batch_sizes() -> None:
+    runner = graph()
+    t2, l2 = runner.capture(2, ["sliding_attention", "full_attention", "mamba"])
+    t3, l3 = runner.capture(3, ["sliding_attention", "full_attention"])
+    assert set(l2) == {"sliding_attention", "full_attention"}
+    assert l2["full_attention"].shape == (2,) and l3["full_attention"].shape == (3,)
+    assert t3["sliding_attention"].shape == (3, 4)
+    for gid in l2:
+        assert l2[gid].data_ptr() == l3[gid].data_ptr() == runner.loc_buffers[gid].data_ptr()
+        assert t2[gid].data_ptr() == t3[gid].data_ptr() == runner.table_buffers[gid].data_ptr()
+    assert runner.capture(2, []) == (None, None)
+    assert runner.capture(2, ["mamba"]) == (None, None)
+
+
+def test_replay_with_a_dummy_row_leaves_rows_past_bs_untouched() -> None:
+    runner = graph()
+    runner.table_stack.fill_(99)
+    runner.loc_stack.fill_(99)
+    _, locs = runner.capture(3, ["sliding_attention", "full_attention"])
+    live = {"sliding_attention": i32(SLIDING + [[0] * 4]), "full_attention": i32(FULL + [[0] * 4]),
+            "mamba": i32([[1], [2], [3]])}
+    runner.replay(3, live, i32([5, 4, 1]))
+    assert locs["sliding_attention"].tolist() == [14, 13, 0]
+    assert locs["full_attention"].tolist() == [6, 17, 0]
+    assert runner.loc_buffers["full_attention"][3:].tolist() == [99]
+    assert runner.table_buffers["full_attention"][:3].tolist() == FULL + [[0] * 4]
+    assert runner.table_buffers["full_attention"][3].tolist() == [99] * 4
+
+
+def test_replay_pads_missing_rows_and_tail_columns() -> None:
+    """Unpadded tables (2 rows for bs 3): row 2 becomes a dummy row; narrow tables take the tail pad."""
+    for tail in (-1, 0):
+        runner = graph(tail_pad=tail, spec_n=2)
+        runner.replay(3, {"sliding_attention": i32([[0, 5], [0, 6]]), "full_attention": i32([[1, 2], [4, 8]])},
+                      i32([4, 3, 1]), 2)
+        assert runner.table_buffers["full_attention"][:3].tolist() == [[1, 2, tail, tail], [4, 8, tail, tail],
+                                                                     [0] * 4]
+        assert runner.loc_buffers["full_attention"][:6].tolist() == [4, 5, 9, 16, 0, 0]
+
+
+def test_replay_with_actual_bs_and_unequal_row_counts_matches_the_model() -> None:
+    specs = [GroupSpec("f", "full", 4), GroupSpec("g", "full", 2)]
+    live = {"f": [[3, 5], [7, 9], [11, -1]], "g": [[2, 4, 6]]}
+    model = GraphModel(specs, max_bs=4, max_kernel_pages=6, kernel_page_size=2, spec_n=2)
+    runner = GroupGraphBuffers(specs, max_bs=4, max_kernel_pages=6, kernel_page_size=2, spec_n=2)
+    for actual in (None, 2, 0):
+        model.replay(3, live, [5, 1, 1], 2, actual_bs=actual)
+        runner.replay(3, {g: i32(t) for g, t in live.items()}, i32([5, 1, 1]), 2, actual_bs=actual)
+        assert_same_graph(model, runner)
+
+
+def assert_same_graph(model: GraphModel, runner: GroupGraphBuffers) -> None:
+    for gid, buffers in model.groups.items():
+        assert runner.table_buffers[gid].tolist() == buffers.table, gid
+        assert runner.loc_buffers[gid].tolist() == buffers.locs, gid
+
+
+def test_stale_guard_refuses_before_any_write() -> None:
+    runner = graph()
+    runner.table_stack.fill_(42)
+    full = i32(FULL)
+    cases = [
+        (None, "missing or empty"),
+        ({}, "missing or empty"),
+        ({"mamba": full}, "missing captured groups"),
+        ({"full_attention": full}, r"missing captured groups \['sliding_attention'\]"),
+        ({"full_attention": full, "sliding_attention": full, "other": full}, r"uncaptured groups \['other'\]"),
+        ({"full_attention": full, "sliding_attention": i32([[]])}, "empty table"),
+    ]
+    for live, message in cases:
+        with pytest.raises(StaleGraphState, match=message) as err:
+            runner.replay(2, live, i32([5, 4]))
+        assert err.value.clause_id == "G5"
+    assert bool((runner.table_stack == 42).all()) and not runner.loc_stack.any()
+    empty = GroupGraphBuffers([GroupSpec("s", "state", 1)], max_bs=2, max_kernel_pages=2, kernel_page_size=1)
+    with pytest.raises(StaleGraphState, match="published no cache groups"):
+        empty.replay(1, {"s": full}, i32([1]))
+
+
+# Cheap ContractViolations --------------------------------------------------------------------------------
+CHEAP_CASES = [
+    ("T1", lambda: decode_locs(FULL, i32([5, 4]), 2)),  # type: ignore[arg-type]
+    ("T1", lambda: decode_locs(i32(FULL).long(), i32([5, 4]), 2)),
+    ("T1", lambda: decode_locs(i32([1, 2]), i32([5, 4]), 2)),
+    ("T1", lambda: decode_locs(i32(FULL)[:1], i32([5, 4]), 2)),
+    ("T1", lambda: decode_locs(torch.zeros(2, 0, dtype=torch.int32), i32([1, 1]), 2)),
+    ("T1", lambda: group_locs(SPECS, {"full_attention": i32(FULL)}, Batch((5, 4)))),
+    ("T1", lambda: group_locs(SPECS, tables() | {"other": i32(FULL)}, Batch((5, 4)))),
+    ("E1", lambda: decode_locs(i32(FULL), i32([5, 4]), 0)),
+    ("E1", lambda: expand_table(i32(FULL), 0)),
+    ("E1", lambda: GroupGraphBuffers([GroupSpec("f", "full", 3)], max_bs=2, max_kernel_pages=2,
+                                     kernel_page_size=2)),
+    ("W2", lambda: verify_locs(i32(FULL), i32([5, 4]), 2, 0)),
+    ("W4", lambda: reanchor_locs(i32(FULL), i32([5, 4]), 2, 0)),
+    ("W2", lambda: verify_locs(i32(FULL), i32([5, 3]), 2, 4)),
+    ("W2", lambda: group_locs(SPECS, tables(), Batch((5, 3), mode="verify", n=4))),
+    ("T9", lambda: decode_locs(i32(FULL), i32([5, 0]), 2)),
+    ("T9", lambda: decode_locs(i32(FULL), torch.tensor([5.0, 4.0]), 2)),
+    ("T9", lambda: verify_locs(i32(FULL), i32([5, 4]), 2, 2, actual_bs=3)),
+    ("T9", lambda: extend_locs(i32(FULL), [-1, 0], [3, 2], 2)),
+    ("T9", lambda: extend_locs(i32(FULL), [2, 0], [3, -2], 2)),
+    ("T9", lambda: extend_locs(i32(FULL), [2], [3, 2], 2)),
+    ("T9", lambda: reanchor_locs(i32(FULL), i32([0, 4]), 2, 2)),
+    ("T8", lambda: decode_locs(i32(FULL), i32([5, 9]), 2)),
+    ("T8", lambda: extend_locs(i32(FULL), [2, 8], [3, 1], 2)),
+    ("T8", lambda: group_locs([GroupSpec("f", "full", 1)], {"f": i32(FULL)}, Batch((5, 4)))),
+    ("E2", lambda: expand_table(i32(FULL), 2, max_kernel_pages=-1)),
+    ("E2", lambda: expand_table(i32(FULL), 2, out=torch.zeros(2, 7, dtype=torch.int32))),
+    ("G1", lambda: graph(max_bs=0)),
+    ("T3", lambda: graph(tail_pad=5)),
+    ("G2", lambda: graph().capture(5, ["full_attention"])),
+    ("G2", lambda: graph().capture(2, ["full_attention"], 2)),
+    ("G2", lambda: graph().capture(2, ["nope"])),
+    ("G3", lambda: graph().replay(5, tables(), i32([1] * 5))),
+    ("G4", lambda: graph().replay(3, tables(), i32([5, 4]))),
+    ("T1", lambda: graph().replay(2, tables() | {"full_attention": i32(FULL).long()}, i32([5, 4]))),
+    ("T8", lambda: graph().replay(2, tables(), i32([9, 4]))),
+    ("T4", lambda: graph().replay(2, {"sliding_attention": i32([[0, 5], [0, 6]]),
+                                      "full_attention": i32([[1, 2], [4, 8]])}, i32([5, 4]))),
+]
+
+
+@pytest.mark.parametrize(("clause", "call"), CHEAP_CASES)
+def test_cheap_checks_name_the_clause(clause: str, call) -> None:
+    with pytest.raises(ContractViolation) as err:
+        call()
+    assert err.value.clause_id == clause, str(err.value)
+
+
+def test_extend_that_writes_nothing_needs_no_columns() -> None:
+    """Unlike upstream's bound check, a row with extend 0 reads no column, however long its prefix."""
+    assert extend_locs(i32(FULL), [2, 30], [3, 0], 2).tolist() == [4, 5, 6]
+
+
+def test_debug_mode_runs_the_full_contract(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full row with a hole in its live length passes the cheap checks; debug mode names T4."""
+    holed = {"full_attention": i32([[1, 0, 3, -1], [4, 8, -1, -1]]), "sliding_attention": i32(SLIDING)}
+    assert group_locs(SPECS, holed, Batch((5, 4)))["full_attention"].tolist() == [6, 17]
+    with pytest.raises(ContractViolation, match=r"\[T4 live-pages\] group 'full_attention' row 0 col 1"):
+        group_locs(SPECS, holed, Batch((5, 4)), debug=True)
+    monkeypatch.setenv("KVTABLE_DEBUG", "1")
+    with pytest.raises(ContractViolation, match="T4"):
+        group_locs(SPECS, holed, Batch((5, 4)))
+    with pytest.raises(ContractViolation, match="T4"):
+        TorchBackend().group_locs(SPECS, holed, Batch((5, 4)))
+    assert group_locs(SPECS, holed, Batch((5, 4)), debug=False)["full_attention"].tolist() == [6, 17]
+    assert group_locs(SPECS, tables(), Batch((5, 4)))["full_attention"].tolist() == [6, 17]
+    with pytest.raises(ContractViolation, match=r"\[T2 dummy-row\] group 'table' row 1"):
+        verify_locs(i32(FULL), i32([5, 1]), 2, 2, actual_bs=1)
+
+
+def test_debug_mode_reads_device_lengths_back() -> None:
+    """Debug mode runs the lengths checks on lengths it had to read back (here: CPU; the same path)."""
+    with pytest.raises(ContractViolation, match="T8"):
+        decode_locs(i32(FULL), i32([5, 9]), 2, debug=True)
+
+
+# The strong write checker ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(("bad", "clause", "row"), [
+    ([1, 17], "D1", 0),      # page 0
+    ([6, 7], "D1", 1),       # row 0's page 3 written by row 1
+    ([7, 17], "D1", 0),      # offset 1 of its own page, expected 0
+    ([6, 6], "D1", 1),       # slot 6 is page 3, not row 1's page 8
+    ([6, 17, 1], "D1", None),  # count
+])
+def test_checker_agrees_with_the_reference(bad: list[int], clause: str, row: int | None) -> None:
+    batch = Batch((5, 4))
+    assert_same_verdict(FULL, bad, batch, 2)
+    with pytest.raises(ContractViolation) as err:
+        check_write_locs(i32(FULL), i32(bad), batch, 2, group="full")
+    assert err.value.clause_id == clause and err.value.row == row
+
+
+def test_checker_duplicate_slot_is_d2() -> None:
+    batch = Batch.extend([0, 0], [2, 2])
+    table = [[3, -1], [4, -1]]
+    check_write_locs(i32(table), i32([6, 7, 8, 9]), batch, 2)
+    bad = [6, 7, 8, 8]
+    assert_same_verdict(table, bad, batch, 2)
+    with pytest.raises(ContractViolation, match=r"\[D1") as err:
+        check_write_locs(i32(table), i32(bad), batch, 2)
+    assert err.value.row == 1
+    shared = [[3, 4], [3, 5]]
+    dup_batch = Batch.extend([1, 1], [1, 1])
+    assert_same_verdict(shared, [7, 7], dup_batch, 2)
+    with pytest.raises(ContractViolation, match=r"\[D2 unique-slots\] row 1 col 0: location 7 written by row 0"):
+        check_write_locs(i32(shared), i32([7, 7]), dup_batch, 2)
+
+
+def assert_same_verdict(table: list[list[int]], locs: list[int], batch: Batch, ps: int) -> None:
+    """The torch checker raises exactly the reference checker's error (clause, place and message)."""
+    try:
+        ref_check_write_locs(table, locs, batch, ps, group="g")
+    except ContractViolation as expected:
+        with pytest.raises(ContractViolation) as err:
+            check_write_locs(i32(table), i32(locs), batch, ps, group="g")
+        assert str(err.value) == str(expected)
+    else:
+        check_write_locs(i32(table), i32(locs), batch, ps, group="g")
+
+
+# Random valid batches against the reference ----------------------------------------------------------------
+def random_specs(rng: random.Random) -> list[GroupSpec]:
+    specs = [GroupSpec("full", "full", rng.choice([1, 2, 4])), GroupSpec("state", "state", 1)]
+    for i in range(rng.randint(0, 2)):
+        specs.append(GroupSpec(f"swa{i}", "sliding", rng.choice([2, 4]), window=rng.randint(1, 9)))
+    return specs
+
+
+def random_batch(rng: random.Random) -> Batch:
+    mode = rng.choice(["decode", "verify", "reanchor", "extend"])
+    bs = rng.randint(1, 5)
+    if mode == "extend":
+        return Batch.extend([rng.randint(0, 12) for _ in range(bs)], [rng.randint(0, 8) for _ in range(bs)])
+    n = 1 if mode == "decode" else rng.randint(1, 4)
+    live = rng.randint(0, bs) if mode != "reanchor" else bs
+    low = n if mode == "verify" else 1
+    seq = [rng.randint(low, 20) for _ in range(live)] + [1] * (bs - live)
+    return Batch(tuple(seq), mode=mode, n=n, actual_bs=live if live < bs else None)
+
+
+def random_tables(rng: random.Random, specs: list[GroupSpec], batch: Batch) -> dict[str, list[list[int]]]:
+    out = {"state": [[0, rng.randint(1, 9)] for _ in range(batch.bs)]}
+    for spec in specs:
+        if spec.is_state:
+            continue
+        ps = spec.block_granularity
+        width = max(-(-max(batch.seq_lens) // ps), 1) + rng.randint(0, 2)
+        pages = rng.sample(range(1, 300), width * batch.bs)
+        rows = []
+        for r, seq in enumerate(batch.seq_lens):
+            if batch.is_dummy(r):
+                rows.append([0] * width)
+                continue
+            used = -(-seq // ps)
+            holes = batch.read_start(r, spec.window) // ps if spec.family == "sliding" else 0
+            rows.append([0 if c < holes else pages[r * width + c] if c < used else -1 for c in range(width)])
+        out[spec.group_id] = rows
+    check_tables(specs, out, batch)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_batches_match_the_reference(seed: int) -> None:
+    rng = random.Random(seed)
+    specs = random_specs(rng)
+    batch = random_batch(rng)
+    plain = random_tables(rng, specs, batch)
+    live = {g: i32(t) for g, t in plain.items()}
+    got = group_locs(specs, live, batch, debug=True)
+    by_id = {s.group_id: s for s in specs}
+    want = {g: batch_locs(t, batch, by_id[g].block_granularity) for g, t in plain.items() if g != "state"}
+    assert {g: t.tolist() for g, t in got.items()} == want
+    assert all(t.dtype == torch.int32 for t in got.values())
+    # decode_locs has no notion of dummy rows, so the debug check would rightly see their writes to page 0
+    backend = TorchBackend(debug=batch.mode != "decode" or batch.actual_bs is None)
+    full, ps = live["full"], by_id["full"].block_granularity
+    seq = i32(list(batch.seq_lens))
+    if batch.mode == "extend":
+        assert batch.prefix_lens is not None
+        extend = [s - p for s, p in zip(batch.seq_lens, batch.prefix_lens, strict=True)]
+        lone = backend.extend_locs(full, batch.prefix_lens, extend, ps)
+    elif batch.mode == "decode":
+        lone = backend.decode_locs(full, seq, ps)
+    elif batch.mode == "verify":
+        lone = backend.verify_locs(full, seq, ps, batch.n, actual_bs=batch.actual_bs)
+    else:
+        lone = backend.reanchor_locs(full, seq, ps, batch.n)
+    assert lone.tolist() == want["full"]
+    for gid, table in plain.items():
+        ratio, cols, actual = rng.randint(1, 3), rng.randint(0, 12), rng.randint(0, batch.bs)
+        assert backend.expand_table(live[gid], ratio, max_kernel_pages=cols, actual_bs=actual).tolist() == \
+            ref_expand_table(table, ratio, max_kernel_pages=cols, actual_bs=actual)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_graph_replays_match_the_model(seed: int) -> None:
+    rng = random.Random(1000 + seed)
+    specs = random_specs(rng)
+    blocks = [s.block_granularity for s in specs if not s.is_state]
+    kernel = rng.choice([k for k in (1, 2) if all(b % k == 0 for b in blocks)])
+    max_bs, spec_n = rng.randint(2, 5), rng.randint(1, 3)
+    kw = {"max_bs": max_bs, "max_kernel_pages": 24, "kernel_page_size": kernel, "spec_n": spec_n,
+          "tail_pad": rng.choice([-1, 0]), "expand": rng.random() < 0.7}
+    model = GraphModel(specs, **kw)
+    runner = TorchBackend().graph(specs, **kw)
+    assert isinstance(runner, GraphRunner)
+    for _ in range(3):
+        bs, n = rng.randint(1, max_bs), rng.randint(1, spec_n)
+        live = rng.randint(0, bs)
+        seq = tuple([rng.randint(n, 20) for _ in range(live)] + [1] * (bs - live))
+        batch = Batch(seq, mode="verify", n=n, actual_bs=live if live < bs else None)
+        plain = random_tables(rng, specs, batch)
+        rows = rng.choice([bs, max(live, 1)])
+        sources = {g: t[:rows] for g, t in plain.items()}
+        model.replay(bs, sources, list(seq), n, actual_bs=batch.actual_bs)
+        runner.replay(bs, {g: i32(t) for g, t in sources.items()}, i32(list(seq)), n, actual_bs=batch.actual_bs)
+        assert_same_graph(model, runner)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_checker_verdicts_match_the_reference(seed: int) -> None:
+    rng = random.Random(2000 + seed)
+    specs = random_specs(rng)
+    batch = random_batch(rng)
+    if batch.mode == "reanchor":
+        batch = Batch(batch.seq_lens, mode="verify", n=1)
+    plain = random_tables(rng, specs, batch)
+    table, ps = plain["full"], specs[0].block_granularity
+    locs = batch_locs(table, batch, ps)[: sum(len(batch.write_positions(r)) for r in range(batch.live_rows))]
+    assert_same_verdict(table, locs, batch, ps)
+    if not locs:
+        return
+    k = rng.randrange(len(locs))
+    for bad in (0, locs[k] + 1, locs[k] - 1, rng.choice(locs), rng.randint(0, 300 * ps)):
+        assert_same_verdict(table, locs[:k] + [bad] + locs[k + 1:], batch, ps)
+
+
+def test_backend_protocol() -> None:
+    backend = TorchBackend()
+    assert isinstance(backend, Backend) and backend.name == "torch" and backend.device == "cpu"
+    assert backend.kernels is TORCH_KERNELS
