@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from kvtable.bench.baselines import loop_extend_locs
 from kvtable.bench.harness import Section, Settings, Size, Target, measure, require_same
 from kvtable.bench.workload import extend_workload
@@ -72,9 +74,19 @@ def run(settings: Settings, case_list: list[Case] | None = None) -> Section:
     got = at_target[0]["speedup"] if at_target else None
     section.targets.append(Target(f"extend speedup at bs {TARGET_BS} ({TARGET_GROUPS} groups, CPU)",
                                   f">= {TARGET_SPEEDUP:g}x", got, None if got is None else got >= TARGET_SPEEDUP))
+    section.notes += [_growth(section.records, name) for name in ("loop", "impl") if len(section.records) >= 6]
     section.notes += [
         "speedup = loop_ms / impl_ms, both timed interleaved in this run; tokens = locations per group",
         "impl = impl.locs.group_locs (all groups, one pass); per_group = impl.locs.extend_locs once per group",
         "loop = upstream's per-request loop: arange per request, one gather per request per group",
     ]
     return section
+
+
+def _growth(records: list[dict], name: str) -> str:
+    """A least-squares fit ``time = fixed + per_request * bs + per_token * tokens`` over this run's cases."""
+    x = torch.tensor([[1.0, r["bs"], r["tokens"]] for r in records], dtype=torch.float64)
+    y = torch.tensor([[r[f"{name}_ms"] * 1e3] for r in records], dtype=torch.float64)
+    fixed, per_req, per_tok = torch.linalg.lstsq(x, y).solution.flatten().tolist()
+    return (f"{name} grows as {fixed:.0f} us + {per_req:.1f} us/request + {per_tok * 1e3:.0f} ns/token "
+            f"(all groups; least squares over the {len(records)} cases above)")
