@@ -12,6 +12,7 @@ import torch
 from kvtable.errors import ContractViolation
 from kvtable.impl import validate
 from kvtable.impl.kernels import Kernels
+from kvtable.impl.tokens import upload
 from kvtable.impl.torch_kernels import TORCH_KERNELS
 from kvtable.impl.validate import page_ratio
 from kvtable.reference.model import DEFAULT_TAIL_PAD
@@ -39,7 +40,7 @@ def expand_table(table: torch.Tensor, ratio: int, *, max_kernel_pages: int | Non
         raise ContractViolation("T9", f"actual_bs {actual_bs} outside [0, {rows}]")
     target = _target(out, table, rows, columns)
     dst = target.unsqueeze(0) if target.is_contiguous() else torch.empty_like(target).unsqueeze(0)
-    meta = torch.tensor([[0, width, ratio]], dtype=torch.int32, device=table.device)
+    meta = upload(torch.tensor([[0, width, ratio]], dtype=torch.int32), table.device)
     kernels.replay_fill(table.contiguous().view(-1), meta, dst, rows, live, tail_pad)
     if dst.data_ptr() != target.data_ptr():
         target.copy_(dst[0])

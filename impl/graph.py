@@ -14,6 +14,7 @@ import torch
 from kvtable.errors import ContractViolation, StaleGraphState
 from kvtable.impl import validate
 from kvtable.impl.kernels import Kernels
+from kvtable.impl.tokens import upload
 from kvtable.impl.torch_kernels import TORCH_KERNELS
 from kvtable.reference.model import DEFAULT_TAIL_PAD, GroupSpec
 from kvtable.reference.tables import specs_by_id
@@ -53,10 +54,8 @@ class GroupGraphBuffers:
         self.table_buffers = {gid: self.table_stack[i, :, : self.widths[gid]]
                               for i, gid in enumerate(self.group_ids)}
         self.loc_buffers = {gid: self.loc_stack[i] for i, gid in enumerate(self.group_ids)}
-        self._widths = torch.tensor([self.widths[g] for g in self.group_ids], dtype=torch.int32,
-                                    device=self.device)
-        self._page_sizes = torch.tensor([self.page_sizes[g] for g in self.group_ids], dtype=torch.int32,
-                                        device=self.device)
+        self._widths = upload([self.widths[g] for g in self.group_ids], self.device)
+        self._page_sizes = upload([self.page_sizes[g] for g in self.group_ids], self.device)
 
     def capture(self, bs: int, group_ids: Sequence[str], tokens_per_req: int = 1
                 ) -> tuple[dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None]:
@@ -127,7 +126,7 @@ class GroupGraphBuffers:
         validate.check_seq_tensor(seq_lens, "G4")
         if seq_lens.shape[0] < bs:
             raise ContractViolation("G4", f"{seq_lens.shape[0]} seq_lens for a replay at bs={bs}")
-        return seq_lens.to(device=self.device, dtype=torch.int32)
+        return upload(seq_lens, self.device)
 
     def _check_reach(self, lengths: Sequence[int], n: int, tables: Mapping[str, torch.Tensor],
                      live: Mapping[str, int]) -> None:
@@ -163,14 +162,14 @@ class GroupGraphBuffers:
         for gid in self.group_ids:
             cols = min(tables[gid].shape[1], self.source_widths[gid])
             piece = tables[gid][: live[gid], :cols].reshape(-1)
-            piece = piece if one_device else piece.to(self.device)
+            piece = piece if one_device else upload(piece, self.device)
             if live[gid] < rows:
                 piece = torch.cat([piece, piece.new_zeros((rows - live[gid]) * cols)])
             pieces.append(piece)
             meta.append((offset, cols, self.ratios[gid]))
             offset += rows * cols
-        packed = torch.cat(pieces).to(self.device)
-        meta_t = torch.tensor(meta, dtype=torch.int32).to(self.device)
+        packed = upload(torch.cat(pieces), self.device)
+        meta_t = upload(torch.tensor(meta, dtype=torch.int32), self.device)
         self.kernels.replay_fill(packed, meta_t, self.table_stack, bs, rows, self.tail_pad)
         for i, gid in enumerate(self.group_ids):
             if live[gid] < rows:

@@ -15,7 +15,7 @@ import torch
 from kvtable.errors import ContractViolation
 from kvtable.impl import validate
 from kvtable.impl.kernels import Kernels
-from kvtable.impl.tokens import extend_tokens
+from kvtable.impl.tokens import extend_tokens, upload
 from kvtable.impl.torch_kernels import TORCH_KERNELS
 from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec, Mode
 from kvtable.reference.tables import _check_group_ids, shed_state_groups, specs_by_id
@@ -25,8 +25,10 @@ LONE = "table"
 """The group name a lone table goes by in errors and debug checks."""
 
 
-def stack_tables(tables: Sequence[torch.Tensor], rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first ``rows`` rows of each table in one zero-padded int32 ``[G, rows, Wmax]`` stack, and the widths."""
+def stack_tables(tables: Sequence[torch.Tensor], rows: int, page_sizes: Sequence[int]
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The first ``rows`` rows of each table in one zero-padded int32 ``[G, rows, Wmax]`` stack, with the
+    groups' widths and page sizes as int32 ``[G]`` device tensors (one upload for both)."""
     device = tables[0].device
     widths = [t.shape[1] for t in tables]
     if len(tables) == 1:
@@ -35,7 +37,8 @@ def stack_tables(tables: Sequence[torch.Tensor], rows: int) -> tuple[torch.Tenso
         stack = torch.zeros(len(tables), rows, max(widths), dtype=torch.int32, device=device)
         for i, table in enumerate(tables):
             stack[i, :, : widths[i]] = table[:rows]
-    return stack, torch.tensor(widths, dtype=torch.int32, device=device)
+    sizes = upload([*widths, *page_sizes], device)
+    return stack, sizes[: len(tables)], sizes[len(tables):]
 
 
 def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str, int],
@@ -49,10 +52,9 @@ def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str
     gids = sorted(tables)
     if not gids:
         return {}
-    stack, widths = stack_tables([tables[g] for g in gids], bs)
-    sizes = torch.tensor([page_sizes[g] for g in gids], dtype=torch.int32, device=stack.device)
+    stack, widths, sizes = stack_tables([tables[g] for g in gids], bs, [page_sizes[g] for g in gids])
     out = torch.empty(len(gids), bs * n, dtype=torch.int32, device=stack.device)
-    kernels.stacked_locs(stack, widths, sizes, seq_lens.to(device=stack.device, dtype=torch.int32), out, bs, n)
+    kernels.stacked_locs(stack, widths, sizes, upload(seq_lens, stack.device), out, bs, n)
     return dict(zip(gids, out, strict=True))
 
 
@@ -63,8 +65,7 @@ def extend_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[st
     gids = sorted(tables)
     if not gids:
         return {}
-    stack, widths = stack_tables([tables[g] for g in gids], len(extend_lens))
-    sizes = torch.tensor([page_sizes[g] for g in gids], dtype=torch.int32, device=stack.device)
+    stack, widths, sizes = stack_tables([tables[g] for g in gids], len(extend_lens), [page_sizes[g] for g in gids])
     rows, positions = extend_tokens(prefix_lens, extend_lens, stack.device)
     out = torch.empty(len(gids), rows.shape[0], dtype=torch.int32, device=stack.device)
     kernels.stacked_extend_locs(stack, widths, sizes, rows, positions, out)
@@ -87,9 +88,8 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
         extend = [seq - p for seq, p in zip(batch.seq_lens, batch.prefix_lens, strict=True)]
         locs = extend_group_locs(live, sizes, batch.prefix_lens, extend, kernels=kernels)
     else:
-        device = next(iter(live.values())).device if live else "cpu"
-        seq = torch.tensor(batch.seq_lens, dtype=torch.int32, device=device)
-        locs = fixed_group_locs(live, sizes, seq, batch.tokens_per_row, kernels=kernels)
+        locs = fixed_group_locs(live, sizes, torch.tensor(batch.seq_lens, dtype=torch.int32),
+                                batch.tokens_per_row, kernels=kernels)
     if validate.debug_enabled(debug):
         validate.debug_check(by_id, live, batch, locs, tail_pad=tail_pad)
     return locs

@@ -1,4 +1,5 @@
-"""Which (row, position) pairs a batch writes, as int64 tensors built without a per-request loop."""
+"""Which (row, position) pairs a batch writes, as int64 tensors built without a per-request loop; and
+``upload``, the host-to-device copy every impl/ module uses so a step never stalls on the stream."""
 
 from __future__ import annotations
 
@@ -9,12 +10,26 @@ import torch
 from kvtable.reference.model import Batch
 
 
+def upload(values: Sequence[int] | torch.Tensor, device: torch.device | str,
+           dtype: torch.dtype = torch.int32) -> torch.Tensor:
+    """Host ints (or a tensor) as ``dtype`` on ``device``; to a GPU through pinned memory, non-blocking.
+
+    A plain copy from pageable memory would wait for the stream to drain (a host-device sync); the
+    caching host allocator keeps the pinned block alive until the copy has run.
+    """
+    device = torch.device(device)
+    host = values if isinstance(values, torch.Tensor) else torch.tensor(list(values), dtype=dtype)
+    if host.device == device or device.type != "cuda" or host.device.type != "cpu":
+        return host.to(device=device, dtype=dtype)
+    return host.to(dtype).pin_memory().to(device, non_blocking=True)
+
+
 def extend_tokens(prefix_lens: Sequence[int], extend_lens: Sequence[int], device: torch.device | str
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """W3: request i writes positions ``[prefix_i, prefix_i + extend_i)``, flattened in request order."""
     total = sum(extend_lens)
-    extend = torch.tensor(list(extend_lens), dtype=torch.int64, device=device)
-    prefix = torch.tensor(list(prefix_lens), dtype=torch.int64, device=device)
+    lengths = upload([*extend_lens, *prefix_lens], device, torch.int64)
+    extend, prefix = lengths[: len(extend_lens)], lengths[len(extend_lens):]
     rows = torch.repeat_interleave(torch.arange(len(extend_lens), device=device), extend, output_size=total)
     starts = torch.cumsum(extend, 0) - extend
     positions = torch.arange(total, device=device) - starts[rows] + prefix[rows]
@@ -37,5 +52,4 @@ def batch_tokens(batch: Batch, device: torch.device | str) -> tuple[torch.Tensor
         prefix = batch.prefix_lens[:live]
         extend = [seq - p for seq, p in zip(batch.seq_lens[:live], prefix, strict=True)]
         return extend_tokens(prefix, extend, device)
-    seq = torch.tensor(batch.seq_lens, dtype=torch.int64, device=device)
-    return fixed_tokens(seq, live, batch.tokens_per_row)
+    return fixed_tokens(upload(batch.seq_lens, device, torch.int64), live, batch.tokens_per_row)

@@ -17,6 +17,7 @@ from kvtable.impl import (
     check_write_locs,
     decode_locs,
     expand_table,
+    extend_group_locs,
     extend_locs,
     group_locs,
     group_seq_locs,
@@ -89,14 +90,23 @@ def test_group_locs_each_group_at_its_own_granularity() -> None:
     assert got["small"].tolist() == [23, 24, 25] and got["large"].tolist() == [83, 84, 85]
 
 
-def test_group_seq_locs_reads_nothing_from_device_lengths() -> None:
-    """Lengths that are not on the CPU skip the value checks; the result is the same."""
-    live = tables()
-    assert group_seq_locs(SPECS, live, i32([5, 4]))["full_attention"].tolist() == [6, 17]
-    meta = torch.empty(2, dtype=torch.int32, device="meta")
-    from kvtable.impl.validate import cpu_lengths
-
-    assert cpu_lengths(meta) is None
+def test_device_paths_never_read_a_device_tensor_back() -> None:
+    """On the ``meta`` device every host read (``.item()``, ``.tolist()``, ``bool()``) raises, so running
+    the device-resident paths there proves they need no host-device sync."""
+    meta = "meta"
+    specs = [GroupSpec("s", "sliding", 2, window=2), GroupSpec("f", "full", 4), GroupSpec("st", "state", 1)]
+    live = {"s": torch.empty(3, 5, dtype=torch.int32, device=meta),
+            "f": torch.empty(2, 3, dtype=torch.int32, device=meta)}
+    seq = torch.empty(2, dtype=torch.int32, device=meta)
+    got = group_seq_locs(specs, live, seq, 2, mode="verify", actual_bs=1)
+    assert {g: (tuple(t.shape), t.device.type) for g, t in got.items()} == {"f": ((4,), meta), "s": ((4,), meta)}
+    with pytest.raises(RuntimeError, match="meta"):  # the debug check does read back, as it must
+        group_seq_locs(specs, live, seq, debug=True)
+    assert extend_group_locs(live, {"s": 2, "f": 4}, [1, 2], [2, 3])["f"].shape == (5,)
+    assert expand_table(live["f"], 2, max_kernel_pages=7, actual_bs=1).shape == (2, 7)
+    runner = GroupGraphBuffers(specs, max_bs=4, max_kernel_pages=6, kernel_page_size=2, spec_n=2, device=meta)
+    runner.replay(3, live, torch.empty(3, dtype=torch.int32, device=meta), 2, actual_bs=2)
+    assert runner.loc_buffers["s"].device.type == meta
 
 
 def test_sinks_pads_and_columns_past_width_to_page_0() -> None:
@@ -298,8 +308,7 @@ def test_debug_mode_runs_the_full_contract(monkeypatch: pytest.MonkeyPatch) -> N
         verify_locs(i32(FULL), i32([5, 1]), 2, 2, actual_bs=1)
 
 
-def test_debug_mode_reads_device_lengths_back() -> None:
-    """Debug mode runs the lengths checks on lengths it had to read back (here: CPU; the same path)."""
+def test_debug_mode_runs_the_length_checks_too() -> None:
     with pytest.raises(ContractViolation, match="T8"):
         decode_locs(i32(FULL), i32([5, 9]), 2, debug=True)
 
