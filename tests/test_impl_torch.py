@@ -14,6 +14,7 @@ from kvtable.backends.torch_backend import TorchBackend
 from kvtable.impl import (
     TORCH_KERNELS,
     GroupGraphBuffers,
+    TorchKernels,
     check_write_locs,
     decode_locs,
     expand_table,
@@ -478,3 +479,35 @@ def test_backend_protocol() -> None:
     backend = TorchBackend()
     assert isinstance(backend, Backend) and backend.name == "torch" and backend.device == "cpu"
     assert backend.kernels is TORCH_KERNELS
+
+
+def test_int32_boundary_and_debug_w5() -> None:
+    """The last slot of page 2^23 - 1 at page size 256 is 2^31 - 1; one page further breaks W5."""
+    top = 2**23 - 1
+    assert decode_locs(i32([[top]]), i32([256]), 256, debug=True).tolist() == [2**31 - 1]
+    with pytest.raises(ContractViolation, match=r"\[W5 int32-locs\]"):
+        decode_locs(i32([[top + 1]]), i32([256]), 256, debug=True)
+
+
+class DoubledKernels(TorchKernels):
+    """Kernels that double every location: proves a subclass's kernels reach every behaviour."""
+
+    name = "doubled"
+
+    def stacked_locs(self, tables, widths, page_sizes, seq_lens, out, bs, n) -> None:
+        super().stacked_locs(tables, widths, page_sizes, seq_lens, out, bs, n)
+        out[:, : bs * n] *= 2
+
+
+def test_backend_is_subclassable_with_other_kernels() -> None:
+    class Doubled(TorchBackend):
+        name = "doubled"
+
+        def __init__(self) -> None:
+            super().__init__(kernels=DoubledKernels())
+
+    backend = Doubled()
+    assert backend.decode_locs(i32(FULL), i32([5, 4]), 2).tolist() == [12, 34]
+    runner = backend.graph(GRAPH_SPECS, max_bs=2, max_kernel_pages=4, kernel_page_size=2)
+    runner.replay(2, tables(), i32([5, 4]))
+    assert runner.loc_buffers["full_attention"].tolist() == [12, 34]
