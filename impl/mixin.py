@@ -16,12 +16,12 @@ from typing import ClassVar, TypeVar
 import torch
 
 from kvtable.errors import StaleGraphState
+from kvtable.impl import validate
 from kvtable.impl.expand import expand_table
 from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.kernels import Kernels
 from kvtable.impl.locs import fixed_group_locs, group_locs, group_seq_locs
 from kvtable.impl.torch_kernels import TORCH_KERNELS
-from kvtable.impl.validate import page_ratio
 from kvtable.reference.groups import select_group, select_locs
 from kvtable.reference.model import Batch, GroupSpec
 from kvtable.reference.tables import shed_state_groups, specs_by_id
@@ -84,7 +84,7 @@ class CacheGroupsMixin:
         """r = B // K when tables are expanded (E1), else 1."""
         if not self.expand_tables:
             return 1
-        return page_ratio(self.group_block_granularity(group_id), self.kernel_page_size, group=group_id)
+        return validate.page_ratio(self.group_block_granularity(group_id), self.kernel_page_size, group=group_id)
 
     def consumer_page_size(self, group_id: str) -> int:
         """The page size the backend's kernels divide by: K when expanded, else B."""
@@ -138,13 +138,16 @@ class CacheGroupsMixin:
         """W4 reanchor-loc: a draft chain re-anchored to ``frontier`` writes frontier-N .. frontier-1.
 
         Recomputed over the metadata's kernel-unit tables at each group's consumer page size (the
-        units those tables are in), with N = ``spec_num_tokens``; pure tensor ops, graph-capturable.
+        units those tables are in), with N = ``spec_num_tokens``; nothing is read back from the device.
         """
         md = self.forward_metadata
         if md is None:
             raise RuntimeError("update_draft_forward_metadata needs forward metadata; run an init first")
         locs = md.out_cache_locs
         if locs is not None and md.page_tables is not None:
+            validate.check_seq_tensor(frontier)
+            for gid, table in md.page_tables.items():
+                validate.check_table(table, frontier.shape[0], group=gid)
             sizes = {gid: self.consumer_page_size(gid) for gid in md.page_tables}
             locs = fixed_group_locs(md.page_tables, sizes, frontier, self.spec_num_tokens, kernels=self.kernels)
         self.forward_metadata = replace(md, seq_lens=frontier, out_cache_locs=locs,
