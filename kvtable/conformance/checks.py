@@ -1,0 +1,213 @@
+"""What a property needs to judge a backend: recorded calls (the replayable counterexample) and verdicts.
+
+Every backend (and graph-runner) call a property makes goes through a ``Recorded`` proxy, which
+writes it into the ``Transcript`` as a Python statement; when an example fails, the transcript of the
+shrunk example is the counterexample. Verdict helpers raise ``Mismatch`` naming the clause broken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kvtable.errors import ContractViolation
+
+BACKEND_CALLS = frozenset({"decode_locs", "verify_locs", "reanchor_locs", "extend_locs", "group_locs",
+                           "expand_table", "check_write_locs", "graph"})
+RUNNER_CALLS = frozenset({"capture", "replay"})
+
+
+class Mismatch(AssertionError):
+    """A backend broke ``clause``: wrong value, wrong error, a crash, or a touched buffer region."""
+
+    def __init__(self, clause: str, message: str) -> None:
+        self.clause = clause.split()[0]
+        super().__init__(f"[{self.clause}] {message}")
+
+
+def render(value: Any) -> str:
+    """Python source that rebuilds ``value`` (tensors as ``torch.tensor(...)``)."""
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype)
+        device = "" if value.device.type == "cpu" else f", device={str(value.device)!r}"
+        if value.numel() == 0:
+            return f"torch.zeros({tuple(value.shape)}, dtype={dtype}{device})"
+        return f"torch.tensor({value.tolist()}, dtype={dtype}{device})"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k!r}: {render(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(render(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        inner = ", ".join(render(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    return repr(value)
+
+
+def summarize(value: Any) -> str:
+    """A short rendering of a call's result for the transcript's comments."""
+    if isinstance(value, torch.Tensor):
+        return f"{value.tolist()} ({str(value.dtype).removeprefix('torch.')}, shape {tuple(value.shape)})"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k!r}: {summarize(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(summarize(v) for v in value) + ")"
+    return repr(value)
+
+
+@dataclass
+class Transcript:
+    """The calls of the current example, as Python statements with their outcomes as comments."""
+
+    lines: list[str] = field(default_factory=list)
+    runners: int = 0
+
+    def reset(self) -> None:
+        self.lines.clear()
+        self.runners = 0
+
+    def note(self, line: str) -> None:
+        self.lines.append(line)
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+class Recorded:
+    """A proxy that records the protocol calls made on ``target`` (a backend or a graph runner)."""
+
+    def __init__(self, target: Any, name: str, transcript: Transcript) -> None:
+        self._target = target
+        self._name = name
+        self._transcript = transcript
+
+    @property
+    def target(self) -> Any:
+        return self._target
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._target, attr)
+        if attr not in BACKEND_CALLS | RUNNER_CALLS or not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            parts = [render(a) for a in args] + [f"{k}={render(v)}" for k, v in kwargs.items()]
+            statement = f"{self._name}.{attr}({', '.join(parts)})"
+            if attr == "graph":
+                self._transcript.runners += 1
+                runner_name = "runner" if self._transcript.runners == 1 else f"runner{self._transcript.runners}"
+                statement = f"{runner_name} = {statement}"
+            try:
+                result = value(*args, **kwargs)
+            except Exception as err:
+                self._transcript.note(f"{statement}\n#   raised {type(err).__name__}: {err}")
+                raise
+            if attr == "graph":
+                self._transcript.note(statement)
+                return Recorded(result, runner_name, self._transcript)
+            comment = "" if result is None else f"\n#   -> {summarize(result)}"
+            self._transcript.note(statement + comment)
+            return result
+
+        return call
+
+
+# ------------------------------------------------------------------------------------------------
+# Verdicts
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a call did: returned ``value`` or raised a ContractViolation naming ``clause``."""
+
+    value: Any = None
+    clause: str | None = None
+
+    @property
+    def raised(self) -> bool:
+        return self.clause is not None
+
+
+def reference_outcome(fn: Callable[[], Any]) -> Outcome:
+    """Run a reference computation; a ContractViolation becomes the expected clause."""
+    try:
+        return Outcome(value=fn())
+    except ContractViolation as err:
+        return Outcome(clause=err.clause_id)
+
+
+def as_plain(value: Any) -> Any:
+    """Tensors to lists, mappings to dicts of lists, for comparison with the reference."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, Mapping):
+        return {k: as_plain(v) for k, v in value.items()}
+    return value
+
+
+def first_difference(got: Sequence[Any], expected: Sequence[Any]) -> str:
+    """Where two flat or 2-D lists first differ, in words."""
+    if len(got) != len(expected):
+        return f"length {len(got)}, expected {len(expected)}"
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        if g != e:
+            if isinstance(g, list) and isinstance(e, list):
+                return f"row {i}: {first_difference(g, e)}"
+            return f"index {i}: got {g}, expected {e}"
+    return "equal"
+
+
+def check_tensor(clause: str, what: str, got: Any, expected: list[Any], *, device: str | None = None) -> None:
+    """``got`` is an int32 tensor (on ``device``) holding exactly ``expected``."""
+    if not isinstance(got, torch.Tensor):
+        raise Mismatch(clause, f"{what}: returned {type(got).__name__}, expected an int32 tensor")
+    if got.dtype != torch.int32:
+        raise Mismatch(clause, f"{what}: dtype {got.dtype}, expected torch.int32")
+    if device is not None and got.device.type != torch.device(device).type:
+        raise Mismatch(clause, f"{what}: on device {got.device}, expected {device}")
+    values = got.tolist()
+    if values != expected:
+        raise Mismatch(clause, f"{what}: {first_difference(values, expected)}\n  got      {values}\n"
+                       f"  expected {expected}")
+
+
+def call_backend(fn: Callable[[], Any]) -> Outcome:
+    """Run a backend call; ContractViolation becomes a clause, any other exception propagates."""
+    try:
+        return Outcome(value=fn())
+    except ContractViolation as err:
+        return Outcome(clause=err.clause_id)
+
+
+def judge(clause: str, what: str, expected: Outcome, call: Callable[[], Any],
+          compare: Callable[[Any, Any], None]) -> Any:
+    """The backend call must raise the clause the reference raised, or return what ``compare`` accepts.
+
+    ``clause`` names the property's clause, charged when the backend misses or invents a breach.
+    """
+    try:
+        got = call_backend(call)
+    except Exception as err:  # a crash deep inside the backend instead of a ContractViolation
+        wanted = f"ContractViolation [{expected.clause}]" if expected.raised else "a result"
+        raise Mismatch(expected.clause or clause, f"{what}: crashed with {type(err).__name__}: {err} "
+                       f"(expected {wanted})") from err
+    if expected.raised:
+        if not got.raised:
+            raise Mismatch(expected.clause or clause, f"{what}: accepted input that breaks "
+                           f"{expected.clause}; returned {summarize(got.value)}")
+        if got.clause != expected.clause:
+            raise Mismatch(expected.clause or clause, f"{what}: raised [{got.clause}], expected "
+                           f"[{expected.clause}]")
+        return None
+    if got.raised:
+        raise Mismatch(got.clause or clause, f"{what}: raised [{got.clause}] on input the contract accepts")
+    compare(got.value, expected.value)
+    return got.value
+
+
+def expect_raises(clause: str, what: str, call: Callable[[], Any]) -> None:
+    """The backend must raise a ContractViolation naming ``clause``."""
+    judge(clause, what, Outcome(clause=clause.split()[0]), call, lambda _g, _e: None)

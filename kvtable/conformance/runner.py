@@ -1,0 +1,248 @@
+"""Run the properties against a backend and collect per-clause results: ``run_conformance`` and ``Report``.
+
+Each property becomes one hypothesis test (``@seed`` for determinism, its own database key), run
+quietly; a failure is reported with the clause it broke and the shrunk example's backend calls as
+a replayable Python snippet.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.database import ExampleDatabase
+from hypothesis.errors import HypothesisException
+from hypothesis.stateful import run_state_machine_as_test
+
+from kvtable.backends import Backend, debug_twin, load, spec_of
+from kvtable.backends.profiles import Profile, get_profile
+from kvtable.conformance.checks import Mismatch, Recorded, Transcript
+from kvtable.conformance.properties import PROPERTIES, Context, Property
+from kvtable.spec.clauses import clause_label
+
+__all__ = ["PropertyResult", "Report", "make_context", "run_conformance", "run_properties", "run_property"]
+
+Progress = Callable[[int, int, "PropertyResult"], None]
+STEPS_PER_MACHINE = 12
+
+
+@dataclass
+class PropertyResult:
+    """One property's verdict against one backend."""
+
+    property: str
+    clause: str
+    """The clause the property checks, or, on failure, the clause the backend broke (as ``"T4 live-pages"``)."""
+    status: str
+    """``passed``, ``failed`` (the backend broke the clause) or ``error`` (the run itself could not proceed)."""
+    examples: int
+    seconds: float
+    debug: bool
+    message: str = ""
+    counterexample: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    @property
+    def clause_id(self) -> str:
+        return self.clause.split()[0]
+
+
+@dataclass
+class Report:
+    """The results of a conformance or fuzz run: per property, with the clause each checks or broke."""
+
+    backend: str
+    profile: str
+    seed: int
+    examples: int
+    kind: str = "conform"
+    results: list[PropertyResult] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    @property
+    def failures(self) -> list[PropertyResult]:
+        return [r for r in self.results if not r.passed]
+
+    @property
+    def failed_clauses(self) -> list[str]:
+        """The clauses broken, each once, in registry order of first failure."""
+        return list(dict.fromkeys(r.clause for r in self.failures))
+
+    @property
+    def seconds(self) -> float:
+        return sum(r.seconds for r in self.results)
+
+    def table(self) -> str:
+        """The per-clause table: clause, property, result, examples, time."""
+        rows = [("clause", "property", "result", "examples", "time")]
+        for r in sorted(self.results, key=lambda r: (_clause_order(r.clause_id), r.property)):
+            rows.append((r.clause, r.property, r.status.upper(), str(r.examples), f"{r.seconds:.2f}s"))
+        widths = [max(len(row[i]) for row in rows) for i in range(5)]
+        lines = ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in
+                           enumerate(zip(row, widths, strict=True))) for row in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        verdict = "PASS" if self.passed else f"FAIL: {', '.join(self.failed_clauses)}"
+        return (f"kvtable {self.kind}: backend {self.backend}, profile {self.profile}, seed {self.seed}: "
+                f"{len(self.results) - len(self.failures)}/{len(self.results)} properties passed in "
+                f"{self.seconds:.1f}s; {verdict}")
+
+    def details(self) -> str:
+        """Each failure: the clause, the message and the replayable counterexample."""
+        blocks = []
+        for r in self.failures:
+            blocks.append(f"=== {r.status.upper()} [{r.clause}] {r.property}\n{r.message}\n"
+                          f"--- counterexample (replayable):\n{r.counterexample}")
+        return "\n\n".join(blocks)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["passed"] = self.passed
+        out["failed_clauses"] = self.failed_clauses
+        for r in out["results"]:
+            r["clause_id"] = r["clause"].split()[0]
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def _clause_order(clause_id: str) -> int:
+    from kvtable.spec.clauses import CLAUSES
+
+    ids = [c.id for c in CLAUSES]
+    return ids.index(clause_id) if clause_id in ids else len(ids)
+
+
+BackendLike = Backend | str | Callable[..., Backend]
+
+
+def make_context(backend: BackendLike, profile: str | Profile | None = None) -> tuple[Context, str]:
+    """A property context for a backend given as an instance, a ``load`` name, or a factory taking ``debug=``."""
+    transcript = Transcript()
+    debug_factory: Callable[[], Any]
+    if isinstance(backend, str):
+        spec = backend
+        plain = load(backend, debug=False)
+        debug_factory = lambda: load(spec, debug=True)  # noqa: E731
+    elif callable(backend) and not isinstance(backend, Backend):
+        factory = backend
+        plain = factory(debug=False)
+        spec = spec_of(plain)
+        debug_factory = lambda: factory(debug=True)  # noqa: E731
+    else:
+        instance = backend
+        plain = instance
+        if getattr(instance, "debug", False):
+            plain = debug_twin(instance, debug=False)
+        spec = spec_of(plain)
+        debug_factory = lambda: debug_twin(instance, debug=True)  # noqa: E731
+
+    def recorded_debug() -> Any:
+        return Recorded(debug_factory(), "debug_backend", transcript)
+
+    ctx = Context(Recorded(plain, "backend", transcript), get_profile(profile), transcript, recorded_debug)
+    return ctx, spec
+
+
+def _header(spec: str, debug: bool) -> str:
+    lines = ["import torch", "from kvtable.backends import load",
+             "from kvtable.reference import Batch, GroupSpec",
+             f"backend = load({spec!r}, debug=False)"]
+    if debug:
+        lines.append(f"debug_backend = load({spec!r}, debug=True)")
+    return "\n".join(lines)
+
+
+def _settings(examples: int, database: ExampleDatabase | None, **extra: Any) -> settings:
+    return settings(max_examples=examples, database=database, deadline=None, derandomize=False,
+                    report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False,
+                    suppress_health_check=list(HealthCheck), **extra)
+
+
+def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec: str = "backend",
+                 database: ExampleDatabase | None = None) -> PropertyResult:
+    """Run one property for up to ``examples`` examples; on failure keep the shrunk example's transcript."""
+    count = [0]
+    start = time.perf_counter()
+    try:
+        if prop.stateful is not None:
+            base = prop.stateful(ctx)
+            machine_cls = type(base.__name__, (base,), {"__init__": _counting_init(base, count)})
+            hypothesis_seed(seed)(machine_cls)
+            run_state_machine_as_test(machine_cls, settings=_settings(examples, database,
+                                                                      stateful_step_count=STEPS_PER_MACHINE))
+        else:
+            assert prop.strategy is not None and prop.check is not None
+            check = prop.check
+
+            def body(example: Any) -> None:
+                count[0] += 1
+                ctx.transcript.reset()
+                check(ctx, example)
+
+            test = hypothesis_seed(seed)(_settings(examples, database)(given(prop.strategy)(body)))
+            test._hypothesis_internal_database_key = f"kvtable:{prop.name}".encode()  # type: ignore[attr-defined]
+            test()
+    except Mismatch as err:
+        return PropertyResult(prop.name, clause_label(err.clause), "failed", count[0], time.perf_counter() - start,
+                              prop.debug, str(err), _counterexample(ctx, spec, err))
+    except (HypothesisException, Exception) as err:  # the run itself broke (strategy, reference, loader)
+        return PropertyResult(prop.name, clause_label(prop.clause), "error", count[0], time.perf_counter() - start,
+                              prop.debug, f"{type(err).__name__}: {err}", _counterexample(ctx, spec, err))
+    return PropertyResult(prop.name, clause_label(prop.clause), "passed", count[0], time.perf_counter() - start,
+                          prop.debug)
+
+
+def _counting_init(base: type, count: list[int]) -> Callable[[Any], None]:
+    def __init__(self: Any) -> None:
+        count[0] += 1
+        base.__init__(self)
+
+    return __init__
+
+
+def _counterexample(ctx: Context, spec: str, err: BaseException) -> str:
+    debug = "debug_backend" in ctx.transcript.text()
+    verdict = "\n".join(f"# {line}" for line in f"FAILED: {err}".splitlines())
+    return f"{_header(spec, debug)}\n{ctx.transcript.text()}\n{verdict}"
+
+
+def run_properties(backend: BackendLike, properties: Sequence[Property], *, examples: Callable[[Property], int],
+                   seed: int, profile: str | Profile | None = None, database: ExampleDatabase | None = None,
+                   kind: str = "conform", total_examples: int = 0, progress: Progress | None = None) -> Report:
+    """Run ``properties`` against ``backend``; ``examples(prop)`` gives each property's example budget."""
+    ctx, spec = make_context(backend, profile)
+    report = Report(spec, ctx.profile.name, seed, total_examples, kind)
+    for i, prop in enumerate(properties):
+        result = run_property(prop, ctx, examples=examples(prop), seed=seed, spec=spec, database=database)
+        report.results.append(result)
+        if progress is not None:
+            progress(i + 1, len(properties), result)
+    return report
+
+
+def run_conformance(backend: BackendLike, *, examples: int = 100, seed: int = 0,
+                    profile: str | Profile | None = None, properties: Sequence[Property] | None = None,
+                    database: ExampleDatabase | None = None, progress: Progress | None = None) -> Report:
+    """Every property (or ``properties``) against ``backend`` with ``examples`` examples each.
+
+    ``backend`` is an instance, a ``kvtable.backends.load`` name or a factory taking ``debug=``; the
+    debug-only properties run on its ``debug=True`` twin. The report names each failing clause.
+    """
+    return run_properties(backend, PROPERTIES if properties is None else properties, examples=lambda _p: examples,
+                          seed=seed, profile=profile, database=database, total_examples=examples,
+                          progress=progress)

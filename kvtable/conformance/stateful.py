@@ -1,0 +1,303 @@
+"""The CUDA-graph buffer protocol (G1-G5) as a hypothesis state machine, against ``reference.GraphModel``.
+
+``GraphHarness`` drives one backend runner and one model side by side and compares, after every step,
+the runner's persistent buffers with the model's over their full extent: rows and entries the step
+must leave alone are compared too (a ``scribble`` step fills everything with a sentinel first, so
+"untouched" is visible). Buffer identity is checked by data pointer: buffers never move, and capture
+views alias them. ``GraphProtocol`` runs random sequences of init, captures at several bs, replays
+with changing tables and seq_lens, draft re-anchors on captured views, stale deliveries and bad steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from kvtable.conformance.checks import Mismatch, as_plain, first_difference, judge, reference_outcome
+from kvtable.reference import GraphModel
+from kvtable.reference.tables import as_table
+from kvtable.strategies import MAX_N, GraphSetup, Replay, as_tensor, graph_setups, replays
+
+if TYPE_CHECKING:
+    from kvtable.conformance.properties import Context
+
+SENTINEL = 77
+"""Written over every buffer by ``scribble``: not 0 (the dummy page), not a tail pad, a valid page id."""
+STALE_KINDS = ("none", "empty dict", "missing group", "extra group", "empty table", "only state")
+
+
+class GraphHarness:
+    """One backend graph runner and its reference model, stepped together and compared after each step."""
+
+    def __init__(self, ctx: Context, setup: GraphSetup) -> None:
+        self.ctx = ctx
+        self.setup = setup
+        self.expected_init = reference_outcome(lambda: GraphModel(setup.specs, **setup.kwargs()))
+        self.model: GraphModel | None = self.expected_init.value
+        self.runner: Any = None
+        self.pointers: dict[tuple[str, str], int] = {}
+        self.views: list[tuple[int, int, dict[str, torch.Tensor], dict[str, torch.Tensor]]] = []
+        self.live_seq = [1] * setup.max_bs
+
+    # -- G1 ---------------------------------------------------------------------------------------
+    def init(self) -> None:
+        """G1: allocate; the buffers match the model's shapes, dtype, device and zero contents."""
+        self.runner = judge("G1", "graph init", self.expected_init,
+                            lambda: self.ctx.backend.graph(list(self.setup.specs), **self.setup.kwargs()),
+                            lambda _g, _e: None)
+        if self.model is None:
+            return
+        for kind, buffers in self._buffer_dicts():
+            names = sorted(buffers)
+            if names != sorted(self.model.groups):
+                raise Mismatch("T6" if set(names) - set(self.model.groups) else "G1",
+                               f"{kind} for groups {names}, expected the non-state groups "
+                               f"{sorted(self.model.groups)}")
+            for gid, buf in buffers.items():
+                if not isinstance(buf, torch.Tensor) or buf.dtype != torch.int32:
+                    raise Mismatch("G1", f"{kind}[{gid!r}] is not an int32 tensor")
+                self.pointers[(kind, gid)] = buf.data_ptr()
+        for gid, group in self.model.groups.items():
+            shape = tuple(self.runner.table_buffers[gid].shape)
+            if shape != (self.setup.max_bs, len(group.table[0])):
+                raise Mismatch("G1", f"table_buffers[{gid!r}] has shape {shape}, expected "
+                               f"{(self.setup.max_bs, len(group.table[0]))} (width ceil(max_kernel_pages*K/B)*r)")
+            shape = tuple(self.runner.loc_buffers[gid].shape)
+            if shape != (len(group.locs),):
+                raise Mismatch("G1", f"loc_buffers[{gid!r}] has shape {shape}, expected ({len(group.locs)},) "
+                               "= max_bs * spec_n")
+        self.check_buffers("G1", "G1")
+
+    def _buffer_dicts(self) -> tuple[tuple[str, dict[str, torch.Tensor]], ...]:
+        return (("table_buffers", self.runner.table_buffers), ("loc_buffers", self.runner.loc_buffers))
+
+    # -- comparisons ------------------------------------------------------------------------------
+    def check_buffers(self, table_clause: str = "G3", loc_clause: str = "G4") -> None:
+        """Every entry of every buffer equals the model's, and no buffer moved (G2 pointer stability)."""
+        assert self.model is not None
+        for kind, buffers in self._buffer_dicts():
+            for gid, buf in buffers.items():
+                if buf.data_ptr() != self.pointers[(kind, gid)]:
+                    raise Mismatch("G2", f"{kind}[{gid!r}] moved: data_ptr changed since graph init "
+                                   "(captured graphs would read the old storage)")
+        for gid, group in self.model.groups.items():
+            got = self.runner.table_buffers[gid].tolist()
+            if got != group.table:
+                row = next(r for r, (g, e) in enumerate(zip(got, group.table, strict=True)) if g != e)
+                where = "a row >= bs, which replay must leave untouched" if row >= self._last_bs else "a row < bs"
+                raise Mismatch(table_clause, f"table_buffers[{gid!r}] row {row} ({where}): "
+                               f"{first_difference(got[row], group.table[row])}\n  got      {got[row]}\n"
+                               f"  expected {group.table[row]}")
+            got_locs = self.runner.loc_buffers[gid].tolist()
+            if got_locs != group.locs:
+                i = next(i for i, (g, e) in enumerate(zip(got_locs, group.locs, strict=True)) if g != e)
+                where = ("an entry >= bs*N, which replay must leave untouched" if i >= self._last_locs
+                         else "an entry < bs*N")
+                raise Mismatch(loc_clause, f"loc_buffers[{gid!r}] index {i} ({where}): got {got_locs[i]}, "
+                               f"expected {group.locs[i]}\n  got      {got_locs}\n  expected {group.locs}")
+
+    _last_bs = 0
+    _last_locs = 0
+
+    def check_views(self) -> None:
+        """G2: every view handed out so far still aliases its buffer and shows its current contents."""
+        for bs, tpr, tables, locs in self.views:
+            for gid, view in tables.items():
+                buf = self.runner.table_buffers[gid]
+                if view.data_ptr() != buf.data_ptr() or view.stride() != buf.stride():
+                    raise Mismatch("G2", f"captured table view of {gid!r} at bs={bs} does not alias "
+                                   "table_buffers (different data_ptr or strides)")
+                if tuple(view.shape) != (bs, buf.shape[1]):
+                    raise Mismatch("G2", f"captured table view of {gid!r} has shape {tuple(view.shape)}, "
+                                   f"expected {(bs, buf.shape[1])}")
+            for gid, view in locs.items():
+                buf = self.runner.loc_buffers[gid]
+                if view.data_ptr() != buf.data_ptr() or tuple(view.shape) != (bs * tpr,):
+                    raise Mismatch("G2", f"captured loc view of {gid!r} at bs={bs}, N={tpr}: shape "
+                                   f"{tuple(view.shape)} (expected {(bs * tpr,)}) or data_ptr differs from "
+                                   "loc_buffers")
+
+    # -- G2 ---------------------------------------------------------------------------------------
+    def capture(self, bs: int, group_ids: Sequence[str], tokens_per_req: int) -> None:
+        assert self.model is not None
+        model = self.model
+        expected = reference_outcome(lambda: model.capture(bs, list(group_ids), tokens_per_req))
+
+        def compare(got: Any, want: Any) -> None:
+            if not isinstance(got, tuple) or len(got) != 2:
+                raise Mismatch("G2", f"capture returned {type(got).__name__}, expected (tables, locs)")
+            want_tables, _ = want
+            if want_tables is None:
+                if got != (None, None):
+                    raise Mismatch("T6" if group_ids else "G2", f"capture of {list(group_ids)} (no attention "
+                                   f"group) returned views for {sorted(got[0] or {})}, expected (None, None)")
+                return
+            for kind, views in zip(("tables", "locs"), got, strict=True):
+                if views is None or sorted(views) != sorted(want_tables):
+                    raise Mismatch("G2", f"capture {kind} views for {sorted(views or {})}, expected "
+                                   f"{sorted(want_tables)} (state groups skipped)")
+            self.views.append((bs, tokens_per_req, dict(got[0]), dict(got[1])))
+
+        judge("G2", f"capture(bs={bs})", expected,
+              lambda: self.runner.capture(bs, list(group_ids), tokens_per_req), compare)
+        self.check_views()
+
+    # -- G3-G5 ------------------------------------------------------------------------------------
+    def replay(self, step: Replay, tables: Mapping[str, Any] | None = None, *, clause: str = "G3") -> None:
+        """Replay on both sides (``tables`` overrides the step's, for stale deliveries) and compare."""
+        assert self.model is not None
+        model, profile = self.model, self.ctx.profile
+        delivered = step.tensors() if tables is None else tables
+
+        def model_replay() -> None:
+            model.replay(step.bs, delivered, list(step.seq_lens), step.tokens_per_req, actual_bs=step.actual_bs)
+            plain = {gid: as_table(t) for gid, t in delivered.items() if gid in model.groups}
+            profile.after_replay(model, step.bs, plain, step.tokens_per_req, step.actual_bs)
+
+        expected = reference_outcome(model_replay)
+        judge(clause, f"replay(bs={step.bs}, N={step.tokens_per_req})", expected,
+              lambda: self.runner.replay(step.bs, delivered, step.seq_tensor(), step.tokens_per_req,
+                                         actual_bs=step.actual_bs),
+              lambda _g, _e: None)
+        if not expected.raised:
+            self._last_bs, self._last_locs = step.bs, step.bs * step.tokens_per_req
+            self.live_seq[: step.bs] = step.live_seq
+        self.check_buffers()
+        self.check_views()
+
+    def stale(self, step: Replay, kind: str) -> None:
+        """G5: a stale or incomplete delivery is refused before anything is written."""
+        assert self.model is not None
+        tables = step.tensors()
+        attention = sorted(self.model.groups)
+        state = {gid: t for gid, t in tables.items() if gid not in self.model.groups}
+        delivered: dict[str, Any] | None
+        if kind == "none":
+            delivered = None
+        elif kind == "empty dict":
+            delivered = {}
+        elif kind == "missing group":
+            delivered = {g: t for g, t in tables.items() if g != attention[0]}
+        elif kind == "extra group":
+            delivered = {**tables, "ghost": as_tensor([[1]])}
+        elif kind == "empty table":
+            delivered = {**tables, attention[-1]: torch.zeros((step.bs, 0), dtype=torch.int32)}
+        else:
+            delivered = state
+        self.replay(step, delivered, clause="G5")
+
+    def reanchor(self, view_index: int, group_id: str, frontier: list[int], n: int) -> None:
+        """W4 on a captured table view (strided, in consumer units) equals W4 on the model's view."""
+        assert self.model is not None
+        bs, _, tables, _ = self.views[view_index]
+        group = self.model.groups[group_id]
+        model_rows = [list(r) for r in group.table[:bs]]
+        expected = reference_outcome(lambda: self.ctx.profile.reanchor_locs(model_rows, frontier, group.page_size, n))
+        view = tables[group_id]
+
+        def compare(got: Any, want: list[int]) -> None:
+            if not isinstance(got, torch.Tensor) or got.dtype != torch.int32 or as_plain(got) != want:
+                raise Mismatch("W4", f"reanchor on the captured view of {group_id!r}: got {as_plain(got)}, "
+                               f"expected {want}")
+
+        self.ctx.transcript.note(f"view = runner.capture({bs}, [{group_id!r}])[0][{group_id!r}]")
+        judge("W4", "reanchor_locs on a captured view", expected,
+              lambda: self.ctx.backend.reanchor_locs(view, torch.tensor(frontier, dtype=torch.int32),
+                                                     group.page_size, n), compare)
+
+    def scribble(self, value: int = SENTINEL) -> None:
+        """Fill every buffer, backend and model alike, with ``value`` (to see what replay leaves alone)."""
+        assert self.model is not None
+        self.ctx.transcript.note(f"for b in (*runner.table_buffers.values(), *runner.loc_buffers.values()): "
+                                 f"b.fill_({value})")
+        for _, buffers in self._buffer_dicts():
+            for buf in buffers.values():
+                buf.fill_(value)
+        for group in self.model.groups.values():
+            for row in group.table:
+                row[:] = [value] * len(row)
+            group.locs[:] = [value] * len(group.locs)
+        self.live_seq = [1] * self.setup.max_bs
+
+
+def machine(ctx: Context) -> type[RuleBasedStateMachine]:
+    """A ``GraphProtocol`` state machine bound to ``ctx`` (its backend, profile and transcript)."""
+
+    class GraphProtocol(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            ctx.transcript.reset()
+            self.harness: GraphHarness | None = None
+
+        @initialize(setup=graph_setups())
+        def init(self, setup: GraphSetup) -> None:
+            self.harness = GraphHarness(ctx, setup)
+            self.harness.init()
+
+        def _h(self) -> GraphHarness:
+            assert self.harness is not None and self.harness.model is not None
+            return self.harness
+
+        @rule(data=st.data())
+        def capture(self, data: st.DataObject) -> None:
+            h = self._h()
+            ids = [s.group_id for s in h.setup.specs]
+            bs = data.draw(st.integers(1, h.setup.max_bs), label="bs")
+            group_ids = data.draw(st.lists(st.sampled_from(ids), unique=True, min_size=1), label="group_ids")
+            h.capture(bs, group_ids, data.draw(st.integers(1, h.setup.spec_n), label="tokens_per_req"))
+
+        @rule(data=st.data())
+        def replay(self, data: st.DataObject) -> None:
+            h = self._h()
+            h.replay(data.draw(replays(h.setup), label="replay"))
+
+        @rule(data=st.data())
+        def stale_delivery(self, data: st.DataObject) -> None:
+            h = self._h()
+            h.stale(data.draw(replays(h.setup), label="replay"), data.draw(st.sampled_from(STALE_KINDS)))
+
+        @rule(data=st.data())
+        def bad_step(self, data: st.DataObject) -> None:
+            h = self._h()
+            step = data.draw(replays(h.setup), label="replay")
+            kind = data.draw(st.sampled_from(("bs 0", "bs > max_bs", "N > spec_n", "short seq_lens")))
+            if kind == "bs 0":
+                step = Replay(0, step.tables, step.seq_lens, step.tokens_per_req, None, ())
+            elif kind == "bs > max_bs":
+                step = Replay(h.setup.max_bs + 1, step.tables, step.seq_lens + (1,) * h.setup.max_bs,
+                              step.tokens_per_req, None, ())
+            elif kind == "N > spec_n":
+                step = Replay(step.bs, step.tables, step.seq_lens, h.setup.spec_n + 1, step.actual_bs, ())
+            else:
+                step = Replay(step.bs, step.tables, step.seq_lens[: step.bs - 1], step.tokens_per_req,
+                              step.actual_bs, ())
+            h.replay(step, clause="G4" if kind == "short seq_lens" else "G3")
+
+        @rule(data=st.data())
+        def reanchor(self, data: st.DataObject) -> None:
+            h = self._h()
+            if not h.views:
+                return
+            index = data.draw(st.integers(0, len(h.views) - 1), label="view")
+            bs, _, tables, _ = h.views[index]
+            if not tables:
+                return
+            gid = data.draw(st.sampled_from(sorted(tables)), label="group")
+            frontier = [data.draw(st.integers(1, h.live_seq[r])) for r in range(bs)]
+            h.reanchor(index, gid, frontier, data.draw(st.integers(1, MAX_N), label="n"))
+
+        @rule()
+        def scribble(self) -> None:
+            self._h().scribble()
+
+        @invariant()
+        def buffers_match(self) -> None:
+            if self.harness is not None and self.harness.model is not None and self.harness.runner is not None:
+                self.harness.check_buffers()
+                self.harness.check_views()
+
+    return GraphProtocol
