@@ -18,7 +18,7 @@ from kvtable.impl.kernels import Kernels
 from kvtable.impl.tokens import extend_tokens, upload
 from kvtable.impl.torch_kernels import TORCH_KERNELS
 from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec, Mode
-from kvtable.reference.tables import _check_group_ids, shed_state_groups, specs_by_id
+from kvtable.reference.tables import check_group_ids, shed_state_groups, specs_by_id
 
 Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
 LONE = "table"
@@ -169,7 +169,7 @@ def _live_tables(specs: Specs, tables: Mapping[str, torch.Tensor], bs: int
     """T6 then T1: the specs by id and the non-state tables, each an int32 2-D tensor on one device."""
     by_id = specs_by_id(specs)
     live = shed_state_groups(by_id, tables)
-    _check_group_ids(by_id, live)
+    check_group_ids(by_id, live)
     for gid in sorted(live):
         validate.check_table(live[gid], bs, group=gid)
     if live:

@@ -209,11 +209,12 @@ def check_tables(specs: Specs, tables: Mapping[str, Any], batch: Batch, *,
     by_id = specs_by_id(specs)
     check_lengths(batch)
     live = shed_state_groups(by_id, tables)
-    _check_group_ids(by_id, live)
+    check_group_ids(by_id, live)
     return {gid: check_group_table(live[gid], batch, by_id[gid], tail_pad=tail_pad) for gid in sorted(live)}
 
 
-def _check_group_ids(by_id: Mapping[str, GroupSpec], tables: Iterable[str]) -> None:
+def check_group_ids(by_id: Mapping[str, GroupSpec], tables: Iterable[str]) -> None:
+    """T1 table-shape: one table for every non-state group, none for an undeclared one."""
     delivered = set(tables)
     unknown = sorted(delivered - set(by_id))
     if unknown:
