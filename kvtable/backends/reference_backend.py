@@ -15,7 +15,15 @@ import torch
 from kvtable import reference
 from kvtable.errors import ContractViolation
 from kvtable.reference import Batch, GroupSpec
-from kvtable.reference.tables import as_table, shed_state_groups, specs_by_id
+from kvtable.reference.tables import (
+    as_table,
+    check_group_ids,
+    check_lengths,
+    check_table_shape,
+    check_width,
+    shed_state_groups,
+    specs_by_id,
+)
 
 __all__ = ["ReferenceBackend", "ReferenceGraphRunner"]
 
@@ -106,13 +114,13 @@ class ReferenceBackend:
         if self.debug:
             plain = reference.check_tables(by_id, tables, batch)
         else:
-            reference.tables.check_lengths(batch)
+            check_lengths(batch)
             live = shed_state_groups(by_id, tables)
-            reference.tables._check_group_ids(by_id, live)
+            check_group_ids(by_id, live)
             plain = {gid: _table(t, gid) for gid, t in live.items()}
             for gid, table in plain.items():
-                reference.tables.check_table_shape(table, batch, group=gid)
-                reference.tables.check_width(table, batch, by_id[gid])
+                check_table_shape(table, batch, group=gid)
+                check_width(table, batch, by_id[gid])
         return {gid: _out(reference.batch_locs(t, batch, by_id[gid].block_granularity, group=gid), self.device)
                 for gid, t in sorted(plain.items())}
 

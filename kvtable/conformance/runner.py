@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -201,8 +202,10 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
         return PropertyResult(prop.name, clause_label(err.clause), "failed", count[0], time.perf_counter() - start,
                               prop.debug, str(err), _counterexample(ctx, spec, err))
     except (HypothesisException, Exception) as err:  # the run itself broke (strategy, reference, loader)
+        frame = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
+        where = f" (at {frame.filename}:{frame.lineno})" if frame else ""
         return PropertyResult(prop.name, clause_label(prop.clause), "error", count[0], time.perf_counter() - start,
-                              prop.debug, f"{type(err).__name__}: {err}", _counterexample(ctx, spec, err))
+                              prop.debug, f"{type(err).__name__}: {err}{where}", _counterexample(ctx, spec, err))
     return PropertyResult(prop.name, clause_label(prop.clause), "passed", count[0], time.perf_counter() - start,
                           prop.debug)
 

@@ -1,0 +1,100 @@
+"""``kvtable fuzz``: differential fuzzing of a backend against the reference, with a failure database.
+
+    kvtable fuzz [--backend X] [--profile P] --examples N --seed S [--json] [--database DIR]
+
+``--examples`` is the run's total budget, shared out across the properties by weight (the wide
+differential properties get most); a run is deterministic for a given seed and database contents.
+Progress goes to stderr; the summary table, each failure's clause, message and shrunk
+counterexample (a replayable Python snippet) go to stdout, or the whole report as JSON.
+
+Failures are kept in a hypothesis example database and replayed first on the next run, so a fixed
+bug stays fixed. The default is ``DirectoryBasedExampleDatabase(".hypothesis/kvtable")``;
+``--database DIR`` picks another directory, ``--database none`` turns it off. A team can share one
+database: ``--database redis://host:port`` uses hypothesis' ``RedisExampleDatabase`` (it needs the
+``redis`` package, imported only then), so a counterexample found on one machine is replayed on all::
+
+    pip install redis
+    kvtable fuzz --backend mypkg.kv:Backend --examples 5000 --seed 1 --database redis://ci-cache:6379
+
+From Python: ``kvtable.conformance.fuzz.fuzz(backend, examples=2000, seed=0, database=...)`` returns a
+``Report``; ``database`` is an ``ExampleDatabase``, a directory or ``redis://`` string, or None (none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+
+from kvtable.backends import BackendUnavailable, default_spec
+from kvtable.backends.profiles import Profile
+from kvtable.conformance.conform import add_common, emit, unavailable
+from kvtable.conformance.properties import PROPERTIES, Property, select
+from kvtable.conformance.runner import BackendLike, Progress, PropertyResult, Report, run_properties
+
+__all__ = ["DEFAULT_DATABASE", "budget", "fuzz", "open_database"]
+
+DEFAULT_DATABASE = ".hypothesis/kvtable"
+MIN_EXAMPLES = 5
+
+
+def open_database(spec: str | ExampleDatabase | None) -> ExampleDatabase | None:
+    """An example database from a directory, a ``redis://host:port`` URL, ``"none"`` or None."""
+    if spec is None or isinstance(spec, ExampleDatabase):
+        return spec
+    if spec.lower() in ("", "none"):
+        return None
+    if spec.startswith(("redis://", "rediss://")):
+        try:
+            import redis
+            from hypothesis.extra.redis import RedisExampleDatabase
+        except ImportError as err:
+            raise SystemExit(f"--database {spec}: the shared Redis database needs the redis package "
+                             f"(pip install redis): {err}") from err
+        return RedisExampleDatabase(redis.Redis.from_url(spec))
+    return DirectoryBasedExampleDatabase(spec)
+
+
+def budget(examples: int, properties: Sequence[Property]) -> dict[str, int]:
+    """Each property's share of ``examples``, by weight, at least ``MIN_EXAMPLES``."""
+    total = sum(p.weight for p in properties) or 1
+    return {p.name: max(MIN_EXAMPLES, round(examples * p.weight / total)) for p in properties}
+
+
+def fuzz(backend: BackendLike, *, examples: int, seed: int, database: str | ExampleDatabase | None = None,
+         profile: str | Profile | None = None, properties: Sequence[Property] | None = None,
+         progress: Progress | None = None) -> Report:
+    """Fuzz ``backend`` with ``examples`` examples in all, shared out over the properties by weight."""
+    chosen = PROPERTIES if properties is None else properties
+    shares = budget(examples, chosen)
+    return run_properties(backend, chosen, examples=lambda p: shares[p.name], seed=seed, profile=profile,
+                          database=open_database(database), kind="fuzz", total_examples=examples,
+                          progress=progress)
+
+
+def progress_bar(done: int, total: int, result: PropertyResult) -> None:
+    """A one-line text progress bar on stderr."""
+    filled = 30 * done // total
+    line = (f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {result.status.upper():6} "
+            f"{result.property[:40]:40}")
+    print(line, end="\n" if done == total else "", file=sys.stderr, flush=True)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common(parser, examples=2000, examples_help="examples in all, shared out across properties (default 2000)")
+    parser.add_argument("--database", default=DEFAULT_DATABASE, metavar="DIR",
+                        help=f"example database: a directory (default {DEFAULT_DATABASE}), redis://host:port, "
+                             "or none")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = args.backend or default_spec()
+    try:
+        report = fuzz(spec, examples=args.examples, seed=args.seed, database=args.database, profile=args.profile,
+                      properties=select(args.property), progress=None if args.no_progress else progress_bar)
+    except BackendUnavailable as err:
+        return unavailable(err, args.json)
+    return emit(report, args.json)
