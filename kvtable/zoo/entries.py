@@ -1,0 +1,99 @@
+"""The bug zoo's registry: one entry per known engine bug that maps onto the contract.
+
+Each entry names the public issue (numbered as in known-engine-bugs.md), the clause expected to
+catch it, and the mutant backend that re-creates it on top of the conforming torch backend. The bugs
+that do not map onto the contract are listed, with the reason, in ``OUTSIDE``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvtable.spec.clauses import clause_label
+from kvtable.zoo import other_engines, sglang, vllm
+from kvtable.zoo.base import ZooBackend
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One known engine bug, re-created as a mutant backend."""
+
+    name: str
+    item: int
+    """Its number in known-engine-bugs.md."""
+    issue: str
+    clause: str
+    """The clause (id) expected to catch it."""
+    bug: str
+    mutant: str
+    backend: type[ZooBackend]
+
+    @property
+    def label(self) -> str:
+        return clause_label(self.clause)
+
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry("vllm-43810", 1, "vllm-project/vllm #43810 (fixed by PR #43869)", "W2",
+          "padded slot -1 indexed Python-style landed in a real slot",
+          "verify/re-anchor positions not clamped at 0; column -1 wraps to the row's last page, offset -1 to ps-1",
+          vllm.Vllm43810),
+    Entry("vllm-53982", 2, "vllm-project/vllm #53982 (PR #54296)", "T8",
+          "block-table load out of bounds for narrow groups: the next row's block id (144)",
+          "no host width check, no col < width mask: a column past the width reads the next row",
+          vllm.Vllm53982),
+    Entry("vllm-13418", 3, "vllm-project/vllm #13418 (PR #13922)", "G2",
+          "slot_mapping.size(0) != key.size(0) under CUDA-graph padding",
+          "capture hands out the whole max_bs*spec_n location buffer instead of a [:bs*N] view",
+          vllm.Vllm13418),
+    Entry("vllm-51031", 5, "vllm-project/vllm PR #51031", "G4",
+          "stale user block_size instead of the backend-forced kernel block size",
+          "replay divides by the block granularity B on tables expanded to kernel pages of K",
+          vllm.Vllm51031),
+    Entry("vllm-51031-swapped", 5, "vllm-project/vllm PR #51031 (eager, multi-group)", "W1",
+          "a group's locations computed with another group's block size",
+          "group_locs rotates the groups' page sizes by one (each group divides by its neighbour's B)",
+          vllm.Vllm51031Swapped),
+    Entry("sglang-35351", 6, "sgl-project/sglang PR #35351, PR #32477, issue #36207", "D1",
+          "writers did not skip slot 0: padding and real tokens poisoned the dummy page",
+          "the debug checker treats every write into page 0 as skipped, so a real token writing it passes",
+          sglang.Sglang35351),
+    Entry("sglang-35985", 7, "sgl-project/sglang PR #35985 (fixes #34239)", "G1",
+          "CUDA-graph page table sized from context_len, without the verify tokens",
+          "table buffers sized for max_kernel_pages minus the draft tokens' kernel pages",
+          sglang.Sglang35985),
+    Entry("sglang-23984", 8, "sgl-project/sglang PR #23984", "W1",
+          "full-space out_cache_loc used in the SWA group",
+          "group_locs hands every sliding group the full group's locations",
+          sglang.Sglang23984),
+    Entry("sglang-25889", 9, "sgl-project/sglang PR #25889 (and review of PR #24138)", "G3",
+          "cached full->SWA translation not invalidated when the mapping changed",
+          "replay caches the translated tables per batch shape and skips the fill when the shape repeats",
+          sglang.Sglang25889),
+    Entry("sglang-swa-replay", 10, "SGLang CUDA-graph runner (fix in place: out_cache_loc_swa zeroed)", "G4",
+          "stale padded SWA indices from an earlier replay pointed into live SWA slots",
+          "replay leaves the padded rows' sliding-group locations as an earlier replay wrote them",
+          sglang.SglangSwaReplay),
+    Entry("kvcached-398", 11, "ovg-project/kvcached PR #398", "G1",
+          "the elastic pool's null block became a non-zero id (10), real block 0 went to a request",
+          "graph buffers start out, and padded rows are refilled, with block 10 instead of page 0",
+          other_engines.Kvcached398),
+    Entry("flashinfer-919", 12, "flashinfer-ai/flashinfer #919", "W3",
+          "AppendPagedKVCacheKernel processes every padded token, never skipping padding",
+          "extend pads every request's run to the longest extend and locates the padding tokens too",
+          other_engines.Flashinfer919),
+    Entry("trtllm-13278", 14, "NVIDIA/TensorRT-LLM PR #13278", "G3",
+          "padding dummies aliased the slots of parked live requests",
+          "replay fills padded rows with the last live row's pages instead of page 0",
+          other_engines.Trtllm13278),
+    Entry("tokenspeed-667-short", 15, "lightseekorg/tokenspeed PR #667", "G2",
+          "per-group locations covered only the real tokens; the store kernel walked past them",
+          "capture hands out location views of bs entries, one per request, not bs*N",
+          other_engines.Tokenspeed667Short),
+    Entry("tokenspeed-667-baked", 15, "lightseekorg/tokenspeed PR #667 (second variant)", "G2",
+          "capture-time write locations baked into the graph",
+          "replay computes locations into a fresh buffer; captured views keep the capture-time values",
+          other_engines.Tokenspeed667Baked),
+)
+
+BY_NAME = {entry.name: entry for entry in ENTRIES}

@@ -1,0 +1,105 @@
+"""Run the conformance suite against one zoo mutant and say whether, where and how fast it was caught.
+
+A hunt runs twice. The *find* run has shrinking switched off, so each property stops at its first
+failing example and the example count is the number needed to catch the bug. The *shrink* run
+repeats only the property that caught it, with shrinking on, for the smallest replayable call
+sequence. Properties that the conforming torch backend itself fails earn no credit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import Phase, settings
+
+from kvtable.conformance.properties import PROPERTIES, Property, select
+from kvtable.conformance.runner import PropertyResult, run_properties
+
+FIND_PROFILE = "kvtable-zoo-find"
+settings.register_profile(FIND_PROFILE, phases=(Phase.explicit, Phase.generate))
+
+
+@contextmanager
+def no_shrinking() -> Iterator[None]:
+    """Hypothesis stops at the first failing example and does not shrink it (restored on exit)."""
+    previous = settings.get_current_profile_name()
+    settings.load_profile(FIND_PROFILE)
+    try:
+        yield
+    finally:
+        settings.load_profile(previous)
+
+
+@dataclass
+class Catch:
+    """The verdict on one mutant: the clause that caught it, how, after how many examples and how fast."""
+
+    name: str
+    expected: str
+    """The clause id the zoo entry names."""
+    caught_by: PropertyResult | None
+    """The first failing property that names the expected clause, else the first failing property."""
+    failures: list[PropertyResult] = field(default_factory=list)
+    seconds: float = 0.0
+    counterexample: str = ""
+    discredited: list[str] = field(default_factory=list)
+    """Properties that failed here but also fail on the conforming backend (no credit)."""
+
+    @property
+    def caught(self) -> bool:
+        return self.caught_by is not None
+
+    @property
+    def as_named(self) -> bool:
+        """Caught, and by the clause the entry names."""
+        return self.caught_by is not None and self.caught_by.clause_id == self.expected
+
+    @property
+    def clauses(self) -> list[str]:
+        return list(dict.fromkeys(r.clause_id for r in self.failures))
+
+    @property
+    def how(self) -> str:
+        if self.caught_by is None:
+            return "-"
+        prop = _by_name(self.caught_by.property)
+        return "stateful sequence" if prop.stateful is not None else "fuzz counterexample"
+
+
+def _by_name(name: str) -> Property:
+    return next(p for p in PROPERTIES if p.name == name)
+
+
+def properties_for(clause: str | None) -> tuple[Property, ...]:
+    """The properties tagged with ``clause`` (every property for None)."""
+    return PROPERTIES if clause is None else select([clause])
+
+
+def failing(backend: Any, properties: Sequence[Property], *, examples: int, seed: int) -> list[PropertyResult]:
+    """The properties ``backend`` fails, each stopped at its first failing example (no shrinking)."""
+    with no_shrinking():
+        report = run_properties(backend, properties, examples=lambda _p: examples, seed=seed)
+    return report.failures
+
+
+def hunt(backend: Any, expected: str, *, name: str, properties: Sequence[Property], examples: int, seed: int,
+         baseline: Callable[[str], bool] = lambda _prop: True, shrink: bool = True) -> Catch:
+    """Run ``properties`` against ``backend``; ``baseline(prop)`` says whether the conforming backend passes it."""
+    start = time.perf_counter()
+    failures = failing(backend, properties, examples=examples, seed=seed)
+    credited = [r for r in failures if baseline(r.property)]
+    discredited = [r.property for r in failures if not baseline(r.property)]
+    named = [r for r in credited if r.clause_id == expected]
+    caught_by = (named or credited or [None])[0]
+    catch = Catch(name, expected, caught_by, credited, 0.0, discredited=discredited)
+    if caught_by is not None and shrink:
+        shrunk = run_properties(backend, [_by_name(caught_by.property)], examples=lambda _p: examples, seed=seed)
+        catch.counterexample = shrunk.results[0].counterexample or caught_by.counterexample
+    elif caught_by is not None:
+        catch.counterexample = caught_by.counterexample
+    catch.seconds = time.perf_counter() - start
+    return catch

@@ -1,0 +1,189 @@
+"""vLLM's slot-mapping bugs (known-engine-bugs.md items 1-5), each as the smallest mutant of the torch backend."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from kvtable.impl import validate
+from kvtable.impl.graph import GroupGraphBuffers
+from kvtable.impl.kernels import Kernels
+from kvtable.impl.locs import LONE, extend_group_locs, fixed_group_locs, lone_spec
+from kvtable.impl.torch_kernels import TorchKernels, _gather_locs
+from kvtable.reference.model import Batch, GroupSpec, Mode
+from kvtable.reference.tables import check_group_ids, shed_state_groups, specs_by_id
+from kvtable.zoo.base import ZooBackend
+
+
+class PythonIndexKernels(TorchKernels):
+    """vllm #43810: positions are not clamped at 0, and the gather indexes Python-style.
+
+    A padded verify row (seq_len 1 < N) or a short re-anchored prompt reaches position -1; Python
+    semantics turn column -1 into the row's last column and offset -1 into ``ps - 1``, a real slot.
+    """
+
+    def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
+                     seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
+        if bs * n == 0 or tables.shape[0] == 0:
+            return
+        token = torch.arange(bs * n, device=seq_lens.device)
+        row = token // n
+        positions = seq_lens[:bs].to(torch.int64)[row] - n + token % n
+        out[: tables.shape[0], : bs * n] = _gather_locs(tables, widths, page_sizes, row, positions).to(torch.int32)
+
+
+class Vllm43810(ZooBackend):
+    name = "vllm-43810"
+
+    def default_kernels(self) -> Kernels:
+        return PythonIndexKernels()
+
+
+class UnguardedBlockTableKernels(TorchKernels):
+    """vllm #53982: the block-table load has no ``col < width`` mask.
+
+    Each group's table is read row-major with its own width as the stride, so a column past the
+    width is the next row's page (the regression test got 144, the next row's block id); past the
+    last row the read wraps into other memory.
+    """
+
+    def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
+                     seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
+        if bs * n == 0 or tables.shape[0] == 0:
+            return
+        token = torch.arange(bs * n, device=seq_lens.device)
+        row = token // n
+        positions = (seq_lens[:bs].to(torch.int64)[row] - n + token % n).clamp_min(0)
+        out[: tables.shape[0], : bs * n] = _unmasked_locs(tables, widths, page_sizes, row, positions)
+
+    def stacked_extend_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
+                            rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
+        if rows.shape[0] == 0 or tables.shape[0] == 0:
+            return
+        out[: tables.shape[0], : rows.shape[0]] = _unmasked_locs(tables, widths, page_sizes, rows, positions)
+
+
+def _unmasked_locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor, rows: torch.Tensor,
+                   positions: torch.Tensor) -> torch.Tensor:
+    result = []
+    for g in range(tables.shape[0]):
+        width, ps = int(widths[g]), int(page_sizes[g])
+        own = tables[g, :, :width].reshape(-1)
+        index = (rows.to(torch.int64) * width + positions // ps) % own.numel()
+        result.append(own[index].to(torch.int64).clamp_min(0) * ps + positions % ps)
+    return torch.stack(result).to(torch.int32)
+
+
+class TrustingRunner(GroupGraphBuffers):
+    """vllm #53982: the replay trusts seq_lens (a device kernel never sees the CPU mirror)."""
+
+    def _check_reach(self, lengths: Sequence[int], n: int, tables: Mapping[str, torch.Tensor],
+                     live: Mapping[str, int]) -> None:
+        return None
+
+
+class Vllm53982(ZooBackend):
+    """vllm #53982: every cheap check runs except the width one (T8), and the kernel has no width mask,
+    so a seq_len past a group's width reads the next row's block instead of being refused."""
+
+    name = "vllm-53982"
+    runner = TrustingRunner
+
+    def default_kernels(self) -> Kernels:
+        return UnguardedBlockTableKernels()
+
+    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
+        return self._lone(table, seq_lens, page_size, 1, "decode")
+
+    def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
+                    *, actual_bs: int | None = None) -> torch.Tensor:
+        return self._lone(table, seq_lens, page_size, n, "verify", actual_bs)
+
+    def reanchor_locs(self, table: torch.Tensor, frontier: torch.Tensor, page_size: int, n: int
+                      ) -> torch.Tensor:
+        return self._lone(table, frontier, page_size, n, "reanchor")
+
+    def extend_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int],
+                    page_size: int) -> torch.Tensor:
+        batch = Batch.extend(prefix_lens, extend_lens)
+        return self.group_locs([lone_spec(page_size)], {LONE: table}, batch)[LONE]
+
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch
+                   ) -> dict[str, torch.Tensor]:
+        validate.check_batch(batch)
+        by_id = specs_by_id(specs)
+        live = shed_state_groups(by_id, tables)
+        check_group_ids(by_id, live)
+        for gid in sorted(live):
+            validate.check_table(live[gid], batch.bs, group=gid)
+        sizes = {gid: by_id[gid].block_granularity for gid in live}
+        locs = _locs_at(live, sizes, batch, self.kernels)
+        if validate.debug_enabled(self.debug):
+            validate.debug_check(by_id, live, batch, locs)
+        return locs
+
+    def _lone(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int, mode: Mode,
+              actual_bs: int | None = None) -> torch.Tensor:
+        validate.check_n(n, "W4" if mode == "reanchor" else "W2")
+        validate.check_seq_tensor(seq_lens)
+        batch = Batch(tuple(seq_lens.tolist()), mode=mode, n=n, actual_bs=actual_bs)
+        return self.group_locs([lone_spec(page_size)], {LONE: table}, batch)[LONE]
+
+
+def _locs_at(tables: Mapping[str, torch.Tensor], sizes: Mapping[str, int], batch: Batch, kernels: Kernels
+             ) -> dict[str, torch.Tensor]:
+    """Every group's locations at the given page sizes, straight from the kernels (no width check)."""
+    if batch.mode == "extend":
+        assert batch.prefix_lens is not None
+        extend = [seq - p for seq, p in zip(batch.seq_lens, batch.prefix_lens, strict=True)]
+        return extend_group_locs(tables, sizes, batch.prefix_lens, extend, kernels=kernels)
+    seq = torch.tensor(batch.seq_lens, dtype=torch.int32)
+    return fixed_group_locs(tables, sizes, seq, batch.tokens_per_row, kernels=kernels)
+
+
+class WholeBufferLocViewRunner(GroupGraphBuffers):
+    """vllm #13418: the location view is the whole persistent buffer, not this capture's ``bs*N`` tokens,
+    so ``slot_mapping.size(0)`` and the padded key rows disagree."""
+
+    def capture(self, bs: int, group_ids: Sequence[str], tokens_per_req: int = 1
+                ) -> tuple[dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None]:
+        tables, locs = super().capture(bs, group_ids, tokens_per_req)
+        if locs is None:
+            return tables, locs
+        return tables, {gid: self.loc_buffers[gid] for gid in locs}
+
+
+class Vllm13418(ZooBackend):
+    name = "vllm-13418"
+    runner = WholeBufferLocViewRunner
+
+
+class UserBlockSizeRunner(GroupGraphBuffers):
+    """vllm PR #51031: replay divides by the user block size B on tables expanded to kernel pages of K."""
+
+    def __init__(self, specs: Sequence[GroupSpec] | Mapping[str, GroupSpec], **kwargs) -> None:
+        super().__init__(specs, **kwargs)
+        by_id = specs_by_id(specs)
+        self._page_sizes = torch.tensor([by_id[g].block_granularity for g in self.group_ids], dtype=torch.int32,
+                                        device=self.device)
+
+
+class Vllm51031(ZooBackend):
+    name = "vllm-51031"
+    runner = UserBlockSizeRunner
+
+
+class Vllm51031Swapped(ZooBackend):
+    """vllm PR #51031, eager form: each group's locations use another group's page size (the groups'
+    sizes rotated one place), as a stale or shared ``block_size`` does in a multi-group batch."""
+
+    name = "vllm-51031-swapped"
+
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch
+                   ) -> dict[str, torch.Tensor]:
+        checked = super().group_locs(specs, tables, batch)
+        by_id = specs_by_id(specs)
+        gids = sorted(checked)
+        sizes = {gid: by_id[gids[(i + 1) % len(gids)]].block_granularity for i, gid in enumerate(gids)}
+        return _locs_at({gid: tables[gid] for gid in gids}, sizes, batch, self.kernels)
