@@ -1,0 +1,60 @@
+"""``kvtable bench``: implementation and tester speed, each candidate timed beside its baseline in one run."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+from pathlib import Path
+
+import torch
+
+from kvtable.bench.harness import RESULTS_DIR, Settings, host_info, write_json
+
+BENCHMARKS: dict[str, str] = {
+    "extend": "kvtable.bench.extend",
+    "decode": "kvtable.bench.decode",
+    "replay": "kvtable.bench.replay",
+    "tester": "kvtable.bench.tester",
+}
+"""Benchmark name -> module providing ``run(settings) -> Section``."""
+
+DEFAULT_JSON = RESULTS_DIR / "bench.json"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="fewer cases and samples: the whole run in under "
+                        "a minute on 2 cores (the target cases are kept)")
+    parser.add_argument("--smoke", action="store_true", help="tiny cases, one sample each: checks the pipeline "
+                        "end to end (for tests); its numbers mean nothing")
+    parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
+                        help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, metavar="PATH",
+                        help=f"where to write the results (default {DEFAULT_JSON})")
+    parser.add_argument("--threads", type=int, default=1, metavar="N",
+                        help="torch intra-op threads (default 1: on shared or busy cores a second thread "
+                        "that gets descheduled stalls every large op, which skews the ratios)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.threads < 1:
+        raise SystemExit("kvtable bench: --threads must be >= 1")
+    torch.set_num_threads(args.threads)
+    size = "smoke" if args.smoke else "quick" if args.quick else "full"
+    settings = Settings.for_size(size)
+    host = host_info()
+    print(f"kvtable bench ({size}): torch {host['torch']}, {host['torch_threads']} thread(s) of "
+          f"{host['cpu_count']} cpus, cuda {'yes: ' + host['cuda_device'] if host['cuda'] else 'no'}")
+    print("speed figures are ratios of candidates timed interleaved in this one run; absolute times "
+          "depend on the machine and its load")
+    sections = []
+    for name in args.only or list(BENCHMARKS):
+        start = time.perf_counter()
+        section = importlib.import_module(BENCHMARKS[name]).run(settings)
+        print()
+        print(section.render())
+        print(f"({name}: {time.perf_counter() - start:.1f} s)")
+        sections.append(section)
+    write_json(args.json, sections, settings)
+    print(f"\nresults: {args.json}")
+    return 0

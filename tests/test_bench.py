@@ -1,0 +1,129 @@
+"""The benchmark baselines compute impl's (and the reference's) locations; ``kvtable bench`` runs end to end.
+
+No timing is asserted here: speed targets are read off the benchmark output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from kvtable.bench import cli as bench_cli
+from kvtable.bench.baselines import chain_decode_locs, loop_extend_locs, per_group_decode_locs
+from kvtable.bench.replay import check_fill, fill_step
+from kvtable.bench.workload import decode_workload, extend_workload, stacked
+from kvtable.errors import ContractViolation
+from kvtable.impl.locs import group_locs
+from kvtable.impl.torch_kernels import TORCH_KERNELS
+from kvtable.reference.locs import batch_locs
+from kvtable.reference.model import GroupSpec
+from kvtable.reference.tables import check_tables
+
+SMALL_SEQ = 600
+
+
+def _reference(w) -> dict[str, list[int]]:
+    return {s.group_id: batch_locs(w.tables[s.group_id].tolist(), w.batch, s.block_granularity)
+            for s in w.specs}
+
+
+def _lists(locs: dict[str, torch.Tensor]) -> dict[str, list[int]]:
+    assert all(t.dtype == torch.int32 for t in locs.values())
+    return {gid: t.tolist() for gid, t in locs.items()}
+
+
+def test_loop_extend_hand_vector():
+    # table row [3, 5] at page size 4: positions 2..5 are slots 14, 15 (page 3) and 20, 21 (page 5)
+    spec = GroupSpec("g", "full", 4)
+    table = torch.tensor([[3, 5, -1]], dtype=torch.int32)
+    assert _lists(loop_extend_locs([spec], {"g": table}, [2], [4])) == {"g": [14, 15, 20, 21]}
+
+
+def test_loop_extend_refuses_a_row_too_narrow():
+    spec = GroupSpec("g", "full", 4)
+    with pytest.raises(ContractViolation, match="T8"):
+        loop_extend_locs([spec], {"g": torch.tensor([[3, 5]], dtype=torch.int32)}, [2], [7])
+
+
+@pytest.mark.parametrize("groups", [2, 3, 4])
+def test_loop_extend_matches_impl_and_reference(groups):
+    w = extend_workload(groups, 5, max_extend=200, seed=groups, max_seq=SMALL_SEQ)
+    check_tables(w.specs, w.tables, w.batch)
+    prefix = list(w.batch.prefix_lens)
+    extend = [seq - p for seq, p in zip(w.batch.seq_lens, prefix, strict=True)]
+    loop = _lists(loop_extend_locs(w.specs, w.tables, prefix, extend))
+    assert loop == _lists(group_locs(w.specs, w.tables, w.batch, debug=False))
+    assert loop == _reference(w)
+    assert sum(len(v) for v in loop.values()) == groups * w.tokens
+
+
+def test_chain_decode_hand_vector():
+    # table [7, 8, 9] at page size 2, seq 6, n 4: positions 2..5 are slots 16..19 (test_inkling_mtp vector)
+    table = torch.tensor([[7, 8, 9]], dtype=torch.int32)
+    got = chain_decode_locs(table, torch.tensor([6], dtype=torch.int32), 2, 4)
+    assert got.dtype == torch.int32 and got.tolist() == [16, 17, 18, 19]
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_chains_and_stacked_pass_match_impl_and_reference(n):
+    w = decode_workload(4, 6, n=n, seed=n, max_seq=SMALL_SEQ)
+    check_tables(w.specs, w.tables, w.batch)
+    seq = torch.tensor(w.batch.seq_lens, dtype=torch.int32)
+    chains = _lists(per_group_decode_locs(w.specs, w.tables, seq, n))
+    assert chains == _lists(group_locs(w.specs, w.tables, w.batch, debug=False))
+    assert chains == _reference(w)
+    stack, widths, page_sizes = stacked(w.specs, w.tables)
+    out = torch.full((len(w.specs), 6 * n), 12345, dtype=torch.int32)
+    TORCH_KERNELS.stacked_locs(stack, widths, page_sizes, seq, out, 6, n)
+    assert {s.group_id: out[g].tolist() for g, s in enumerate(w.specs)} == chains
+
+
+def test_fill_step_check_accepts_the_fill_and_catches_a_wrong_entry():
+    step = fill_step(4, 5, seed=1, max_seq=SMALL_SEQ)
+    assert step.actual_bs == 5 and step.meta[:, 2].tolist() == [1, 1, 4, 2]
+    TORCH_KERNELS.replay_fill(step.packed, step.meta, step.dst, step.bs, step.actual_bs, -1)
+    filled = {s.group_id: step.dst[g] for g, s in enumerate(step.workload.specs)}
+    check_fill(step, filled)
+    step.dst[2, 4, 0] += 1
+    with pytest.raises(AssertionError, match="full_b64"):
+        check_fill(step, filled)
+
+
+def _bench(tmp_path, *flags):
+    path = tmp_path / "bench.json"
+    parser = argparse.ArgumentParser(prog="kvtable bench")
+    bench_cli.add_arguments(parser)
+    args = parser.parse_args([*flags, "--json", str(path)])
+    assert bench_cli.run(args) == 0
+    return json.loads(path.read_text())
+
+
+def test_smoke_run_writes_every_section(tmp_path, capsys):
+    doc = _bench(tmp_path, "--smoke")
+    assert doc["schema"] == 1 and doc["settings"]["size"] == "smoke"
+    assert doc["host"]["torch_threads"] == 1
+    assert set(doc["sections"]) == {"extend", "decode", "replay", "tester"}
+    for name, section in doc["sections"].items():
+        assert set(section) == {"title", "columns", "records", "notes", "targets", "skipped"}, name
+        assert section["records"], name
+        for record in section["records"]:
+            assert set(section["columns"]) <= set(record), name
+    # the smoke cases do not include the target cases: the targets say so, and are not reported met
+    targets = [t for s in doc["sections"].values() for t in s["targets"]]
+    assert targets and all(t["met"] is None and t["got"] is None for t in targets)
+    if not torch.cuda.is_available():
+        assert any("no CUDA" in s for s in doc["sections"]["decode"]["skipped"])
+        assert all(r["device"] == "cpu" for r in doc["sections"]["decode"]["records"])
+    out = capsys.readouterr().out
+    assert "== Extend locations" in out and "not measured" in out
+
+
+def test_quick_extend_measures_its_target(tmp_path):
+    doc = _bench(tmp_path, "--quick", "--only", "extend")
+    assert set(doc["sections"]) == {"extend"} and doc["settings"]["size"] == "quick"
+    (target,) = doc["sections"]["extend"]["targets"]
+    assert isinstance(target["got"], float) and isinstance(target["met"], bool)
+    assert {(r["groups"], r["bs"]) for r in doc["sections"]["extend"]["records"]} >= {(3, 256)}
