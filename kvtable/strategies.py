@@ -155,7 +155,7 @@ def _group_table(draw: st.DrawFn, rng: random.Random, spec: GroupSpec, batch: Ba
                 if table[row][col] > 0 and table[row - 1][col] > 0:
                     table[row][col] = table[row - 1][col]
     table += [[NULL_PAGE] * width for _ in range(batch.live_rows, batch.bs)]
-    used = [p for r in table for p in r if p > 0] or [1]
+    used = [p for r in table for p in r if p > 0]
     for _ in range(extra_rows):  # rows past bs are ignored: fill them with pages live rows write
         table.append([rng.choice((-1, 0, *used)) for _ in range(width)])
     return table
@@ -669,8 +669,9 @@ def write_loc_cases(draw: st.DrawFn, *, corrupt: bool | None = None,
         seq = list(case.batch.seq_lens)
         seq[row] = frontier
         case = replace(case, tables=tables, batch=replace(case.batch, seq_lens=tuple(seq)))
-    else:
+    else:  # no clamped re-anchor rows: their repeated slots would be reported (D2) before the corruption
         case = draw(cases(min_live=1))
+        assume(case.batch.mode != "reanchor" or min(case.batch.seq_lens[: case.batch.live_rows]) >= case.batch.n)
     gid = draw(st.sampled_from([s.group_id for s in case.attention]))
     block = case.spec(gid).block_granularity
     table = _copy_tables(case)[gid]

@@ -99,6 +99,8 @@ class Recorded:
                 self._transcript.runners += 1
                 runner_name = "runner" if self._transcript.runners == 1 else f"runner{self._transcript.runners}"
                 statement = f"{runner_name} = {statement}"
+            elif attr not in ("replay", "check_write_locs"):
+                statement = f"{'views' if attr == 'capture' else 'out'} = {statement}"
             try:
                 result = value(*args, **kwargs)
             except Exception as err:
