@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from kvtable.errors import ContractViolation
 from kvtable.impl import validate
 from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.kernels import Kernels
@@ -187,3 +188,58 @@ class Vllm51031Swapped(ZooBackend):
         gids = sorted(checked)
         sizes = {gid: by_id[gids[(i + 1) % len(gids)]].block_granularity for i, gid in enumerate(gids)}
         return _locs_at({gid: tables[gid] for gid in gids}, sizes, batch, self.kernels)
+
+
+class Int32SlotKernels(TorchKernels):
+    """vllm #1486: ``page * ps + pos % ps`` computed in int32 (an int32 store wraps it the same way, so the
+    values alone cannot tell; the z3 obligation W5.int32-product-wraps can)."""
+
+    def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
+                     seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
+        if bs * n == 0 or tables.shape[0] == 0:
+            return
+        token = torch.arange(bs * n, device=seq_lens.device)
+        row = token // n
+        positions = (seq_lens[:bs].to(torch.int64)[row] - n + token % n).clamp_min(0)
+        out[: tables.shape[0], : bs * n] = _int32_locs(tables, widths, page_sizes, row, positions)
+
+    def stacked_extend_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
+                            rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
+        if rows.shape[0] == 0 or tables.shape[0] == 0:
+            return
+        out[: tables.shape[0], : rows.shape[0]] = _int32_locs(tables, widths, page_sizes, rows, positions)
+
+
+def _int32_locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor, rows: torch.Tensor,
+                positions: torch.Tensor) -> torch.Tensor:
+    groups = tables.shape[0]
+    ps = page_sizes[:groups].to(torch.int32).unsqueeze(1)
+    pos = positions.to(torch.int32).unsqueeze(0)
+    col = pos // ps
+    inside = col < widths[:groups].unsqueeze(1)
+    g = torch.arange(groups, device=tables.device).unsqueeze(1)
+    page = tables[g, rows.unsqueeze(0), torch.where(inside, col, 0)]
+    return torch.where(inside, page, -1).clamp_min(0) * ps + pos % ps
+
+
+class Vllm1486(ZooBackend):
+    """vllm #1486: int32 slot arithmetic, and nothing checks that page ids keep their slots in int32 range.
+
+    Debug mode runs every other check; a W5 breach is let through and its locations wrap.
+    """
+
+    name = "vllm-1486"
+
+    def default_kernels(self) -> Kernels:
+        return Int32SlotKernels()
+
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch
+                   ) -> dict[str, torch.Tensor]:
+        try:
+            return super().group_locs(specs, tables, batch)
+        except ContractViolation as err:
+            if err.clause_id != "W5":
+                raise
+        by_id = specs_by_id(specs)
+        live = shed_state_groups(by_id, tables)
+        return _locs_at(live, {gid: by_id[gid].block_granularity for gid in live}, batch, self.kernels)

@@ -1,0 +1,190 @@
+"""Source-level mutation check of impl/: realistic one-line slips, each applied to the real source text.
+
+Each mutant is a list of ``(old, new)`` edits to one module of ``kvtable.impl``; every ``old`` snippet
+must occur exactly once in the current source, so the list cannot silently rot when impl/ changes
+(``SnippetMismatch``). ``mutated_backend`` imports a fresh copy of impl/ and of the torch backend with
+the mutated module in place (the rest of the process keeps the original modules), and the
+conformance suite then has to kill the mutant with the clause it names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+
+class SnippetMismatch(AssertionError):
+    """A mutant's ``old`` snippet is not in the module's source exactly once (impl/ changed under it)."""
+
+
+@dataclass(frozen=True)
+class SourceMutant:
+    """One slip in one impl/ module, and the clause that must kill it."""
+
+    name: str
+    module: str
+    """Module under ``kvtable.impl`` (``"tokens"`` is ``kvtable.impl.tokens``)."""
+    edits: tuple[tuple[str, str], ...]
+    clause: str
+    what: str
+    equivalent: str = ""
+    """Why no test can kill it (it computes the same int32 values on every input), when that is so."""
+
+    @property
+    def qualified(self) -> str:
+        return f"kvtable.impl.{self.module}"
+
+
+MUTANTS: tuple[SourceMutant, ...] = (
+    SourceMutant("pos-off-by-one", "tokens", (("- n + token % n).clamp_min(0)", "- n + 1 + token % n).clamp_min(0)"),),
+                 "W1", "decode/verify positions start one past seq_len - N"),
+    SourceMutant("missing-clamp", "tokens", (("+ token % n).clamp_min(0)", "+ token % n)"),),
+                 "W2", "verify positions not clamped at 0 (padded rows reach position -1)"),
+    SourceMutant("request-major", "tokens", (("    row = token // n\n", "    row = token % rows\n"),
+                                             ("- n + token % n)", "- n + token // rows)")),
+                 "W2", "verify tokens laid out request-major ([t][b]) instead of token-major ([b][t])"),
+    SourceMutant("extend-inclusive-cumsum", "tokens",
+                 (("starts = torch.cumsum(extend, 0) - extend", "starts = torch.cumsum(extend, 0)"),),
+                 "W3", "extend run starts from an inclusive instead of an exclusive prefix sum"),
+    SourceMutant("holes-expanded", "torch_kernels",
+                 (("expanded = torch.where(value > 0, value * ratio + w % ratio, value)",
+                   "expanded = value.clamp_min(0) * ratio + w % ratio"),),
+                 "E2", "holes and pads expanded to sub-pages 0..r-1 of block 0 (upstream's convention)"),
+    SourceMutant("wrong-tail-pad", "torch_kernels",
+                 (("torch.where(live, tail_pad, 0)", "torch.where(live, -1, 0)"),),
+                 "G3", "tail pad hard-coded to -1, ignoring a backend's 0 pad"),
+    SourceMutant("dummy-rows-not-zeroed", "torch_kernels",
+                 (("dst[:groups, :bs] = filled.to(torch.int32)",
+                   "dst[:groups, :actual_bs] = filled[:, :actual_bs].to(torch.int32)"),),
+                 "G3", "replay fill writes only the live rows; padded rows keep what they held"),
+    SourceMutant("int32-product", "torch_kernels",
+                 (("ps = page_sizes[:groups].to(torch.int64).unsqueeze(1)", "ps = page_sizes[:groups].unsqueeze(1)"),
+                  ("safe_col].to(torch.int64)", "safe_col]")),
+                 "W5", "page * ps computed in int32",
+                 equivalent="stored as int32, a wrapped int32 product plus the offset equals the int64 one "
+                            "truncated (mod 2^32), so no input tells them apart; W5's precondition "
+                            "(p+1)*ps <= 2^31 is what makes both exact"),
+    SourceMutant("stale-block-size", "graph",
+                 (("self.page_sizes[gid] = block // self.ratios[gid]", "self.page_sizes[gid] = block"),),
+                 "G4", "replay divides expanded tables by the block granularity B, not the kernel page size"),
+    SourceMutant("width-floor", "graph",
+                 (("-(-max_kernel_pages * kernel_page_size // block)",
+                   "max_kernel_pages * kernel_page_size // block"),),
+                 "G1", "buffer width rounds down instead of up"),
+    SourceMutant("stale-guard-dropped", "graph",
+                 (("missing = sorted(set(self.group_ids) - delivered)", "missing = []"),),
+                 "G5", "replay no longer refuses a delivery missing a captured group"),
+    SourceMutant("padded-locs-not-recomputed", "graph",
+                 (("seq, self.loc_stack, bs,", "seq, self.loc_stack, cap,"),),
+                 "G4", "replay recomputes locations for the live rows only"),
+    SourceMutant("loc-view-per-request", "graph",
+                 (("self.loc_buffers[gid][: bs * tokens_per_req]", "self.loc_buffers[gid][:bs]"),),
+                 "G2", "capture's location view has bs entries, not bs*N"),
+    SourceMutant("state-not-shed", "locs",
+                 (("live = shed_state_groups(by_id, tables)", "live = dict(tables)"),),
+                 "T6", "state-group tables reach location maths"),
+    SourceMutant("one-page-size", "locs",
+                 (("sizes = {gid: by_id[gid].block_granularity for gid in live}\n    validate.check_width(",
+                   "sizes = {gid: min(by_id[g].block_granularity for g in live) for gid in live}\n"
+                   "    validate.check_width("),),
+                 "W1", "every group divides by the smallest block size (per-group page sizes lost)"),
+    SourceMutant("width-check-dropped", "validate",
+                 (("        if longest <= width * ps:\n            continue\n", "        continue\n"),),
+                 "T8", "the host-side width check (CPU lengths) never fires"),
+    SourceMutant("checker-anywhere", "checker",
+                 (("foreign = ~null & (page != own)",
+                   "foreign = ~null & ~torch.isin(page, table[: batch.live_rows].to(torch.int64))"),),
+                 "D1", "checker asks only that the page is somewhere in the table (upstream's check)"),
+    SourceMutant("checker-page0", "checker",
+                 (("null = (loc < 0) | (page == NULL_PAGE)", "null = loc < 0"),),
+                 "D1", "checker accepts a real token writing page 0"),
+    SourceMutant("checker-no-d2", "checker",
+                 (("repeated = _repeats(loc)", "repeated = torch.zeros_like(null)"),),
+                 "D2", "checker does not look for two tokens sharing a slot"),
+)
+
+BY_NAME = {m.name: m for m in MUTANTS}
+
+
+def original_source(module: str) -> tuple[str, str]:
+    """(path, text) of ``kvtable.impl.<module>`` as it is on disk."""
+    spec = importlib.util.find_spec(f"kvtable.impl.{module}")
+    if spec is None or spec.origin is None:
+        raise SnippetMismatch(f"kvtable.impl.{module} not found")
+    return spec.origin, Path(spec.origin).read_text()
+
+
+def mutated_source(mutant: SourceMutant) -> str:
+    """The module's source with every edit applied; each ``old`` must occur exactly once."""
+    _, text = original_source(mutant.module)
+    for old, new in mutant.edits:
+        count = text.count(old)
+        if count != 1:
+            raise SnippetMismatch(f"mutant {mutant.name!r}: snippet {old!r} occurs {count} times in "
+                                  f"{mutant.qualified}, expected once (impl/ changed: update the mutant)")
+        text = text.replace(old, new)
+    return text
+
+
+_FRESH = ("kvtable.impl", "kvtable.backends.torch_backend", "kvtable.backends.triton_backend")
+
+
+def _fresh(name: str) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in _FRESH)
+
+
+class _SourceLoader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves one module from a given source text; every other import goes the usual way."""
+
+    def __init__(self, name: str, origin: str, source: str) -> None:
+        self.name, self.origin, self.source = name, origin, source
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, origin=self.origin)
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__file__ = self.origin
+        exec(compile(self.source, f"{self.origin} [mutant]", "exec"), module.__dict__)
+
+
+@contextmanager
+def mutated_backend(mutant: SourceMutant) -> Iterator[type]:
+    """``TorchBackend`` from a fresh import of impl/ with the mutant applied; the originals are restored after."""
+    origin, _ = original_source(mutant.module)
+    loader = _SourceLoader(mutant.qualified, origin, mutated_source(mutant))
+    saved = {name: module for name, module in sys.modules.items() if _fresh(name)}
+    for name in saved:
+        del sys.modules[name]
+    sys.meta_path.insert(0, loader)
+    try:
+        yield importlib.import_module("kvtable.backends.torch_backend").TorchBackend
+    finally:
+        sys.meta_path.remove(loader)
+        _restore(saved)
+
+
+def _restore(saved: dict[str, ModuleType]) -> None:
+    """Put the original modules back, in ``sys.modules`` and as attributes of their parent packages."""
+    for name in [name for name in sys.modules if _fresh(name)]:
+        module = sys.modules.pop(name)
+        parent, _, child = name.rpartition(".")
+        if name not in saved and getattr(sys.modules.get(parent), child, None) is module:
+            delattr(sys.modules[parent], child)
+    sys.modules.update(saved)
+    for name, module in saved.items():
+        parent, _, child = name.rpartition(".")
+        if parent in sys.modules:
+            setattr(sys.modules[parent], child, module)
