@@ -21,8 +21,10 @@ def run(settings: Settings) -> Section:
     section.notes += [
         "fuzz runs without an example database (nothing replayed), so every example is a fresh draw",
         "examples = examples hypothesis actually ran, summed over properties; examples/s = examples / wall_s",
-        "the reference backend (pure Python) fuzzed beside torch shows the tester's own cost per example",
     ]
+    if "reference" in FUZZ_BACKENDS[settings.size]:
+        section.notes.append("the reference backend (pure Python) fuzzed beside torch shows what the tester "
+                             "itself costs per example (generation, the reference model, comparison)")
     return section
 
 
