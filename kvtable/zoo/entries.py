@@ -27,6 +27,10 @@ class Entry:
     bug: str
     mutant: str
     backend: type[ZooBackend]
+    obligation: str = ""
+    """A z3 obligation (spec/obligations.py) that encodes the bug's formula and must yield a counterexample."""
+    examples: int = 10
+    """Examples per property the suite gets to catch it (most need far fewer; see the zoo table)."""
 
     @property
     def label(self) -> str:
@@ -37,15 +41,19 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("vllm-43810", 1, "vllm-project/vllm #43810 (fixed by PR #43869)", "W2",
           "padded slot -1 indexed Python-style landed in a real slot",
           "verify/re-anchor positions not clamped at 0; column -1 wraps to the row's last page, offset -1 to ps-1",
-          vllm.Vllm43810),
+          vllm.Vllm43810, obligation="W0.truncation-differs-below-zero"),
     Entry("vllm-53982", 2, "vllm-project/vllm #53982 (PR #54296)", "T8",
           "block-table load out of bounds for narrow groups: the next row's block id (144)",
           "no host width check, no col < width mask: a column past the width reads the next row",
-          vllm.Vllm53982),
+          vllm.Vllm53982, obligation="T8.decode-needs-width"),
     Entry("vllm-13418", 3, "vllm-project/vllm #13418 (PR #13922)", "G2",
           "slot_mapping.size(0) != key.size(0) under CUDA-graph padding",
           "capture hands out the whole max_bs*spec_n location buffer instead of a [:bs*N] view",
           vllm.Vllm13418),
+    Entry("vllm-1486", 4, "vllm-project/vllm #1486 (PR #1514)", "W5",
+          "int32 overflow in slot and cache-offset arithmetic with about 64K blocks",
+          "int32 slot arithmetic, and debug mode lets page ids past the W5 range through (their slots wrap)",
+          vllm.Vllm1486, obligation="W5.int32-product-wraps"),
     Entry("vllm-51031", 5, "vllm-project/vllm PR #51031", "G4",
           "stale user block_size instead of the backend-forced kernel block size",
           "replay divides by the block granularity B on tables expanded to kernel pages of K",
@@ -69,7 +77,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("sglang-25889", 9, "sgl-project/sglang PR #25889 (and review of PR #24138)", "G3",
           "cached full->SWA translation not invalidated when the mapping changed",
           "replay caches the translated tables per batch shape and skips the fill when the shape repeats",
-          sglang.Sglang25889),
+          sglang.Sglang25889, examples=100),
     Entry("sglang-swa-replay", 10, "SGLang CUDA-graph runner (fix in place: out_cache_loc_swa zeroed)", "G4",
           "stale padded SWA indices from an earlier replay pointed into live SWA slots",
           "replay leaves the padded rows' sliding-group locations as an earlier replay wrote them",
@@ -97,3 +105,36 @@ ENTRIES: tuple[Entry, ...] = (
 )
 
 BY_NAME = {entry.name: entry for entry in ENTRIES}
+
+
+@dataclass(frozen=True)
+class Outside:
+    """A known engine bug that does not map onto the contract, and why."""
+
+    item: int
+    issue: str
+    reason: str
+
+
+OUTSIDE: tuple[Outside, ...] = (
+    Outside(3, "vllm-project/vllm #13418 (the writer's part)",
+            "the fix makes reshape_and_cache tolerate slot_mapping shorter than the key rows; how a writer pairs "
+            "key rows with locations is the writer's business. The contract's part (G2: the location view is "
+            "exactly bs*N long) is the zoo entry vllm-13418."),
+    Outside(6, "sgl-project/sglang issue #36207 (the payload's part)",
+            "NaN k/v values of padding rows spreading through masked reads of page 0 is KV payload and attention "
+            "maths. The contract only confines where writes go: dummy rows write page 0 alone (T2, W2) and no "
+            "real token writes page 0 (D1, zoo entry sglang-35351); scrubbing page 0 is out of scope."),
+    Outside(11, "ovg-project/kvcached PR #398 (the race)",
+            "the race in the elastic pool's allocator is allocator policy; its consequence, a null block that is "
+            "not page 0, is the zoo entry kvcached-398 (G1, G3)."),
+    Outside(13, "flashinfer-ai/flashinfer PR #5176",
+            "padded prefill grids read split-KV plan entries never written: the attention planner's workspace, "
+            "not a page table or a write location. The analogous contract rule for location buffers (G4: replay "
+            "rewrites every entry of [:bs*N]) is covered by the zoo entries sglang-swa-replay and "
+            "tokenspeed-667-baked."),
+    Outside(14, "NVIDIA/TensorRT-LLM PR #13278 (the mamba state part)",
+            "mamba/GDN state slots are state-group tables, shed before location maths (T6); state-slot "
+            "allocation under MTP is the state backend's. The aliasing of padding dummies into live slots is "
+            "the zoo entry trtllm-13278 on attention groups (G3)."),
+)

@@ -45,6 +45,8 @@ class Catch:
     """The first failing property that names the expected clause, else the first failing property."""
     failures: list[PropertyResult] = field(default_factory=list)
     seconds: float = 0.0
+    """Time to catch it (the find run)."""
+    shrink_seconds: float = 0.0
     counterexample: str = ""
     discredited: list[str] = field(default_factory=list)
     """Properties that failed here but also fail on the conforming backend (no credit)."""
@@ -86,6 +88,58 @@ def failing(backend: Any, properties: Sequence[Property], *, examples: int, seed
     return report.failures
 
 
+class Baseline:
+    """Which properties the conforming torch backend itself fails, per property set, budget and seed (cached)."""
+
+    def __init__(self) -> None:
+        self._failing: dict[tuple[tuple[str, ...], int, int], frozenset[str]] = {}
+
+    def failing(self, properties: Sequence[Property], *, examples: int, seed: int) -> frozenset[str]:
+        from kvtable.backends.torch_backend import TorchBackend
+
+        key = (tuple(p.name for p in properties), examples, seed)
+        if key not in self._failing:
+            self._failing[key] = frozenset(r.property for r in failing(TorchBackend(), properties,
+                                                                       examples=examples, seed=seed))
+        return self._failing[key]
+
+    def passes(self, properties: Sequence[Property], *, examples: int, seed: int) -> Callable[[str], bool]:
+        broken = self.failing(properties, examples=examples, seed=seed)
+        return lambda name: name not in broken
+
+
+@dataclass(frozen=True)
+class Z3Catch:
+    """A z3 obligation that encodes the bug's formula: it must be refuted, with a concrete counterexample."""
+
+    obligation: str
+    status: str
+    seconds: float
+    model: tuple[tuple[str, int], ...]
+
+    @property
+    def caught(self) -> bool:
+        return self.status == "counterexample"
+
+    def text(self) -> str:
+        values = ", ".join(f"{name} = {value}" for name, value in self.model)
+        return f"z3 {self.obligation}: {self.status} in {self.seconds:.2f}s" + (f": {values}" if values else "")
+
+
+def z3_catch(obligation: str, *, timeout_ms: int = 20_000) -> Z3Catch:
+    """Discharge the named obligation (one that expects a counterexample) and keep z3's counterexample."""
+    from kvtable.spec.obligations import OBLIGATIONS
+    from kvtable.spec.z3_discharge import discharge
+
+    chosen = next((o for o in OBLIGATIONS if o.name == obligation), None)
+    if chosen is None:
+        raise KeyError(f"no z3 obligation {obligation!r}; known: {sorted(o.name for o in OBLIGATIONS)}")
+    if chosen.expect != "counterexample":
+        raise ValueError(f"obligation {obligation!r} expects a proof; a zoo entry needs one that is refuted")
+    outcome = discharge(chosen.build(), timeout_ms)
+    return Z3Catch(obligation, outcome.status, outcome.seconds, outcome.model)
+
+
 def hunt(backend: Any, expected: str, *, name: str, properties: Sequence[Property], examples: int, seed: int,
          baseline: Callable[[str], bool] = lambda _prop: True, shrink: bool = True) -> Catch:
     """Run ``properties`` against ``backend``; ``baseline(prop)`` says whether the conforming backend passes it."""
@@ -95,11 +149,12 @@ def hunt(backend: Any, expected: str, *, name: str, properties: Sequence[Propert
     discredited = [r.property for r in failures if not baseline(r.property)]
     named = [r for r in credited if r.clause_id == expected]
     caught_by = (named or credited or [None])[0]
-    catch = Catch(name, expected, caught_by, credited, 0.0, discredited=discredited)
+    catch = Catch(name, expected, caught_by, credited, time.perf_counter() - start, discredited=discredited)
     if caught_by is not None and shrink:
+        start = time.perf_counter()
         shrunk = run_properties(backend, [_by_name(caught_by.property)], examples=lambda _p: examples, seed=seed)
         catch.counterexample = shrunk.results[0].counterexample or caught_by.counterexample
+        catch.shrink_seconds = time.perf_counter() - start
     elif caught_by is not None:
         catch.counterexample = caught_by.counterexample
-    catch.seconds = time.perf_counter() - start
     return catch

@@ -37,6 +37,8 @@ class SourceMutant:
     what: str
     equivalent: str = ""
     """Why no test can kill it (it computes the same int32 values on every input), when that is so."""
+    gap: str = ""
+    """The property the suite lacks to kill it, while it survives (a gap in the suite, not a pass)."""
 
     @property
     def qualified(self) -> str:
@@ -72,6 +74,15 @@ MUTANTS: tuple[SourceMutant, ...] = (
                  equivalent="stored as int32, a wrapped int32 product plus the offset equals the int64 one "
                             "truncated (mod 2^32), so no input tells them apart; W5's precondition "
                             "(p+1)*ps <= 2^31 is what makes both exact"),
+    SourceMutant("width-mask-dropped", "torch_kernels", (("inside = col < width", "inside = col >= 0"),),
+                 "G4", "the kernel's col < width mask is gone (a stale seq_len reads past the row)",
+                 gap="every property hands the runner CPU seq_lens, which impl checks on the host (T4/T8) before "
+                     "any kernel runs, so the kernel's sink for a stale seq_len is never exercised"),
+    SourceMutant("page-clamp-dropped", "torch_kernels",
+                 (("return page.clamp_min(0) * ps + pos % ps", "return page * ps + pos % ps"),),
+                 "G4", "a pad read (-1) is not sent to the null page: the location goes negative",
+                 gap="as width-mask-dropped: a pad or out-of-width read only happens on lengths the host never "
+                     "sees, and no property passes lengths the backend cannot read"),
     SourceMutant("stale-block-size", "graph",
                  (("self.page_sizes[gid] = block // self.ratios[gid]", "self.page_sizes[gid] = block"),),
                  "G4", "replay divides expanded tables by the block granularity B, not the kernel page size"),
@@ -105,7 +116,10 @@ MUTANTS: tuple[SourceMutant, ...] = (
                  "D1", "checker asks only that the page is somewhere in the table (upstream's check)"),
     SourceMutant("checker-page0", "checker",
                  (("null = (loc < 0) | (page == NULL_PAGE)", "null = loc < 0"),),
-                 "D1", "checker accepts a real token writing page 0"),
+                 "D1", "checker accepts a real token writing page 0",
+                 gap="checker/rejects corrupts locations on valid tables only, where a page-0 location is also a "
+                     "foreign page; no case has page 0 at the token's own column (a hole under the write) with "
+                     "its location in page 0, the one case only the page-0 test catches"),
     SourceMutant("checker-no-d2", "checker",
                  (("repeated = _repeats(loc)", "repeated = torch.zeros_like(null)"),),
                  "D2", "checker does not look for two tokens sharing a slot"),

@@ -1,0 +1,68 @@
+"""``kvtable zoo``: the conformance suite (and z3, where a bug is a formula) against every known-engine-bug mutant.
+
+Prints one row per bug (the clause that caught it, how, after how many examples, how long), then each
+shrunk counterexample as a replayable snippet. Exits 0 only when every entry is caught by the clause
+it names; with ``--mutants`` the source-level mutants of impl/ must all be killed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kvtable.zoo.entries import BY_NAME, ENTRIES, OUTSIDE
+from kvtable.zoo.hunt import Baseline
+from kvtable.zoo.mutants import MUTANTS
+from kvtable.zoo.run import entry_table, judge_entry, judge_mutant, mutant_table
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("names", nargs="*", metavar="BUG", help=f"entries to run (default: all {len(ENTRIES)})")
+    parser.add_argument("--examples", type=int, default=None,
+                        help="examples per property (default: each entry's own budget, 10 for most)")
+    parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
+    parser.add_argument("--full", action="store_true",
+                        help="run every property against each entry, not only those of the clause it names")
+    parser.add_argument("--no-shrink", action="store_true", help="skip shrinking (faster; raw counterexamples)")
+    parser.add_argument("--mutants", action="store_true", help="also run the source-level mutants of impl/")
+    parser.add_argument("--quiet", action="store_true", help="tables only, no counterexamples")
+
+
+def run(args: argparse.Namespace) -> int:
+    unknown = sorted(set(args.names) - set(BY_NAME))
+    if unknown:
+        print(f"kvtable zoo: unknown entries {unknown}; known: {sorted(BY_NAME)}", file=sys.stderr)
+        return 2
+    entries = [BY_NAME[n] for n in args.names] if args.names else list(ENTRIES)
+    baseline = Baseline()
+    verdicts = []
+    for entry in entries:
+        verdicts.append(judge_entry(entry, seed=args.seed, examples=args.examples, full=args.full,
+                                    shrink=not args.no_shrink, baseline=baseline))
+        print(f"  {entry.name}: {'caught' if verdicts[-1].caught else 'NOT CAUGHT'}", file=sys.stderr, flush=True)
+    print(entry_table(entries, verdicts))
+    if not args.quiet:
+        for entry, v in zip(entries, verdicts, strict=True):
+            print(f"\n=== {entry.name} ({entry.issue}): {entry.bug}\n    mutant: {entry.mutant}")
+            if v.z3 is not None:
+                print(f"--- {v.z3.text()}")
+            if v.catch is not None and v.catch.caught_by is not None:
+                print(f"--- {v.catch.caught_by.message}\n--- counterexample (replayable):\n{v.catch.counterexample}")
+    ok = all(v.caught for v in verdicts)
+    if args.mutants:
+        mutant_verdicts = [judge_mutant(m, seed=args.seed, examples=args.examples or 10, full=args.full,
+                                        baseline=baseline) for m in MUTANTS]
+        print("\n" + mutant_table(MUTANTS, mutant_verdicts))
+        for mutant in MUTANTS:
+            if mutant.equivalent or mutant.gap:
+                print(f"  {mutant.name}: {'equivalent: ' + mutant.equivalent if mutant.equivalent else mutant.gap}")
+        hunted = [(m, v) for m, v in zip(MUTANTS, mutant_verdicts, strict=True) if not m.equivalent]
+        print(f"kvtable zoo: {sum(v.caught for _, v in hunted)}/{len(hunted)} source mutants killed by the clause "
+              "they name")
+        ok = ok and all(v.caught for _, v in hunted)
+    if not args.names:
+        print("\nOutside the contract: " + "; ".join(f"#{o.item} {o.issue}" for o in OUTSIDE))
+    caught = sum(v.caught for v in verdicts)
+    print(f"\nkvtable zoo: {caught}/{len(verdicts)} entries caught by the clause they name"
+          + ("" if ok else "; FAIL"))
+    return 0 if ok else 1
