@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, Verbosity, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import ExampleDatabase
 from hypothesis.errors import HypothesisException
@@ -168,10 +168,14 @@ def _header(spec: str, debug: bool) -> str:
     return "\n".join(lines)
 
 
+PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
+"""Hypothesis' phases without ``explain``: its notes are never shown, and it doubles the time to shrink."""
+
+
 def _settings(examples: int, database: ExampleDatabase | None, **extra: Any) -> settings:
     return settings(max_examples=examples, database=database, deadline=None, derandomize=False,
                     report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False,
-                    suppress_health_check=list(HealthCheck), **extra)
+                    suppress_health_check=list(HealthCheck), phases=PHASES, **extra)
 
 
 def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec: str = "backend",
@@ -195,7 +199,8 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
                 ctx.transcript.reset()
                 check(ctx, example)
 
-            test = hypothesis_seed(seed)(_settings(examples, database)(given(prop.strategy)(body)))
+            # settings outside @seed: @seed alone would also switch the example database off
+            test = _settings(examples, database)(hypothesis_seed(seed)(given(prop.strategy)(body)))
             test._hypothesis_internal_database_key = f"kvtable:{prop.name}".encode()  # type: ignore[attr-defined]
             test()
     except Mismatch as err:
