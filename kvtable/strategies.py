@@ -647,7 +647,7 @@ def _checker_verdict(table: Table, locs: list[int], batch: Batch, page_size: int
 
 
 CORRUPTIONS = ("null page", "foreign page", "wrong column", "wrong offset", "count", "shared write page",
-               "clamped re-anchor")
+               "write through a hole", "clamped re-anchor")
 
 
 @st.composite
@@ -656,7 +656,9 @@ def write_loc_cases(draw: st.DrawFn, *, corrupt: bool | None = None,
     """Correct locations (``corrupt=False``), or one corruption of them; labelled by the reference checker.
 
     ``clamped re-anchor`` keeps the locations correct but re-anchors a row below N, whose clamped
-    positions repeat a slot (D2).
+    positions repeat a slot (D2); ``write through a hole`` puts page 0 at a token's own column and
+    computes its location from it, so the write lands in page 0 at the right offset (D1: only a check
+    for page 0 itself sees it, "is it my own page" does not).
     """
     how = draw(st.sampled_from(tuple(corruptions))) if corrupt or (corrupt is None and draw(st.booleans())) \
         else "correct locations"
@@ -686,6 +688,11 @@ def _corrupt(draw: st.DrawFn, case: Case, table: Table, locs: list[int], block: 
              ) -> tuple[list[int], Table]:
     batch = case.batch
     tokens = [(r, p) for r in range(batch.live_rows) for p in batch.write_positions(r)]
+    if how == "write through a hole":
+        row, pos = _pick(draw, tokens)
+        table = [list(r) for r in table]
+        table[row][pos // block] = NULL_PAGE
+        return live_locs(table, batch, block), table
     if how == "shared write page":  # two rows write one slot: same page, same offset (D2)
         pairs = [(a, pa, b, pb) for a, pa in tokens for b, pb in tokens if a < b and pa % block == pb % block]
         a, pa, b, pb = _pick(draw, pairs)

@@ -132,7 +132,8 @@ def test_default_pad_variants_keep_the_default_pad(b: Broken) -> None:
 
 
 EXPECTED_VERDICT = {"null page": "D1", "foreign page": "D1", "wrong column": "D1", "wrong offset": "D1",
-                    "count": "D1", "shared write page": "D2", "clamped re-anchor": "D2"}
+                    "count": "D1", "shared write page": "D2", "write through a hole": "D1",
+                    "clamped re-anchor": "D2"}
 
 
 @pytest.mark.parametrize("how", CORRUPTIONS)

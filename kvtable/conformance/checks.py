@@ -75,13 +75,31 @@ class Transcript:
         return "\n".join(self.lines)
 
 
-class Recorded:
-    """A proxy that records the protocol calls made on ``target`` (a backend or a graph runner)."""
+def to_device(value: Any, device: str | None) -> Any:
+    """Tensors (also inside dicts, lists and tuples) moved to ``device``; views already there stay views."""
+    if device is None:
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, Mapping):
+        return {k: to_device(v, device) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(to_device(v, device) for v in value)
+    return value
 
-    def __init__(self, target: Any, name: str, transcript: Transcript) -> None:
+
+class Recorded:
+    """A proxy that records the protocol calls made on ``target`` (a backend or a graph runner).
+
+    Tensor arguments are moved to the backend's device first (the protocol's tensors live there), so
+    on CUDA every length the backend gets is a device tensor it cannot read without a sync.
+    """
+
+    def __init__(self, target: Any, name: str, transcript: Transcript, device: str | None = None) -> None:
         self._target = target
         self._name = name
         self._transcript = transcript
+        self._device = device if device is not None else getattr(target, "device", None)
 
     @property
     def target(self) -> Any:
@@ -93,6 +111,7 @@ class Recorded:
             return value
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            args, kwargs = to_device(args, self._device), to_device(kwargs, self._device)
             parts = [render(a) for a in args] + [f"{k}={render(v)}" for k, v in kwargs.items()]
             statement = f"{self._name}.{attr}({', '.join(parts)})"
             if attr == "graph":
@@ -108,7 +127,7 @@ class Recorded:
                 raise
             if attr == "graph":
                 self._transcript.note(statement)
-                return Recorded(result, runner_name, self._transcript)
+                return Recorded(result, runner_name, self._transcript, self._device)
             comment = "" if result is None else f"\n#   -> {summarize(result)}"
             self._transcript.note(statement + comment)
             return result

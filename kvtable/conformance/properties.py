@@ -513,9 +513,10 @@ def _registry() -> tuple[Property, ...]:
                  _bad_ratios(), _page_ratio),
         Property("checker/accepts", "D1", "the strong checker accepts correct eager locations",
                  write_loc_cases(corrupt=False), _checker("D1")),
-        Property("checker/rejects", "D1", "null page, foreign page, wrong column, wrong offset, wrong count",
-                 write_loc_cases(corrupt=True, corruptions=("null page", "foreign page", "wrong column",
-                                                             "wrong offset", "count")), _checker("D1"), weight=2),
+        Property("checker/rejects", "D1", "null page (also through a hole), foreign page, wrong column or "
+                 "offset, wrong count", write_loc_cases(corrupt=True, corruptions=(
+                     "null page", "write through a hole", "foreign page", "wrong column", "wrong offset", "count")),
+                 _checker("D1"), weight=2),
         Property("checker/unique-slots", "D2", "two live tokens writing one slot are refused",
                  write_loc_cases(corrupt=True, corruptions=("shared write page",)), _checker("D2")),
         Property("graph/init", "G1", "zeroed int32 buffers per non-state group, shapes from max_kernel_pages",
