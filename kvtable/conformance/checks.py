@@ -207,7 +207,9 @@ def judge(clause: str, what: str, expected: Outcome, call: Callable[[], Any],
           compare: Callable[[Any, Any], None]) -> Any:
     """The backend call must raise the clause the reference raised, or return what ``compare`` accepts.
 
-    ``clause`` names the property's clause, charged when the backend misses or invents a breach.
+    ``clause`` is the property's clause: charged when the backend crashes on valid input, refuses it
+    (inventing a breach) or returns a wrong value; a missed or misnamed breach is charged to the
+    clause the reference raised.
     """
     try:
         got = call_backend(call)
@@ -224,7 +226,7 @@ def judge(clause: str, what: str, expected: Outcome, call: Callable[[], Any],
                            f"[{expected.clause}]")
         return None
     if got.raised:
-        raise Mismatch(got.clause or clause, f"{what}: raised [{got.clause}] on input the contract accepts")
+        raise Mismatch(clause, f"{what}: raised [{got.clause}] on input the contract accepts")
     compare(got.value, expected.value)
     return got.value
 

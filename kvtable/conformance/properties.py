@@ -205,14 +205,15 @@ def _state_garbage(draw: st.DrawFn) -> Case:
 
 
 def _state_shed(ctx: Context, case: Case) -> None:
+    """The case is valid but for its state table, so any refusal, crash or wrong value is a T6 breach."""
     _check_group_locs(ctx, ctx.debug_backend, case, "T6")
 
 
 def _debug_accepts(ctx: Context, case: Case) -> None:
-    """Debug mode accepts every valid batch and computes the same locations (D1/D2 hold on them)."""
-    _check_group_locs(ctx, ctx.debug_backend, case, "D1")
+    """Debug mode accepts every valid batch (a refusal names the clause it invoked) with the same locations."""
+    _check_group_locs(ctx, ctx.debug_backend, case, _MODE_CLAUSE[case.batch.mode])
     if case.batch.mode == "verify" or case.batch.live_rows == case.batch.bs:
-        _check_lone(ctx, ctx.debug_backend, case, "D1")
+        _check_lone(ctx, ctx.debug_backend, case)
 
 
 def _expand(ctx: Context, ex: ExpandCase) -> None:
