@@ -14,6 +14,7 @@ import torch
 import z3
 
 import kvtable.impl.tokens
+from kvtable.backends import spec_of
 from kvtable.backends.torch_backend import TorchBackend
 from kvtable.errors import ContractViolation
 from kvtable.reference import Batch, check_write_locs
@@ -57,7 +58,8 @@ def test_a_snippet_that_no_longer_matches_is_refused() -> None:
 def test_mutated_imports_leave_the_process_as_they_found_it() -> None:
     before = (sys.modules["kvtable.impl.tokens"], TorchBackend)
     with mutated_backend(BY_NAME["pos-off-by-one"]) as backend_class:
-        assert backend_class is not TorchBackend
+        assert issubclass(backend_class, TorchBackend) is False  # a fresh import, not a subclass of ours
+        assert spec_of(backend_class()) == "kvtable.zoo.mutants:mutant[pos-off-by-one]"
         assert sys.modules["kvtable.impl.tokens"] is not before[0]
         locs = backend_class().decode_locs(torch.tensor([[3]], dtype=torch.int32), torch.tensor([1]), 4)
         assert locs.tolist() == [13]  # position 1 instead of 0

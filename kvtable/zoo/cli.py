@@ -26,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-shrink", action="store_true", help="skip shrinking (faster; raw counterexamples)")
     parser.add_argument("--mutants", action="store_true", help="also run the source-level mutants of impl/")
     parser.add_argument("--quiet", action="store_true", help="tables only, no counterexamples")
+    parser.add_argument("--device", default="cpu",
+                        help="device the mutants run on (default cpu; cuda hands the runners device-side lengths)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,11 +36,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvtable zoo: unknown entries {unknown}; known: {sorted(BY_NAME)}", file=sys.stderr)
         return 2
     entries = [BY_NAME[n] for n in args.names] if args.names else list(ENTRIES)
-    baseline = Baseline()
+    baseline = Baseline(args.device)
     verdicts = []
     for entry in entries:
         verdicts.append(judge_entry(entry, seed=args.seed, examples=args.examples, full=args.full,
-                                    shrink=not args.no_shrink, baseline=baseline))
+                                    shrink=not args.no_shrink, baseline=baseline, device=args.device))
         print(f"  {entry.name}: {'caught' if verdicts[-1].caught else 'NOT CAUGHT'}", file=sys.stderr, flush=True)
     print(entry_table(entries, verdicts))
     if not args.quiet:
@@ -50,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"--- {v.catch.caught_by.message}\n--- counterexample (replayable):\n{v.catch.counterexample}")
     ok = all(v.caught for v in verdicts)
     if args.mutants:
-        mutant_verdicts = [judge_mutant(m, seed=args.seed, examples=args.examples or 10, full=args.full,
-                                        baseline=baseline) for m in MUTANTS]
+        mutant_verdicts = [judge_mutant(m, seed=args.seed, examples=args.examples, full=args.full,
+                                        baseline=baseline, device=args.device) for m in MUTANTS]
         print("\n" + mutant_table(MUTANTS, mutant_verdicts))
         for mutant in MUTANTS:
             if mutant.equivalent or mutant.gap:

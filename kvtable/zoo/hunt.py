@@ -14,24 +14,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import Phase, settings
+from hypothesis import Phase
 
+from kvtable.conformance import runner
 from kvtable.conformance.properties import PROPERTIES, Property, select
 from kvtable.conformance.runner import PropertyResult, run_properties
 
-FIND_PROFILE = "kvtable-zoo-find"
-settings.register_profile(FIND_PROFILE, phases=(Phase.explicit, Phase.generate))
+FIND_PHASES = (Phase.explicit, Phase.generate)
 
 
 @contextmanager
 def no_shrinking() -> Iterator[None]:
-    """Hypothesis stops at the first failing example and does not shrink it (restored on exit)."""
-    previous = settings.get_current_profile_name()
-    settings.load_profile(FIND_PROFILE)
+    """Hypothesis stops at the first failing example and does not shrink it (the runner's phases, restored on exit)."""
+    previous = runner.PHASES
+    runner.PHASES = FIND_PHASES
     try:
         yield
     finally:
-        settings.load_profile(previous)
+        runner.PHASES = previous
 
 
 @dataclass
@@ -91,7 +91,8 @@ def failing(backend: Any, properties: Sequence[Property], *, examples: int, seed
 class Baseline:
     """Which properties the conforming torch backend itself fails, per property set, budget and seed (cached)."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
         self._failing: dict[tuple[tuple[str, ...], int, int], frozenset[str]] = {}
 
     def failing(self, properties: Sequence[Property], *, examples: int, seed: int) -> frozenset[str]:
@@ -99,7 +100,8 @@ class Baseline:
 
         key = (tuple(p.name for p in properties), examples, seed)
         if key not in self._failing:
-            self._failing[key] = frozenset(r.property for r in failing(TorchBackend(), properties,
+            conforming = TorchBackend(device=self.device)
+            self._failing[key] = frozenset(r.property for r in failing(conforming, properties,
                                                                        examples=examples, seed=seed))
         return self._failing[key]
 

@@ -39,6 +39,8 @@ class SourceMutant:
     """Why no test can kill it (it computes the same int32 values on every input), when that is so."""
     gap: str = ""
     """The property the suite lacks to kill it, while it survives (a gap in the suite, not a pass)."""
+    examples: int = 10
+    """Examples per property the suite gets to kill it."""
 
     @property
     def qualified(self) -> str:
@@ -76,13 +78,14 @@ MUTANTS: tuple[SourceMutant, ...] = (
                             "(p+1)*ps <= 2^31 is what makes both exact"),
     SourceMutant("width-mask-dropped", "torch_kernels", (("inside = col < width", "inside = col >= 0"),),
                  "G4", "the kernel's col < width mask is gone (a stale seq_len reads past the row)",
-                 gap="every property hands the runner CPU seq_lens, which impl checks on the host (T4/T8) before "
-                     "any kernel runs, so the kernel's sink for a stale seq_len is never exercised"),
+                 gap="on CPU every length a runner gets is host-readable, so impl refuses a stale seq_len on the "
+                     "host (T4/T8) before any kernel runs and graph/stale-seq-lens never reaches the kernel's "
+                     "sink (on CUDA, with device lengths, it should; not run here)"),
     SourceMutant("page-clamp-dropped", "torch_kernels",
                  (("return page.clamp_min(0) * ps + pos % ps", "return page * ps + pos % ps"),),
                  "G4", "a pad read (-1) is not sent to the null page: the location goes negative",
-                 gap="as width-mask-dropped: a pad or out-of-width read only happens on lengths the host never "
-                     "sees, and no property passes lengths the backend cannot read"),
+                 gap="as width-mask-dropped: a pad is read only at a stale seq_len, which on CPU is refused on "
+                     "the host first; no property exercises the Kernels' sink semantics directly"),
     SourceMutant("stale-block-size", "graph",
                  (("self.page_sizes[gid] = block // self.ratios[gid]", "self.page_sizes[gid] = block"),),
                  "G4", "replay divides expanded tables by the block granularity B, not the kernel page size"),
@@ -113,13 +116,10 @@ MUTANTS: tuple[SourceMutant, ...] = (
     SourceMutant("checker-anywhere", "checker",
                  (("foreign = ~null & (page != own)",
                    "foreign = ~null & ~torch.isin(page, table[: batch.live_rows].to(torch.int64))"),),
-                 "D1", "checker asks only that the page is somewhere in the table (upstream's check)"),
+                 "D1", "checker asks only that the page is somewhere in the table (upstream's check)", examples=40),
     SourceMutant("checker-page0", "checker",
                  (("null = (loc < 0) | (page == NULL_PAGE)", "null = loc < 0"),),
-                 "D1", "checker accepts a real token writing page 0",
-                 gap="checker/rejects corrupts locations on valid tables only, where a page-0 location is also a "
-                     "foreign page; no case has page 0 at the token's own column (a hole under the write) with "
-                     "its location in page 0, the one case only the page-0 test catches"),
+                 "D1", "checker accepts a real token writing page 0 (caught only by a write through a hole)"),
     SourceMutant("checker-no-d2", "checker",
                  (("repeated = _repeats(loc)", "repeated = torch.zeros_like(null)"),),
                  "D2", "checker does not look for two tokens sharing a slot"),
@@ -184,7 +184,9 @@ def mutated_backend(mutant: SourceMutant) -> Iterator[type]:
         del sys.modules[name]
     sys.meta_path.insert(0, loader)
     try:
-        yield importlib.import_module("kvtable.backends.torch_backend").TorchBackend
+        base = importlib.import_module("kvtable.backends.torch_backend").TorchBackend
+        # named after the mutant, so a counterexample never reads as the conforming "torch" backend
+        yield type(f"mutant[{mutant.name}]", (base,), {"name": f"mutant:{mutant.name}", "__module__": __name__})
     finally:
         sys.meta_path.remove(loader)
         _restore(saved)

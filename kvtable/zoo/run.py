@@ -55,27 +55,28 @@ class Verdict:
 
 
 def judge_entry(entry: Entry, *, seed: int = 0, examples: int | None = None, full: bool = False,
-                shrink: bool = True, baseline: Baseline | None = None) -> Verdict:
+                shrink: bool = True, baseline: Baseline | None = None, device: str = "cpu") -> Verdict:
     """Hunt one zoo entry with the properties of its clause (every property with ``full``)."""
     budget = examples or entry.examples
     props = properties_for(None if full else entry.clause)
-    passes = (baseline or Baseline()).passes(props, examples=budget, seed=seed)
-    catch = hunt(entry.backend(), entry.clause, name=entry.name, properties=props, examples=budget, seed=seed,
-                 baseline=passes, shrink=shrink)
+    passes = (baseline or Baseline(device)).passes(props, examples=budget, seed=seed)
+    catch = hunt(entry.backend(device=device), entry.clause, name=entry.name, properties=props, examples=budget,
+                 seed=seed, baseline=passes, shrink=shrink)
     z3 = z3_catch(entry.obligation) if entry.obligation else None
     return Verdict(entry.name, entry.clause, catch, z3)
 
 
-def judge_mutant(mutant: SourceMutant, *, seed: int = 0, examples: int = 10, full: bool = False,
-                 baseline: Baseline | None = None) -> Verdict:
+def judge_mutant(mutant: SourceMutant, *, seed: int = 0, examples: int | None = None, full: bool = False,
+                 baseline: Baseline | None = None, device: str = "cpu") -> Verdict:
     """Run the suite against one source mutant of impl/ (an equivalent one is reported with its reason)."""
     if mutant.equivalent:
         return Verdict(mutant.name, mutant.clause, None, note=f"equivalent: {mutant.equivalent}")
+    budget = examples or mutant.examples
     props = properties_for(None if full else mutant.clause)
-    passes = (baseline or Baseline()).passes(props, examples=examples, seed=seed)
+    passes = (baseline or Baseline(device)).passes(props, examples=budget, seed=seed)
     with mutated_backend(mutant) as backend_class:
-        catch = hunt(backend_class(), mutant.clause, name=mutant.name, properties=props, examples=examples,
-                     seed=seed, baseline=passes, shrink=False)
+        catch = hunt(backend_class(device=device), mutant.clause, name=mutant.name, properties=props,
+                     examples=budget, seed=seed, baseline=passes, shrink=False)
     return Verdict(mutant.name, mutant.clause, catch)
 
 
