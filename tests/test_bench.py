@@ -5,16 +5,15 @@ No timing is asserted here: speed targets are read off the benchmark output.
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 import torch
 
-from kvtable.bench import cli as bench_cli
 from kvtable.bench.baselines import chain_decode_locs, loop_extend_locs, per_group_decode_locs
 from kvtable.bench.replay import check_fill, fill_step
 from kvtable.bench.workload import decode_workload, extend_workload, stacked
+from kvtable.cli import main
 from kvtable.errors import ContractViolation
 from kvtable.impl.locs import group_locs
 from kvtable.impl.torch_kernels import TORCH_KERNELS
@@ -93,11 +92,9 @@ def test_fill_step_check_accepts_the_fill_and_catches_a_wrong_entry():
 
 
 def _bench(tmp_path, *flags):
+    """``kvtable bench FLAGS`` through the real command line, and the JSON it wrote."""
     path = tmp_path / "bench.json"
-    parser = argparse.ArgumentParser(prog="kvtable bench")
-    bench_cli.add_arguments(parser)
-    args = parser.parse_args([*flags, "--json", str(path)])
-    assert bench_cli.run(args) == 0
+    assert main(["bench", *flags, "--json", str(path)]) == 0
     return json.loads(path.read_text())
 
 
