@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             if v.z3 is not None:
                 print(f"--- {v.z3.text()}")
             if v.catch is not None and v.catch.caught_by is not None:
-                print(f"--- {v.catch.caught_by.message}\n--- counterexample (replayable):\n{v.catch.counterexample}")
+                print(f"--- {v.catch.message}\n--- counterexample (replayable):\n{v.catch.counterexample}")
     ok = all(v.caught for v in verdicts)
     if args.mutants:
         mutant_verdicts = [judge_mutant(m, seed=args.seed, examples=args.examples, full=args.full,

@@ -47,6 +47,8 @@ class Catch:
     seconds: float = 0.0
     """Time to catch it (the find run)."""
     shrink_seconds: float = 0.0
+    message: str = ""
+    """The failure, as the suite reported it for the counterexample below."""
     counterexample: str = ""
     discredited: list[str] = field(default_factory=list)
     """Properties that failed here but also fail on the conforming backend (no credit)."""
@@ -130,12 +132,10 @@ class Z3Catch:
 
 def z3_catch(obligation: str, *, timeout_ms: int = 20_000) -> Z3Catch:
     """Discharge the named obligation (one that expects a counterexample) and keep z3's counterexample."""
-    from kvtable.spec.obligations import OBLIGATIONS
+    from kvtable.spec.obligations import obligation as named
     from kvtable.spec.z3_discharge import discharge
 
-    chosen = next((o for o in OBLIGATIONS if o.name == obligation), None)
-    if chosen is None:
-        raise KeyError(f"no z3 obligation {obligation!r}; known: {sorted(o.name for o in OBLIGATIONS)}")
+    chosen = named(obligation)
     if chosen.expect != "counterexample":
         raise ValueError(f"obligation {obligation!r} expects a proof; a zoo entry needs one that is refuted")
     outcome = discharge(chosen.build(), timeout_ms)
@@ -154,9 +154,11 @@ def hunt(backend: Any, expected: str, *, name: str, properties: Sequence[Propert
     catch = Catch(name, expected, caught_by, credited, time.perf_counter() - start, discredited=discredited)
     if caught_by is not None and shrink:
         start = time.perf_counter()
-        shrunk = run_properties(backend, [_by_name(caught_by.property)], examples=lambda _p: examples, seed=seed)
-        catch.counterexample = shrunk.results[0].counterexample or caught_by.counterexample
+        shrunk = run_properties(backend, [_by_name(caught_by.property)], examples=lambda _p: examples,
+                                seed=seed).results[0]
+        final = caught_by if shrunk.passed else shrunk
+        catch.message, catch.counterexample = final.message, final.counterexample
         catch.shrink_seconds = time.perf_counter() - start
     elif caught_by is not None:
-        catch.counterexample = caught_by.counterexample
+        catch.message, catch.counterexample = caught_by.message, caught_by.counterexample
     return catch
