@@ -43,6 +43,13 @@ def _table(obj: Any, group: str | None = None) -> list[list[int]]:
     return as_table(obj, group=group)
 
 
+def _lone(obj: Any, bs: int) -> list[list[int]]:
+    """A lone table: T1 as for a group (rows >= bs, a column 0), which the lone reference functions skip."""
+    rows = _table(obj)
+    check_table_shape(rows, Batch((1,) * bs))
+    return rows
+
+
 def _out(values: list[int], device: str) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32, device=device)
 
@@ -90,22 +97,26 @@ class ReferenceBackend:
         self.debug = bool(debug)
 
     def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
-        return _out(reference.decode_locs(_table(table), _ints(seq_lens), page_size), self.device)
+        seq = _ints(seq_lens)
+        return _out(reference.decode_locs(_lone(table, len(seq)), seq, page_size), self.device)
 
     def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
                     *, actual_bs: int | None = None) -> torch.Tensor:
         seq = _ints(seq_lens)
         if actual_bs is not None and not 0 <= actual_bs <= len(seq):
             raise ContractViolation("T9", f"actual_bs {actual_bs} outside [0, {len(seq)}]")
-        return _out(reference.verify_locs(_table(table), seq, page_size, n, actual_bs=actual_bs), self.device)
+        return _out(reference.verify_locs(_lone(table, len(seq)), seq, page_size, n, actual_bs=actual_bs),
+                    self.device)
 
     def reanchor_locs(self, table: torch.Tensor, frontier: torch.Tensor, page_size: int, n: int
                       ) -> torch.Tensor:
-        return _out(reference.reanchor_locs(_table(table), _ints(frontier), page_size, n), self.device)
+        seq = _ints(frontier)
+        return _out(reference.reanchor_locs(_lone(table, len(seq)), seq, page_size, n), self.device)
 
     def extend_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int],
                     page_size: int) -> torch.Tensor:
-        locs = reference.extend_locs(_table(table), list(prefix_lens), list(extend_lens), page_size)
+        rows = _lone(table, len(extend_lens))
+        locs = reference.extend_locs(rows, list(prefix_lens), list(extend_lens), page_size)
         return _out(locs, self.device)
 
     def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch
