@@ -125,7 +125,7 @@ def test_cli_prints_the_table_and_exits_0_when_caught(capsys: pytest.CaptureFixt
     assert _run_cli("sglang-35351", "kvcached-398") == 0
     out = capsys.readouterr().out
     assert "D1 own-page-write (checker/rejects)" in out and "G1 graph-init (graph/init)" in out
-    assert "counterexample (replayable)" in out and "2/2 entries caught" in out
+    assert "counterexample (replayable)" in out and "2/2 entries caught by the clause they name: PASS" in out
 
 
 def test_cli_exits_1_when_an_entry_escapes(monkeypatch: pytest.MonkeyPatch,

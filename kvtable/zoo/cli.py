@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
             if v.catch is not None and v.catch.caught_by is not None:
                 print(f"--- {v.catch.message}\n--- counterexample (replayable):\n{v.catch.counterexample}")
     ok = all(v.caught for v in verdicts)
+    summary = [f"{sum(v.caught for v in verdicts)}/{len(verdicts)} entries caught by the clause they name"]
     if args.mutants:
         mutant_verdicts = [judge_mutant(m, seed=args.seed, examples=args.examples, full=args.full,
                                         baseline=baseline, device=args.device) for m in MUTANTS]
@@ -58,13 +59,11 @@ def run(args: argparse.Namespace) -> int:
         for mutant in MUTANTS:
             if mutant.equivalent or mutant.gap:
                 print(f"  {mutant.name}: {'equivalent: ' + mutant.equivalent if mutant.equivalent else mutant.gap}")
-        hunted = [(m, v) for m, v in zip(MUTANTS, mutant_verdicts, strict=True) if not m.equivalent]
-        print(f"kvtable zoo: {sum(v.caught for _, v in hunted)}/{len(hunted)} source mutants killed by the clause "
-              "they name")
-        ok = ok and all(v.caught for _, v in hunted)
+        hunted = [v for m, v in zip(MUTANTS, mutant_verdicts, strict=True) if not m.equivalent]
+        summary.append(f"{sum(v.caught for v in hunted)}/{len(hunted)} source mutants killed by the clause "
+                       "they name")
+        ok = ok and all(v.caught for v in hunted)
     if not args.names:
         print("\nOutside the contract: " + "; ".join(f"#{o.item} {o.issue}" for o in OUTSIDE))
-    caught = sum(v.caught for v in verdicts)
-    print(f"\nkvtable zoo: {caught}/{len(verdicts)} entries caught by the clause they name"
-          + ("" if ok else "; FAIL"))
+    print(f"\nkvtable zoo: {'; '.join(summary)}: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
