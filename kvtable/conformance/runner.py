@@ -64,6 +64,7 @@ class Report:
     profile: str
     seed: int
     examples: int
+    """``conform``: examples per property; ``fuzz``: the run's total budget."""
     kind: str = "conform"
     results: list[PropertyResult] = field(default_factory=list)
 
