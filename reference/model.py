@@ -113,8 +113,12 @@ class Batch:
 
     def first_query(self, row: int) -> int | None:
         """The earliest position this step queries from, or None if the row writes nothing."""
-        positions = self.write_positions(row)
-        return min(positions) if positions else None
+        seq = self.seq_lens[row]
+        if self.mode == "extend":
+            assert self.prefix_lens is not None
+            prefix = self.prefix_lens[row]
+            return prefix if seq > prefix else None
+        return max(seq - self.tokens_per_row, 0)
 
     def read_start(self, row: int, window: int | None) -> int:
         """The first key position this row's queries read: 0 for full attention, else the window start."""
