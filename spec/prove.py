@@ -25,6 +25,8 @@ from kvtable.spec.z3_intblast import UnsupportedOperation
 DEFAULT_TIMEOUT_S = 20.0
 SMALL_VALUES = 64
 """Expected counterexamples are looked for among values in [-64, 64] first, to read easily."""
+GRACE_S = 10.0
+"""Beyond its z3 timeout, how long an isolated obligation may take (building, checking) before it is killed."""
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,6 @@ class Result:
         if status == "proved" and expect == "counterexample":
             return "proved (counterexample expected)"
         return status
-
-
-GRACE_S = 10.0
-"""Beyond its z3 timeout, how long an isolated obligation may take (building, checking) before it is killed."""
 
 
 def _outcome(obligation: Obligation, timeout_s: float) -> Outcome:

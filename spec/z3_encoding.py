@@ -18,9 +18,7 @@ import z3
 
 I32 = 32
 I64 = 64
-INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
-NULL_PAGE = 0
 MASKED_PAGE = -1
 """What the kernels use for a column past the group's width: a pad, sunk into the null page."""
 
@@ -179,11 +177,11 @@ class Slot:
 
 
 def meaning_slot(table: TableRead, row: z3.BitVecRef, position: z3.ArithRef,
-                 page_size: z3.BitVecRef, name: str = "") -> Slot:
+                 page_size: z3.BitVecRef) -> Slot:
     """Token ``position`` of ``row`` by W0, reading the same table; column and offset are fresh integers."""
-    col = z3.Int(f"meaning_col{name}")
+    col = z3.Int("meaning_col")
     page = signed_value(table(widen(row), z3.Int2BV(col, I64)))
-    return Slot(position=position, col=col, offset=z3.Int(f"meaning_offset{name}"), page=page,
+    return Slot(position=position, col=col, offset=z3.Int("meaning_offset"), page=page,
                 page_size=signed_value(page_size))
 
 
@@ -224,6 +222,6 @@ class RowSetting:
         """The table entry at the lane's column, whether or not the kernel's mask lets it load."""
         return self.table(widen(self.row), lane.col)
 
-    def meaning(self, position: z3.ArithRef, name: str = "") -> Slot:
+    def meaning(self, position: z3.ArithRef) -> Slot:
         """Token ``position`` of this row by W0."""
-        return meaning_slot(self.table, self.row, position, self.page_size, name)
+        return meaning_slot(self.table, self.row, position, self.page_size)

@@ -83,8 +83,9 @@ def harvest_bounds(facts: Iterable[z3.BoolRef]) -> dict[int, Interval]:
         if not z3.is_bv_value(right):
             continue
         c = right.as_signed_long()
-        bound = {">=": Interval(c, 2**64), ">": Interval(c + 1, 2**64), "<=": Interval(-(2**64), c),
-                 "<": Interval(-(2**64), c - 1), "==": Interval(c, c)}[op]
+        full = Interval.of_width(left.size())
+        bound = {">=": Interval(c, full.hi), ">": Interval(c + 1, full.hi), "<=": Interval(full.lo, c),
+                 "<": Interval(full.lo, c - 1), "==": Interval(c, c)}[op]
         for term in {left.get_id(): left, _strip_sign_ext(left).get_id(): _strip_sign_ext(left)}.values():
             known = bounds.get(term.get_id())
             bounds[term.get_id()] = bound if known is None else known.meet(bound)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import time
 
 import pytest
 import z3
@@ -17,7 +18,7 @@ from kvtable.spec.clauses import CLAUSES
 from kvtable.spec.obligations import OBLIGATIONS, Obligation, obligation
 from kvtable.spec.z3_discharge import Query, discharge
 from kvtable.spec.z3_encoding import INT32_MAX, int32, int64, widen
-from kvtable.spec.z3_intblast import IntBlaster, UnsupportedOperation
+from kvtable.spec.z3_intblast import IntBlaster, Interval, UnsupportedOperation, harvest_bounds
 
 
 @pytest.fixture(scope="module")
@@ -207,6 +208,16 @@ def test_a_timeout_is_unknown_and_fails() -> None:
         assert "timeout" in result.outcome.detail
 
 
+def test_an_overrunning_obligation_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    def stuck() -> Query:
+        time.sleep(30)
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(prove, "GRACE_S", 0.5)
+    result = prove.prove_one(_fake("W5.fake-stuck", stuck), 0.1, isolate=True)
+    assert result.outcome.status == "unknown" and "killed" in result.outcome.detail and result.seconds < 10
+
+
 # The bit-vector semantics ----------------------------------------------------------------------
 def test_wrapping_is_modelled_not_unbounded_integers() -> None:
     x = int32("x")
@@ -247,6 +258,15 @@ def test_integer_reading_matches_z3_bit_vectors(width: int) -> None:
             got = z3.simplify(z3.substitute(image, *[(img, z3.IntVal(values[n]))
                                                      for n, (_, img) in blaster.variables.items()]))
             assert got.as_long() == want.as_signed_long(), (name, width, a, b, facts)
+
+
+def test_bounds_come_from_top_level_facts_at_the_term_width() -> None:
+    wide, narrow = z3.BitVec("wide", 128), int32("narrow")
+    facts = [z3.And(wide >= 5, narrow < 7), z3.Or(narrow > 100, narrow < -100), widen(narrow) >= -3]
+    bounds = harvest_bounds(facts)
+    assert bounds[wide.get_id()] == Interval(5, 2**127 - 1)
+    assert bounds[narrow.get_id()] == Interval(-3, 6)  # the disjunction gives none; the sign extension does
+    assert bounds[widen(narrow).get_id()] == Interval(-3, 2**63 - 1)
 
 
 def test_unsupported_operations_are_refused() -> None:
