@@ -15,8 +15,7 @@ from kvtable.reference.slots import row_slots
 
 def batch_locs(table: Table, batch: Batch, page_size: int, *, group: str | None = None) -> list[int]:
     """The location of every position ``batch`` writes, row by row, through the rows' slot lists."""
-    if len(table) < batch.bs:
-        raise ContractViolation("T1", f"table has {len(table)} rows for a batch of {batch.bs}", group=group)
+    check_table_shape(table, batch, group=group)
     locs: list[int] = []
     for row in range(batch.bs):
         slots = row_slots(table[row], page_size)
@@ -33,6 +32,14 @@ def batch_locs(table: Table, batch: Batch, page_size: int, *, group: str | None 
                     group=group, row=row, col=pos // page_size)
             locs.append(slot)
     return locs
+
+
+def check_table_shape(table: Table, batch: Batch, *, group: str | None = None) -> None:
+    """T1 table-shape: at least one row per batch row and at least one column."""
+    if len(table) < batch.bs:
+        raise ContractViolation("T1", f"table has {len(table)} rows for a batch of {batch.bs}", group=group)
+    if batch.bs and not table[0]:
+        raise ContractViolation("T1", "table has no columns; col 0 must exist for dummy rows", group=group)
 
 
 def decode_locs(table: Table, seq_lens: Sequence[int], page_size: int) -> list[int]:

@@ -76,6 +76,8 @@ class Batch:
             raise ValueError("an extend batch needs prefix_lens")
         if self.mode == "decode" and self.n != 1:
             raise ValueError(f"decode writes one token per request, got n={self.n}; use mode='verify'")
+        if self.actual_bs is not None and not 0 <= self.actual_bs <= self.bs:
+            raise ContractViolation("T9", f"actual_bs {self.actual_bs} outside [0, {self.bs}]")
 
     @classmethod
     def extend(cls, prefix_lens: Sequence[int], extend_lens: Sequence[int]) -> Batch:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kvtable.errors import ContractViolation
-from kvtable.reference.locs import check_int32_range
+from kvtable.reference.locs import check_int32_range, check_table_shape
 from kvtable.reference.model import DEFAULT_TAIL_PAD, INT32_MAX, NULL_PAGE, Batch, GroupSpec, Table
 
 Specs = Mapping[str, GroupSpec] | Sequence[GroupSpec]
@@ -51,18 +51,8 @@ def as_table(obj: Any, *, group: str | None = None) -> Table:
     return rows
 
 
-def check_table_shape(table: Table, batch: Batch, *, group: str | None = None) -> None:
-    """T1 table-shape: at least one row per batch row and at least one column."""
-    if len(table) < batch.bs:
-        raise ContractViolation("T1", f"table has {len(table)} rows for a batch of {batch.bs}", group=group)
-    if batch.bs and not table[0]:
-        raise ContractViolation("T1", "table has no columns; col 0 must exist for dummy rows", group=group)
-
-
 def check_lengths(batch: Batch) -> None:
     """T9 lengths (and W2's seq_len >= N for real verify rows)."""
-    if not 0 <= batch.live_rows <= batch.bs:
-        raise ContractViolation("T9", f"actual_bs {batch.actual_bs} outside [0, {batch.bs}]")
     if batch.prefix_lens is not None and len(batch.prefix_lens) != batch.bs:
         raise ContractViolation("T9", f"{len(batch.prefix_lens)} prefix lengths for {batch.bs} rows")
     for row, seq in enumerate(batch.seq_lens):
@@ -162,15 +152,14 @@ def check_swa_holes(table: Table, batch: Batch, spec: GroupSpec) -> None:
 def check_page_sharing(table: Table, batch: Batch, spec: GroupSpec) -> None:
     """T7 private-write-pages: a page with a write position is in no other live row, nor twice in its own."""
     ps = spec.block_granularity
-    owners: dict[int, int] = {}
     for row in range(batch.live_rows):
+        seen: set[int] = set()
         for col, page in enumerate(table[row]):
-            if page <= 0:
-                continue
-            if owners.get(page) == row:
+            if page in seen:
                 raise ContractViolation("T7", f"page {page} appears twice in one row", group=spec.group_id,
                                         row=row, col=col)
-            owners.setdefault(page, row)
+            if page > 0:
+                seen.add(page)
     rows_of: dict[int, set[int]] = {}
     for row in range(batch.live_rows):
         for page in table[row]:

@@ -27,7 +27,7 @@ class Clause:
 CLAUSES: tuple[Clause, ...] = (
     # Tables ------------------------------------------------------------------------------------------
     Clause("T1", "table-shape", "one int32 [rows >= bs, width >= 1] table per non-state group",
-           "tables.check_table_shape"),
+           "locs.check_table_shape"),
     Clause("T2", "dummy-row", "padded rows (row >= actual_bs) are all page 0", "tables.check_dummy_rows"),
     Clause("T3", "tail-pad", "after a row's last real page only the tail pad (-1, or 0) follows",
            "tables.check_row_layout"),

@@ -264,3 +264,19 @@ def test_graph_capture_limits() -> None:
     with pytest.raises(ContractViolation, match=r"\[G2 capture-views\].*spec_n"):
         graph.capture(2, ["full_attention"], tokens_per_req=2)
     assert graph.capture(2, ["mamba"]) == (None, None)
+
+
+def test_t7_catches_a_shared_prefix_page_repeated_in_one_row() -> None:
+    specs = (GroupSpec("full", "full", 64),)
+    err = _violation({"full": [[1, 2, -1], [1, 1, 5]]}, Batch((65, 129)), specs=specs)
+    assert (err.clause_id, err.row, err.col) == ("T7", 1, 1)
+
+
+def test_actual_bs_past_bs_is_a_lengths_breach() -> None:
+    with pytest.raises(ContractViolation, match=r"\[T9 lengths\].*actual_bs 3 outside \[0, 2\]"):
+        verify_locs([[1], [2]], [1, 1], 2, 1, actual_bs=3)
+
+
+def test_lone_functions_refuse_a_zero_column_table_as_t1() -> None:
+    with pytest.raises(ContractViolation, match=r"\[T1 table-shape\].*no columns"):
+        decode_locs([[]], [1], 2)

@@ -63,9 +63,12 @@ class Backend(Protocol):
         """W3: int32 ``[sum(extend_lens)]``, request order; lengths are CPU mirrors."""
         ...
 
-    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch
-                   ) -> dict[str, torch.Tensor]:
-        """W1-W4 for every non-state group in one pass (T6: state groups shed), at each group's B."""
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch,
+                   *, tail_pad: int = -1) -> dict[str, torch.Tensor]:
+        """W1-W4 for every non-state group in one pass (T6: state groups shed), at each group's B.
+
+        ``tail_pad`` is the batch's tail-pad convention (T3), which debug mode checks the tables against.
+        """
         ...
 
     def expand_table(self, table: torch.Tensor, ratio: int, *, max_kernel_pages: int | None = None,

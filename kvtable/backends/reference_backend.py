@@ -14,7 +14,7 @@ import torch
 
 from kvtable import reference
 from kvtable.errors import ContractViolation
-from kvtable.reference import Batch, GroupSpec
+from kvtable.reference import DEFAULT_TAIL_PAD, Batch, GroupSpec
 from kvtable.reference.tables import (
     as_table,
     check_group_ids,
@@ -41,13 +41,6 @@ def _table(obj: Any, group: str | None = None) -> list[list[int]]:
         raise ContractViolation("T1", f"a table is a 2-D int32 tensor, got {getattr(obj, 'shape', obj)!r}",
                                 group=group)
     return as_table(obj, group=group)
-
-
-def _lone(obj: Any, bs: int) -> list[list[int]]:
-    """A lone table: T1 as for a group (rows >= bs, a column 0), which the lone reference functions skip."""
-    rows = _table(obj)
-    check_table_shape(rows, Batch((1,) * bs))
-    return rows
 
 
 def _out(values: list[int], device: str) -> torch.Tensor:
@@ -98,32 +91,32 @@ class ReferenceBackend:
 
     def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
         seq = _ints(seq_lens)
-        return _out(reference.decode_locs(_lone(table, len(seq)), seq, page_size), self.device)
+        return _out(reference.decode_locs(_table(table), seq, page_size), self.device)
 
     def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
                     *, actual_bs: int | None = None) -> torch.Tensor:
         seq = _ints(seq_lens)
         if actual_bs is not None and not 0 <= actual_bs <= len(seq):
             raise ContractViolation("T9", f"actual_bs {actual_bs} outside [0, {len(seq)}]")
-        return _out(reference.verify_locs(_lone(table, len(seq)), seq, page_size, n, actual_bs=actual_bs),
+        return _out(reference.verify_locs(_table(table), seq, page_size, n, actual_bs=actual_bs),
                     self.device)
 
     def reanchor_locs(self, table: torch.Tensor, frontier: torch.Tensor, page_size: int, n: int
                       ) -> torch.Tensor:
         seq = _ints(frontier)
-        return _out(reference.reanchor_locs(_lone(table, len(seq)), seq, page_size, n), self.device)
+        return _out(reference.reanchor_locs(_table(table), seq, page_size, n), self.device)
 
     def extend_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int],
                     page_size: int) -> torch.Tensor:
-        rows = _lone(table, len(extend_lens))
+        rows = _table(table)
         locs = reference.extend_locs(rows, list(prefix_lens), list(extend_lens), page_size)
         return _out(locs, self.device)
 
-    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch
-                   ) -> dict[str, torch.Tensor]:
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch,
+                   *, tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
         by_id = specs_by_id(specs)
         if self.debug:
-            plain = reference.check_tables(by_id, tables, batch)
+            plain = reference.check_tables(by_id, tables, batch, tail_pad=tail_pad)
         else:
             check_lengths(batch)
             live = shed_state_groups(by_id, tables)

@@ -46,9 +46,9 @@ class TorchBackend:
         return impl_locs.extend_locs(table, prefix_lens, extend_lens, page_size, kernels=self.kernels,
                                      debug=self.debug)
 
-    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch
-                   ) -> dict[str, torch.Tensor]:
-        return impl_locs.group_locs(specs, tables, batch, kernels=self.kernels, debug=self.debug)
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch,
+                   *, tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
+        return impl_locs.group_locs(specs, tables, batch, kernels=self.kernels, debug=self.debug, tail_pad=tail_pad)
 
     def expand_table(self, table: torch.Tensor, ratio: int, *, max_kernel_pages: int | None = None,
                      tail_pad: int = DEFAULT_TAIL_PAD, actual_bs: int | None = None) -> torch.Tensor:

@@ -8,7 +8,7 @@ import torch
 
 from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.locs import LONE, extend_group_locs
-from kvtable.reference.model import Batch, GroupSpec
+from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec
 from kvtable.reference.tables import specs_by_id
 from kvtable.zoo.base import ZooBackend
 
@@ -53,9 +53,9 @@ class Flashinfer919(ZooBackend):
         super().extend_locs(table, prefix_lens, extend_lens, page_size)
         return self._padded({LONE: table}, {LONE: page_size}, prefix_lens, extend_lens)[LONE]
 
-    def group_locs(self, specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch
-                   ) -> dict[str, torch.Tensor]:
-        locs = super().group_locs(specs, tables, batch)
+    def group_locs(self, specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch,
+                   *, tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
+        locs = super().group_locs(specs, tables, batch, tail_pad=tail_pad)
         if batch.mode != "extend":
             return locs
         assert batch.prefix_lens is not None

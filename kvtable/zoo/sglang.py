@@ -9,7 +9,7 @@ import torch
 from kvtable.impl.checker import check_write_locs as strong_check
 from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.tokens import batch_tokens
-from kvtable.reference.model import Batch, GroupSpec
+from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec
 from kvtable.reference.tables import specs_by_id
 from kvtable.zoo.base import ZooBackend
 
@@ -57,9 +57,9 @@ class Sglang23984(ZooBackend):
 
     name = "sglang-23984"
 
-    def group_locs(self, specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch
-                   ) -> dict[str, torch.Tensor]:
-        locs = super().group_locs(specs, tables, batch)
+    def group_locs(self, specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch,
+                   *, tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
+        locs = super().group_locs(specs, tables, batch, tail_pad=tail_pad)
         by_id = specs_by_id(specs)
         full = [gid for gid in sorted(locs) if by_id[gid].family == "full"]
         if not full:

@@ -12,7 +12,7 @@ from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.kernels import Kernels
 from kvtable.impl.locs import LONE, extend_group_locs, fixed_group_locs, lone_spec
 from kvtable.impl.torch_kernels import TorchKernels, _gather_locs
-from kvtable.reference.model import Batch, GroupSpec, Mode
+from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec, Mode
 from kvtable.reference.tables import check_group_ids, shed_state_groups, specs_by_id
 from kvtable.zoo.base import ZooBackend
 
@@ -110,8 +110,8 @@ class Vllm53982(ZooBackend):
         batch = Batch.extend(prefix_lens, extend_lens)
         return self.group_locs([lone_spec(page_size)], {LONE: table}, batch)[LONE]
 
-    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch
-                   ) -> dict[str, torch.Tensor]:
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch,
+                   *, tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
         validate.check_batch(batch)
         by_id = specs_by_id(specs)
         live = shed_state_groups(by_id, tables)
@@ -181,9 +181,9 @@ class Vllm51031Swapped(ZooBackend):
 
     name = "vllm-51031-swapped"
 
-    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch
-                   ) -> dict[str, torch.Tensor]:
-        checked = super().group_locs(specs, tables, batch)
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch,
+                   *, tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
+        checked = super().group_locs(specs, tables, batch, tail_pad=tail_pad)
         by_id = specs_by_id(specs)
         gids = sorted(checked)
         sizes = {gid: by_id[gids[(i + 1) % len(gids)]].block_granularity for i, gid in enumerate(gids)}
@@ -233,10 +233,10 @@ class Vllm1486(ZooBackend):
     def default_kernels(self) -> Kernels:
         return Int32SlotKernels()
 
-    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch
-                   ) -> dict[str, torch.Tensor]:
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch,
+                   *, tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
         try:
-            return super().group_locs(specs, tables, batch)
+            return super().group_locs(specs, tables, batch, tail_pad=tail_pad)
         except ContractViolation as err:
             if err.clause_id != "W5":
                 raise
