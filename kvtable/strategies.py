@@ -7,10 +7,6 @@ pages shared between rows, rows past ``bs`` and pages near the int32 limit. Ever
 draw breaks one clause and carries the id the reference raises for it (``tests/test_strategies.py``
 asserts the label). :func:`write_loc_cases`, :func:`expand_cases` and :func:`graph_cases` feed the
 checker, expansion and CUDA-graph properties.
-
-Known gap: "page twice in one row" repeats only a page no other row holds, because
-``reference.tables.check_page_sharing`` misses a row repeating a *shared* prefix page (its first
-owner is another row), although SPEC.md's T7 forbids it.
 """
 
 from __future__ import annotations
@@ -272,8 +268,6 @@ class Variant:
     cheap: bool
     base: Mapping[str, Any] = field(default_factory=dict)
     """Keyword arguments of :func:`cases` for a base case the mutation can apply to."""
-    lone: bool = True
-    """Whether the lone-table reference functions report the breach (``actual_bs`` past bs: they crash)."""
 
 
 def _pick(draw: st.DrawFn, items: Sequence[Any]) -> Any:
@@ -445,20 +439,19 @@ def _t7_shared_write(draw: st.DrawFn, case: Case) -> tuple[Case, str]:
 
 
 def _t7_twice_in_row(draw: st.DrawFn, case: Case) -> tuple[Case, str]:
+    """One of the row's own pages, or a page another live row holds (a shared prefix page, say), at two
+    real columns of the row."""
     tables = _copy_tables(case)
     gid = _pick_group(draw, case)
     table, live = tables[gid], case.batch.live_rows
-
-    def private(row: int, col: int) -> bool:  # a page no other live row holds (see the module docstring)
-        return all(table[row][col] not in table[r] for r in range(live) if r != row)
-
-    rows = [r for r in range(live)
-            if len(_real_cols(table[r])) >= 2 and any(private(r, c) for c in _real_cols(table[r]))]
-    row = _pick(draw, rows)
-    src = draw(st.sampled_from([c for c in _real_cols(table[row]) if private(row, c)]))
-    dst = draw(st.sampled_from([c for c in _real_cols(table[row]) if c != src]))
-    table[row][dst] = table[row][src]
-    return replace(case, tables=tables), f"page {table[row][src]} twice in {gid!r} row {row}"
+    row = _pick(draw, [r for r in range(live) if len(_real_cols(table[r])) >= 2])
+    first = draw(st.sampled_from(_real_cols(table[row])))
+    second = draw(st.sampled_from([c for c in _real_cols(table[row]) if c != first]))
+    held = sorted({table[r][c] for r in range(live) if r != row for c in _real_cols(table[r])})
+    page = draw(st.sampled_from(held)) if held and draw(st.booleans()) else table[row][first]
+    table[row][first] = table[row][second] = page
+    whose = "its own" if page not in held else "another row's"
+    return replace(case, tables=tables), f"page {page} ({whose}) twice in {gid!r} row {row}, cols {first}, {second}"
 
 
 def _t8_narrow(draw: st.DrawFn, case: Case) -> tuple[Case, str]:
@@ -500,11 +493,6 @@ def _t9_prefix(draw: st.DrawFn, case: Case) -> tuple[Case, str]:
     prefix[row] = draw(st.sampled_from((-1, seq + 1)))
     batch = replace(case.batch, prefix_lens=tuple(prefix))
     return replace(case, batch=batch), f"row {row} has prefix {prefix[row]} and seq_len {seq}"
-
-
-def _t9_actual_bs(draw: st.DrawFn, case: Case) -> tuple[Case, str]:
-    actual = case.batch.bs + draw(st.integers(1, 3))
-    return replace(case, batch=replace(case.batch, actual_bs=actual)), f"actual_bs {actual} > bs {case.batch.bs}"
 
 
 def _w2_short_row(draw: st.DrawFn, case: Case) -> tuple[Case, str]:
@@ -557,7 +545,6 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("T8", "table narrower than a row needs", _t8_narrow, True, {"min_live": 1, "max_cols": 6}),
     Variant("T9", "seq_len 0", _t9_zero_seq, True, {"min_live": 1, "modes": _FIXED}),
     Variant("T9", "negative prefix or prefix past seq_len", _t9_prefix, True, {"min_live": 1, "modes": ("extend",)}),
-    Variant("T9", "actual_bs past bs", _t9_actual_bs, True, {"modes": _FIXED}, lone=False),
     Variant("W2", "real verify row with seq_len < N", _w2_short_row, True,
             {"min_live": 1, "modes": ("verify",), "n": MAX_N}),
     Variant("W5", "page past the int32 range", _w5_page, False, {"min_live": 1, "kernel_page_sizes": (2, 4, 8)}),
@@ -577,15 +564,12 @@ def _base_kwargs(variant: Variant, tail_pads: Sequence[int]) -> dict[str, Any]:
 
 
 def variants(clauses: Sequence[str] | None = None, *, cheap: bool | None = None,
-             tail_pads: Sequence[int] = (-1, 0), padding: bool = True, lone: bool = False) -> tuple[Variant, ...]:
-    """The variants breaking one of ``clauses`` (all by default), cheap ones only if ``cheap``.
-
-    ``padding=False`` drops the ones that need dummy rows, ``lone=True`` those the reference's
-    lone-table functions cannot judge.
-    """
+             tail_pads: Sequence[int] = (-1, 0), padding: bool = True) -> tuple[Variant, ...]:
+    """The variants breaking one of ``clauses`` (all by default), cheap ones only if ``cheap``;
+    ``padding=False`` drops the ones that need dummy rows."""
     chosen = [v for v in VARIANTS if (clauses is None or v.clause in clauses)
               and (cheap is None or v.cheap == cheap) and _base_kwargs(v, tail_pads)["tail_pads"]
-              and (padding or not v.base.get("min_pad")) and (v.lone or not lone)]
+              and (padding or not v.base.get("min_pad"))]
     if not chosen:
         raise ValueError(f"no near-valid variant for clauses {clauses} (cheap={cheap}, tail_pads={tail_pads})")
     return tuple(chosen)
@@ -601,14 +585,13 @@ def broken_case(draw: st.DrawFn, variant: Variant, *, tail_pads: Sequence[int] =
 
 
 def broken_cases(clauses: Sequence[str] | None = None, *, cheap: bool | None = None,
-                 tail_pads: Sequence[int] = (-1, 0), padding: bool = True, lone: bool = False
-                 ) -> st.SearchStrategy[Broken]:
+                 tail_pads: Sequence[int] = (-1, 0), padding: bool = True) -> st.SearchStrategy[Broken]:
     """A near-valid batch breaking one clause of ``clauses`` (see :func:`variants` for the filters).
 
     ``tail_pads=(-1,)`` keeps to the default pad (what a debug check without a pad argument assumes);
     ``padding=False`` keeps dummy rows out (lone-table calls cannot tell them from live rows).
     """
-    chosen = variants(clauses, cheap=cheap, tail_pads=tail_pads, padding=padding, lone=lone)
+    chosen = variants(clauses, cheap=cheap, tail_pads=tail_pads, padding=padding)
     return st.sampled_from(chosen).flatmap(lambda v: broken_case(v, tail_pads=tail_pads, padding=padding))
 
 
@@ -646,13 +629,16 @@ def _checker_verdict(table: Table, locs: list[int], batch: Batch, page_size: int
     return None
 
 
-CORRUPTIONS = ("null page", "foreign page", "wrong column", "wrong offset", "count", "shared write page",
-               "write through a hole", "clamped re-anchor")
+CORRUPTIONS: dict[str, str] = {
+    "null page": "D1", "write through a hole": "D1", "foreign page": "D1", "wrong column": "D1",
+    "wrong offset": "D1", "count": "D1", "shared write page": "D2", "clamped re-anchor": "D2",
+}
+"""Each corruption of :func:`write_loc_cases` and the clause the reference checker names for it."""
 
 
 @st.composite
 def write_loc_cases(draw: st.DrawFn, *, corrupt: bool | None = None,
-                    corruptions: Sequence[str] = CORRUPTIONS) -> WriteLocCase:
+                    corruptions: Sequence[str] = tuple(CORRUPTIONS)) -> WriteLocCase:
     """Correct locations (``corrupt=False``), or one corruption of them; labelled by the reference checker.
 
     ``clamped re-anchor`` keeps the locations correct but re-anchors a row below N, whose clamped
@@ -666,7 +652,7 @@ def write_loc_cases(draw: st.DrawFn, *, corrupt: bool | None = None,
         case = draw(cases(min_live=1, modes=("reanchor",), n=MAX_N))
         tables = _copy_tables(case)
         row = draw(st.integers(0, case.batch.live_rows - 1))
-        frontier = draw(st.integers(1, MAX_N - 1))
+        frontier = draw(st.integers(1, min(MAX_N - 1, case.batch.seq_lens[row])))  # inside the row: no widening
         _rebuild_row(case, tables, row, frontier)
         seq = list(case.batch.seq_lens)
         seq[row] = frontier
@@ -853,3 +839,25 @@ def graph_cases(draw: st.DrawFn) -> GraphCase:
                         st.integers(1, setup.spec_n))
     captures = tuple(draw(st.lists(capture, min_size=1, max_size=3)))
     return GraphCase(setup, captures, draw(replays(setup)))
+
+
+@st.composite
+def repaged(draw: st.DrawFn, setup: GraphSetup, step: Replay) -> Replay:
+    """``step`` again (same bs, N, actual_bs, seq_lens and table shapes) with every real page id of every
+    attention table swapped for a fresh one: a replay a runner may not tell from ``step`` by shape alone.
+
+    The renaming is one-to-one per group, so sharing, holes and pads keep their places and the replay
+    stays valid; fresh ids are small, inside the W5 range of any block size.
+    """
+    attention = {s.group_id for s in setup.attention}
+    rng = draw(st.randoms(use_true_random=False))
+    tables: dict[str, Table] = {}
+    for gid, table in step.tables.items():
+        used = sorted({p for row in table for p in row if p > 0})
+        if gid not in attention or not used:
+            tables[gid] = table
+            continue
+        pool = sorted(set(range(1, 2 * len(used) + 64)) - set(used))
+        rename = dict(zip(used, rng.sample(pool, len(used)), strict=True))
+        tables[gid] = [[rename.get(p, p) for p in row] for row in table]
+    return replace(step, tables=tables)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
 from kvtable import ContractViolation
@@ -24,6 +24,7 @@ from kvtable.strategies import (
     cases,
     expand_cases,
     graph_cases,
+    repaged,
     variants,
     write_loc_cases,
 )
@@ -120,7 +121,6 @@ def test_content_variants_break_exactly_one_clause(variant) -> None:
 def test_variant_filters() -> None:
     assert {v.clause for v in variants(cheap=True)} == {"T1", "T8", "T9", "W2"}
     assert not [v for v in variants(padding=False) if v.clause == "T2"]
-    assert all(v.lone for v in variants(lone=True))
     with pytest.raises(ValueError, match="no near-valid variant"):
         variants(["T2"], padding=False)
 
@@ -134,6 +134,19 @@ def test_default_pad_variants_keep_the_default_pad(b: Broken) -> None:
 EXPECTED_VERDICT = {"null page": "D1", "foreign page": "D1", "wrong column": "D1", "wrong offset": "D1",
                     "count": "D1", "shared write page": "D2", "write through a hole": "D1",
                     "clamped re-anchor": "D2"}
+
+
+def test_page_twice_in_one_row_also_repeats_another_rows_page() -> None:
+    """T7 forbids a row holding a page twice even when the page's first owner is another row."""
+    twice = next(v for v in VARIANTS if v.name == "page twice in one row")
+    found = find(broken_case(twice), lambda b: "another row's" in b.how,
+                 settings=settings(max_examples=500, database=None, phases=[Phase.generate],
+                                   suppress_health_check=list(HealthCheck)))
+    assert found.clause == "T7"
+
+
+def test_corruption_labels_match_the_verdicts() -> None:
+    assert CORRUPTIONS == EXPECTED_VERDICT
 
 
 @pytest.mark.parametrize("how", CORRUPTIONS)
@@ -175,3 +188,27 @@ def test_graph_cases_replay_cleanly_on_the_model(gc: GraphCase) -> None:
     step = gc.replay
     model.replay(step.bs, step.tensors(), list(step.seq_lens), step.tokens_per_req, actual_bs=step.actual_bs)
     assert len(step.live_seq) == step.bs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(st.data())
+def test_repaged_replays_keep_the_shape_with_fresh_pages(data: st.DataObject) -> None:
+    gc = data.draw(graph_cases())
+    step = gc.replay
+    again = data.draw(repaged(gc.setup, step))
+    assert (again.bs, again.seq_lens, again.tokens_per_req, again.actual_bs) == \
+        (step.bs, step.seq_lens, step.tokens_per_req, step.actual_bs)
+    attention = {s.group_id for s in gc.setup.attention}
+    for gid, table in step.tables.items():
+        new = again.tables[gid]
+        assert [len(r) for r in new] == [len(r) for r in table]
+        assert [[p <= 0 for p in r] for r in new] == [[p <= 0 for p in r] for r in table]
+        old_pages = {p for r in table for p in r if p > 0}
+        if gid in attention:
+            assert not old_pages & {p for r in new for p in r if p > 0}, "every real page is renamed"
+        else:
+            assert new == table
+    model = GraphModel(gc.setup.specs, **gc.setup.kwargs())
+    for replay in (step, again):
+        model.replay(replay.bs, replay.tensors(), list(replay.seq_lens), replay.tokens_per_req,
+                     actual_bs=replay.actual_bs)

@@ -18,6 +18,8 @@ from kvtable.errors import ContractViolation
 BACKEND_CALLS = frozenset({"decode_locs", "verify_locs", "reanchor_locs", "extend_locs", "group_locs",
                            "expand_table", "check_write_locs", "graph"})
 RUNNER_CALLS = frozenset({"capture", "replay"})
+KERNEL_CALLS = frozenset({"stacked_locs", "stacked_extend_locs", "replay_fill"})
+"""The fused operations of ``backend.kernels``: they write their outputs in place and return None."""
 
 
 class Mismatch(AssertionError):
@@ -89,7 +91,7 @@ def to_device(value: Any, device: str | None) -> Any:
 
 
 class Recorded:
-    """A proxy that records the protocol calls made on ``target`` (a backend or a graph runner).
+    """A proxy that records the protocol calls made on ``target`` (a backend, its kernels or a graph runner).
 
     Tensor arguments are moved to the backend's device first (the protocol's tensors live there), so
     on CUDA every length the backend gets is a device tensor it cannot read without a sync.
@@ -107,7 +109,10 @@ class Recorded:
 
     def __getattr__(self, attr: str) -> Any:
         value = getattr(self._target, attr)
-        if attr not in BACKEND_CALLS | RUNNER_CALLS or not callable(value):
+        if attr == "kernels" and value is not None:
+            self._transcript.note(f"kernels = {self._name}.kernels")
+            return Recorded(value, "kernels", self._transcript, self._device)
+        if attr not in BACKEND_CALLS | RUNNER_CALLS | KERNEL_CALLS or not callable(value):
             return value
 
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -118,7 +123,7 @@ class Recorded:
                 self._transcript.runners += 1
                 runner_name = "runner" if self._transcript.runners == 1 else f"runner{self._transcript.runners}"
                 statement = f"{runner_name} = {statement}"
-            elif attr not in ("replay", "check_write_locs"):
+            elif attr not in {"replay", "check_write_locs"} | KERNEL_CALLS:
                 statement = f"{'views' if attr == 'capture' else 'out'} = {statement}"
             try:
                 result = value(*args, **kwargs)

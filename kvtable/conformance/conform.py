@@ -4,8 +4,12 @@
 
 ``--backend`` takes a built-in name (``reference``, ``torch``, ``triton``) or ``pkg.mod:factory`` /
 ``pkg.mod:object``; without it ``$KVTABLE_BACKEND`` (default ``torch``) decides. Exit status: 0 when
-every property passed, 1 when any failed (the clause is named on the last line), 3 when the backend
-is unavailable here (e.g. triton not importable) and nothing ran.
+every property that applies passed, 1 when any failed (the clause is named on the last line), 3 when
+the backend is unavailable here (e.g. triton not importable) and nothing ran.
+
+A property that does not apply to the backend is not run and shows as ``N/A`` in the table, with its
+reason under it; it is neither passed nor failed (the ``kernels/*`` properties need the backend to
+expose its fused kernels as ``backend.kernels``, which the reference backend does not).
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ def emit(report: Report, as_json: bool) -> int:
         print(report.to_json())
     else:
         print(report.table())
+        if report.not_applicable:
+            print(report.notes())
         if report.failures:
             print()
             print(report.details())

@@ -77,7 +77,7 @@ def fuzz(backend: BackendLike, *, examples: int, seed: int, database: str | Exam
 def progress_bar(done: int, total: int, result: PropertyResult) -> None:
     """A one-line text progress bar on stderr."""
     filled = 30 * done // total
-    line = (f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {result.status.upper():6} "
+    line = (f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {result.label:6} "
             f"{result.property[:40]:40}")
     print(line, end="\n" if done == total else "", file=sys.stderr, flush=True)
 

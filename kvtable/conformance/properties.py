@@ -38,6 +38,15 @@ from kvtable.conformance.checks import (
     judge,
 )
 from kvtable.conformance.checks import reference_outcome as outcome
+from kvtable.conformance.kernel_properties import (
+    check_replay_fill,
+    check_stacked_extend_locs,
+    check_stacked_locs,
+    extend_cases,
+    fill_cases,
+    locs_cases,
+    missing_kernels,
+)
 from kvtable.conformance.stateful import STALE_KINDS, GraphHarness, machine
 from kvtable.reference import GroupSpec, page_ratio
 from kvtable.reference.model import MODES, Table
@@ -45,11 +54,13 @@ from kvtable.reference.tables import as_table
 from kvtable.strategies import (
     BROKEN_CLAUSES,
     CHEAP_CLAUSES,
+    CORRUPTIONS,
     Broken,
     Case,
     ExpandCase,
     GraphCase,
     GraphSetup,
+    Replay,
     WriteLocCase,
     as_tensor,
     broken_cases,
@@ -57,6 +68,7 @@ from kvtable.strategies import (
     expand_cases,
     graph_cases,
     graph_setups,
+    repaged,
     write_loc_cases,
 )
 
@@ -98,6 +110,9 @@ class Property:
     weight: int = 1
     """Share of ``kvtable fuzz``'s example budget (large input spaces get more)."""
     stateful: Callable[[Context], type] | None = None
+    not_applicable: Callable[[Context], str | None] | None = None
+    """Why the property does not apply to a backend (None: it does), e.g. no ``backend.kernels``; such a
+    property is reported "not applicable", never run and never counted as passed."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -163,7 +178,8 @@ def _group_compare(ctx: Context, case: Case, clause: str) -> Callable[[Any, Any]
 def _check_group_locs(ctx: Context, backend: Any, case: Case, clause: str) -> None:
     plain = {gid: t for gid, t in case.tables.items()}
     expected = outcome(lambda: ctx.profile.group_locs(list(case.specs), plain, case.batch))
-    judge(clause, "group_locs", expected, lambda: backend.group_locs(list(case.specs), case.tensors(), case.batch),
+    judge(clause, "group_locs", expected,
+          lambda: backend.group_locs(list(case.specs), case.tensors(), case.batch, tail_pad=case.tail_pad),
           _group_compare(ctx, case, clause))
 
 
@@ -192,7 +208,7 @@ def _int32_edge(ctx: Context, case: Case) -> None:
 @st.composite
 def _state_garbage(draw: st.DrawFn) -> Case:
     """A valid case whose state group's table is garbage: int64, 1-D, or full of holes and pads."""
-    case = draw(cases(tail_pads=(-1,)))
+    case = draw(cases())
     state = GroupSpec("state9", "state", 0)
     kind = draw(st.sampled_from(("holes", "int64", "1-D")))
     garbage = [[0, -1, 3, 3]] * case.batch.bs
@@ -210,9 +226,12 @@ def _state_shed(ctx: Context, case: Case) -> None:
 
 
 def _debug_accepts(ctx: Context, case: Case) -> None:
-    """Debug mode accepts every valid batch (a refusal names the clause it invoked) with the same locations."""
+    """Debug mode accepts every valid batch (a refusal names the clause it invoked) with the same locations.
+
+    The lone-table calls take no tail-pad argument, so they are held to the default pad -1 only.
+    """
     _check_group_locs(ctx, ctx.debug_backend, case, _MODE_CLAUSE[case.batch.mode])
-    if case.batch.mode == "verify" or case.batch.live_rows == case.batch.bs:
+    if case.tail_pad == -1 and (case.batch.mode == "verify" or case.batch.live_rows == case.batch.bs):
         _check_lone(ctx, ctx.debug_backend, case)
 
 
@@ -298,6 +317,26 @@ def _graph_replay(ctx: Context, gc: GraphCase) -> None:
     for bs, ids, tpr in gc.captures:
         h.capture(bs, ids, tpr)
     h.replay(gc.replay)
+
+
+@st.composite
+def _twice_cases(draw: st.DrawFn) -> tuple[GraphCase, Replay]:
+    gc = draw(graph_cases())
+    return gc, draw(repaged(gc.setup, gc.replay))
+
+
+def _graph_replay_twice(ctx: Context, arg: tuple[GraphCase, Replay]) -> None:
+    """G3/G4: a second replay of the same shape with fresh page ids refills every table and location.
+
+    A runner that caches what it filled by batch shape (sglang #25889) keeps the first replay's pages.
+    """
+    gc, again = arg
+    h = GraphHarness(ctx, gc.setup)
+    h.init()
+    for bs, ids, tpr in gc.captures:
+        h.capture(bs, ids, tpr)
+    h.replay(gc.replay)
+    h.replay(again)
 
 
 @st.composite
@@ -433,7 +472,8 @@ def _expect_broken(ctx: Context, backend: Any, b: Broken) -> None:
         _check_group_locs(ctx, backend, b.case, "W2")  # this profile clamps instead of raising
         return
     expect_raises(b.clause, f"group_locs on {b.how}",
-                  lambda: backend.group_locs(list(b.case.specs), b.case.tensors(), b.case.batch))
+                  lambda: backend.group_locs(list(b.case.specs), b.case.tensors(), b.case.batch,
+                                             tail_pad=b.case.tail_pad))
 
 
 def _rejects_cheap(ctx: Context, b: Broken) -> None:
@@ -479,6 +519,30 @@ def _rejects_n(ctx: Context, arg: tuple[Case, int]) -> None:
         judge(expected.clause or "W2", f"{what} with n={n}", expected, call, lambda _g, _e: None)
 
 
+@st.composite
+def _bad_actual_bs(draw: st.DrawFn) -> tuple[Case, int]:
+    case = draw(cases(modes=("verify",)))
+    bs = case.batch.bs
+    return case, draw(st.one_of(st.integers(bs + 1, bs + 3), st.integers(-3, -1)))
+
+
+def _rejects_actual_bs(ctx: Context, arg: tuple[Case, int]) -> None:
+    """T9: ``verify_locs`` with ``actual_bs`` outside ``[0, bs]`` is refused (no ``Batch`` can even hold it)."""
+    case, actual = arg
+    seq, n = list(case.batch.seq_lens), case.batch.n
+
+    def check(spec: GroupSpec) -> None:
+        gid, ps = spec.group_id, spec.block_granularity
+        expected = outcome(lambda: ctx.profile.verify_locs(case.tables[gid], seq, ps, n, actual))
+        assert expected.clause == "T9", f"the reference accepts actual_bs={actual} for bs {len(seq)}"
+        judge("T9", f"verify_locs[{gid}] with actual_bs={actual} for bs {len(seq)}", expected,
+              lambda: ctx.backend.verify_locs(case.tensors()[gid], case.seq_tensor(), ps, n, actual_bs=actual),
+              lambda _g, _e: None)
+
+    for spec in case.attention:
+        check(spec)
+
+
 # ------------------------------------------------------------------------------------------------
 # The registry
 # ------------------------------------------------------------------------------------------------
@@ -504,8 +568,8 @@ def _registry() -> tuple[Property, ...]:
                  cases(big_pages=True), _int32_edge, weight=2),
         Property("group_locs/state-shed", "T6", "state tables (int64, 1-D, holes) are never read, even in debug",
                  _state_garbage(), _state_shed, debug=True),
-        Property("debug/accepts-valid", "D1", "debug mode accepts every valid batch and returns the same locations",
-                 cases(tail_pads=(-1,)), _debug_accepts, debug=True, weight=2),
+        Property("debug/accepts-valid", "D1", "debug mode accepts every valid batch (either tail pad) and returns "
+                 "the same locations", cases(), _debug_accepts, debug=True, weight=2),
         Property("expand_table", "E2", "block-to-kernel expansion: real blocks to b*r+j, holes and pads repeated",
                  expand_cases(), _expand, weight=2),
         Property("unit-invariance", "E3", "locations on the expanded table at K equal those on the block table at B",
@@ -514,12 +578,12 @@ def _registry() -> tuple[Property, ...]:
                  _bad_ratios(), _page_ratio),
         Property("checker/accepts", "D1", "the strong checker accepts correct eager locations",
                  write_loc_cases(corrupt=False), _checker("D1")),
-        Property("checker/rejects", "D1", "null page (also through a hole), foreign page, wrong column or "
-                 "offset, wrong count", write_loc_cases(corrupt=True, corruptions=(
-                     "null page", "write through a hole", "foreign page", "wrong column", "wrong offset", "count")),
-                 _checker("D1"), weight=2),
-        Property("checker/unique-slots", "D2", "two live tokens writing one slot are refused",
-                 write_loc_cases(corrupt=True, corruptions=("shared write page",)), _checker("D2")),
+    ]
+    for how, clause in CORRUPTIONS.items():
+        props.append(Property(f"checker/{how.replace(' ', '-')}", clause,
+                              f"the strong checker refuses eager locations with one corruption: {how}",
+                              write_loc_cases(corrupt=True, corruptions=(how,)), _checker(clause)))
+    props += [
         Property("graph/init", "G1", "zeroed int32 buffers per non-state group, shapes from max_kernel_pages",
                  graph_setups(), _graph_init),
         Property("graph/capture", "G2", "capture views alias the buffers at every bs; state groups skipped",
@@ -528,8 +592,19 @@ def _registry() -> tuple[Property, ...]:
                  graph_cases(), _graph_replay, weight=3),
         Property("graph/replay-locs", "G4", "replay recomputes locations into [:bs*N] only",
                  graph_cases(), _graph_replay, weight=2),
+        Property("graph/replay-twice", "G3", "a second replay of the same shape with fresh page ids refills "
+                 "every buffer (no cache keyed by shape)", _twice_cases(), _graph_replay_twice, weight=2),
         Property("graph/stale-seq-lens", "G4", "a stale seq_len past the buffer writes the null page, nothing else",
                  _stale_seq(), _graph_stale_seq),
+        Property("kernels/stacked-locs", "G4", "backend.kernels: fixed-count locations on pitched views; stale "
+                 "lengths and pads sink into page 0, nothing else is written", locs_cases(), check_stacked_locs,
+                 weight=2, not_applicable=missing_kernels),
+        Property("kernels/stacked-extend-locs", "W3", "backend.kernels: extend locations on pitched views, "
+                 "positions past a width sink into page 0", extend_cases(), check_stacked_extend_locs,
+                 not_applicable=missing_kernels),
+        Property("kernels/replay-fill", "G3", "backend.kernels: replay fill on pitched views; rows >= bs and "
+                 "the buffer around the view untouched", fill_cases(), check_replay_fill,
+                 not_applicable=missing_kernels),
         Property("graph/stale-guard", "G5", "missing, empty, extra or state-only deliveries are refused unwritten",
                  _stale_cases(), _graph_stale),
         Property("graph/state-only", "T6", "a runner over state groups only: no buffers, no views, replay refused",
@@ -540,6 +615,8 @@ def _registry() -> tuple[Property, ...]:
                  None, None, weight=4, stateful=machine),
         Property("rejects/n", "W2", "tokens per request < 1 is refused (W2 verify, W4 re-anchor)",
                  _bad_n(), _rejects_n),
+        Property("rejects/actual-bs", "T9", "verify_locs with actual_bs outside [0, bs] is refused in any mode",
+                 _bad_actual_bs(), _rejects_actual_bs),
     ]
     for clause in CHEAP_CLAUSES:
         props.append(Property(f"rejects-cheap/{clause}", clause,
@@ -547,9 +624,9 @@ def _registry() -> tuple[Property, ...]:
                               broken_cases([clause], cheap=True), _rejects_cheap))
     for clause in BROKEN_CLAUSES:
         props.append(Property(f"rejects/{clause}", clause, f"debug mode refuses every {clause} breach, naming it",
-                              broken_cases([clause], tail_pads=(-1,)), _rejects_debug, debug=True))
+                              broken_cases([clause]), _rejects_debug, debug=True))
     props.append(Property("rejects/lone-table", "T4", "debug mode: lone-table calls refuse what the reference's do",
-                          broken_cases(["T4", "T8", "T9", "W2"], tail_pads=(-1,), padding=False, lone=True),
+                          broken_cases(["T4", "T8", "T9", "W2"], tail_pads=(-1,), padding=False),
                           _rejects_lone, debug=True))
     return tuple(props)
 

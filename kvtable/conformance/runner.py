@@ -2,7 +2,9 @@
 
 Each property becomes one hypothesis test (``@seed`` for determinism, its own database key), run
 quietly; a failure is reported with the clause it broke and the shrunk example's backend calls as
-a replayable Python snippet.
+a replayable Python snippet. A property that does not apply to the backend (the kernel properties
+on a backend with no ``backend.kernels``) is not run: it is reported ``not applicable``, shown as
+``N/A`` in the table and counted neither as passed nor as failed.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from kvtable.conformance.checks import Mismatch, Recorded, Transcript
 from kvtable.conformance.properties import PROPERTIES, Context, Property
 from kvtable.spec.clauses import clause_label
 
-__all__ = ["PropertyResult", "Report", "make_context", "run_conformance", "run_properties", "run_property"]
+__all__ = ["NOT_APPLICABLE", "PropertyResult", "Report", "make_context", "run_conformance", "run_properties",
+           "run_property"]
 
 Progress = Callable[[int, int, "PropertyResult"], None]
 STEPS_PER_MACHINE = 12
+NOT_APPLICABLE = "not applicable"
 
 
 @dataclass
@@ -40,7 +44,8 @@ class PropertyResult:
     clause: str
     """The clause the property checks, or, on failure, the clause the backend broke (as ``"T4 live-pages"``)."""
     status: str
-    """``passed``, ``failed`` (the backend broke the clause) or ``error`` (the run itself could not proceed)."""
+    """``passed``, ``failed`` (the backend broke the clause), ``error`` (the run itself could not proceed)
+    or ``not applicable`` (not run: ``message`` says why)."""
     examples: int
     seconds: float
     debug: bool
@@ -50,6 +55,15 @@ class PropertyResult:
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    @property
+    def applicable(self) -> bool:
+        return self.status != NOT_APPLICABLE
+
+    @property
+    def label(self) -> str:
+        """The result as the table shows it: PASSED, FAILED, ERROR or N/A."""
+        return "N/A" if not self.applicable else self.status.upper()
 
     @property
     def clause_id(self) -> str:
@@ -70,11 +84,16 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results)
+        """No property failed or errored (not-applicable ones neither pass nor fail the run)."""
+        return not self.failures
 
     @property
     def failures(self) -> list[PropertyResult]:
-        return [r for r in self.results if not r.passed]
+        return [r for r in self.results if r.applicable and not r.passed]
+
+    @property
+    def not_applicable(self) -> list[PropertyResult]:
+        return [r for r in self.results if not r.applicable]
 
     @property
     def failed_clauses(self) -> list[str]:
@@ -86,10 +105,11 @@ class Report:
         return sum(r.seconds for r in self.results)
 
     def table(self) -> str:
-        """The per-clause table: clause, property, result, examples, time."""
+        """The per-clause table: clause, property, result (N/A for a property that does not apply), examples, time."""
         rows = [("clause", "property", "result", "examples", "time")]
         for r in sorted(self.results, key=lambda r: (_clause_order(r.clause_id), r.property)):
-            rows.append((r.clause, r.property, r.status.upper(), str(r.examples), f"{r.seconds:.2f}s"))
+            rows.append((r.clause, r.property, r.label, str(r.examples) if r.applicable else "-",
+                         f"{r.seconds:.2f}s"))
         widths = [max(len(row[i]) for row in rows) for i in range(5)]
         lines = ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in
                            enumerate(zip(row, widths, strict=True))) for row in rows]
@@ -98,9 +118,15 @@ class Report:
 
     def summary(self) -> str:
         verdict = "PASS" if self.passed else f"FAIL: {', '.join(self.failed_clauses)}"
+        applicable = len(self.results) - len(self.not_applicable)
+        skipped = f", {len(self.not_applicable)} not applicable" if self.not_applicable else ""
         return (f"kvtable {self.kind}: backend {self.backend}, profile {self.profile}, seed {self.seed}: "
-                f"{len(self.results) - len(self.failures)}/{len(self.results)} properties passed in "
+                f"{sum(r.passed for r in self.results)}/{applicable} properties passed{skipped} in "
                 f"{self.seconds:.1f}s; {verdict}")
+
+    def notes(self) -> str:
+        """Why each not-applicable property was not run, one line each."""
+        return "\n".join(f"N/A {r.property}: {r.message}" for r in self.not_applicable)
 
     def details(self) -> str:
         """Each failure: the clause, the message and the replayable counterexample."""
@@ -171,17 +197,24 @@ def _header(spec: str, debug: bool) -> str:
 
 PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
 """Hypothesis' phases without ``explain``: its notes are never shown, and it doubles the time to shrink."""
+FIND_PHASES = tuple(p for p in PHASES if p is not Phase.shrink)
+"""``shrink=False``: stop at the first failing example, so the example count is the number needed to find it."""
 
 
-def _settings(examples: int, database: ExampleDatabase | None, **extra: Any) -> settings:
+def _settings(examples: int, database: ExampleDatabase | None, shrink: bool, **extra: Any) -> settings:
     return settings(max_examples=examples, database=database, deadline=None, derandomize=False,
                     report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False,
-                    suppress_health_check=list(HealthCheck), phases=PHASES, **extra)
+                    suppress_health_check=list(HealthCheck), phases=PHASES if shrink else FIND_PHASES,
+                    **extra)
 
 
 def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec: str = "backend",
-                 database: ExampleDatabase | None = None) -> PropertyResult:
-    """Run one property for up to ``examples`` examples; on failure keep the shrunk example's transcript."""
+                 database: ExampleDatabase | None = None, shrink: bool = True) -> PropertyResult:
+    """Run one property for up to ``examples`` examples; on failure keep the (shrunk, unless not ``shrink``)
+    example's transcript."""
+    reason = prop.not_applicable(ctx) if prop.not_applicable is not None else None
+    if reason:
+        return PropertyResult(prop.name, clause_label(prop.clause), NOT_APPLICABLE, 0, 0.0, prop.debug, reason)
     count = [0]
     start = time.perf_counter()
     try:
@@ -189,7 +222,7 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
             base = prop.stateful(ctx)
             machine_cls = type(base.__name__, (base,), {"__init__": _counting_init(base, count)})
             hypothesis_seed(seed)(machine_cls)
-            run_state_machine_as_test(machine_cls, settings=_settings(examples, database,
+            run_state_machine_as_test(machine_cls, settings=_settings(examples, database, shrink,
                                                                       stateful_step_count=STEPS_PER_MACHINE))
         else:
             assert prop.strategy is not None and prop.check is not None
@@ -201,7 +234,7 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
                 check(ctx, example)
 
             # settings outside @seed: @seed alone would also switch the example database off
-            test = _settings(examples, database)(hypothesis_seed(seed)(given(prop.strategy)(body)))
+            test = _settings(examples, database, shrink)(hypothesis_seed(seed)(given(prop.strategy)(body)))
             test._hypothesis_internal_database_key = f"kvtable:{prop.name}".encode()  # type: ignore[attr-defined]
             test()
     except Mismatch as err:
@@ -232,12 +265,17 @@ def _counterexample(ctx: Context, spec: str, err: BaseException) -> str:
 
 def run_properties(backend: BackendLike, properties: Sequence[Property], *, examples: Callable[[Property], int],
                    seed: int, profile: str | Profile | None = None, database: ExampleDatabase | None = None,
-                   kind: str = "conform", total_examples: int = 0, progress: Progress | None = None) -> Report:
-    """Run ``properties`` against ``backend``; ``examples(prop)`` gives each property's example budget."""
+                   kind: str = "conform", total_examples: int = 0, progress: Progress | None = None,
+                   shrink: bool = True) -> Report:
+    """Run ``properties`` against ``backend``; ``examples(prop)`` gives each property's example budget.
+
+    ``shrink=False`` reports each failure at the first failing example, unshrunk (the zoo's find runs).
+    """
     ctx, spec = make_context(backend, profile)
     report = Report(spec, ctx.profile.name, seed, total_examples, kind)
     for i, prop in enumerate(properties):
-        result = run_property(prop, ctx, examples=examples(prop), seed=seed, spec=spec, database=database)
+        result = run_property(prop, ctx, examples=examples(prop), seed=seed, spec=spec, database=database,
+                              shrink=shrink)
         report.results.append(result)
         if progress is not None:
             progress(i + 1, len(properties), result)
@@ -246,12 +284,14 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
 
 def run_conformance(backend: BackendLike, *, examples: int = 100, seed: int = 0,
                     profile: str | Profile | None = None, properties: Sequence[Property] | None = None,
-                    database: ExampleDatabase | None = None, progress: Progress | None = None) -> Report:
+                    database: ExampleDatabase | None = None, progress: Progress | None = None,
+                    shrink: bool = True) -> Report:
     """Every property (or ``properties``) against ``backend`` with ``examples`` examples each.
 
     ``backend`` is an instance, a ``kvtable.backends.load`` name or a factory taking ``debug=``; the
-    debug-only properties run on its ``debug=True`` twin. The report names each failing clause.
+    debug-only properties run on its ``debug=True`` twin. The report names each failing clause;
+    ``shrink=False`` keeps each failure's first failing example as found (faster, not minimal).
     """
     return run_properties(backend, PROPERTIES if properties is None else properties, examples=lambda _p: examples,
                           seed=seed, profile=profile, database=database, total_examples=examples,
-                          progress=progress)
+                          progress=progress, shrink=shrink)

@@ -5,7 +5,8 @@ the runner's persistent buffers with the model's over their full extent: rows an
 must leave alone are compared too (a ``scribble`` step fills everything with a sentinel first, so
 "untouched" is visible). Buffer identity is checked by data pointer: buffers never move, and capture
 views alias them. ``GraphProtocol`` runs random sequences of init, captures at several bs, replays
-with changing tables and seq_lens, draft re-anchors on captured views, stale deliveries and bad steps.
+with changing tables and seq_lens, the last replay again with fresh page ids, draft re-anchors on
+captured views, stale deliveries and bad steps.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from kvtable.conformance.checks import Mismatch, as_plain, first_difference, judge, reference_outcome
 from kvtable.reference import GraphModel
 from kvtable.reference.tables import as_table
-from kvtable.strategies import MAX_N, GraphSetup, Replay, as_tensor, graph_setups, replays
+from kvtable.strategies import MAX_N, GraphSetup, Replay, as_tensor, graph_setups, repaged, replays
 
 if TYPE_CHECKING:
     from kvtable.conformance.properties import Context
@@ -42,6 +43,8 @@ class GraphHarness:
         self.pointers: dict[tuple[str, str], int] = {}
         self.views: list[tuple[int, int, dict[str, torch.Tensor], dict[str, torch.Tensor]]] = []
         self.live_seq = [1] * setup.max_bs
+        self.last: Replay | None = None
+        """The last replay accepted with its own tables (``replay_again`` repeats its shape)."""
 
     # -- G1 ---------------------------------------------------------------------------------------
     def init(self) -> None:
@@ -166,6 +169,8 @@ class GraphHarness:
         if not expected.raised:
             self._last_bs, self._last_locs = step.bs, step.bs * step.tokens_per_req
             self.live_seq[: step.bs] = step.live_seq
+            if tables is None:
+                self.last = step
         self.check_buffers()
         self.check_views()
 
@@ -254,6 +259,13 @@ def machine(ctx: Context) -> type[RuleBasedStateMachine]:
         def replay(self, data: st.DataObject) -> None:
             h = self._h()
             h.replay(data.draw(replays(h.setup), label="replay"))
+
+        @rule(data=st.data())
+        def replay_again(self, data: st.DataObject) -> None:
+            """The last replay's shape again, with fresh page ids: no fill may be cached by shape."""
+            h = self._h()
+            if h.last is not None:
+                h.replay(data.draw(repaged(h.setup, h.last), label="replay again"))
 
         @rule(data=st.data())
         def stale_delivery(self, data: st.DataObject) -> None:

@@ -23,6 +23,8 @@ from kvtable.conformance.runner import run_conformance
 from kvtable.impl import locs as impl_locs
 from kvtable.reference import check_tables, decode_locs
 from kvtable.reference.tables import as_table
+from kvtable.strategies import CORRUPTIONS
+from kvtable.zoo.sglang import Sglang25889
 
 REFERENCE = ReferenceBackend()
 """A ready instance, for ``load("module:object")``."""
@@ -41,8 +43,8 @@ class DecodeLastOffByOne(TorchBackend):
 class StateNotShed(TorchBackend):
     """T6: state groups come back with locations."""
 
-    def group_locs(self, specs, tables, batch):
-        out = super().group_locs(specs, tables, batch)
+    def group_locs(self, specs, tables, batch, *, tail_pad=-1):
+        out = super().group_locs(specs, tables, batch, tail_pad=tail_pad)
         state = [s.group_id for s in specs if s.is_state and s.group_id in tables]
         out.update({gid: torch.zeros(1, dtype=torch.int32) for gid in state})
         return out
@@ -51,11 +53,11 @@ class StateNotShed(TorchBackend):
 class DebugSkipsSharing(TorchBackend):
     """T7: debug mode checks every clause except private write pages."""
 
-    def group_locs(self, specs, tables, batch):
+    def group_locs(self, specs, tables, batch, *, tail_pad=-1):
         locs = impl_locs.group_locs(specs, tables, batch, kernels=self.kernels, debug=False)
         if self.debug:
             try:
-                check_tables(specs, tables, batch)
+                check_tables(specs, tables, batch, tail_pad=tail_pad)
             except ContractViolation as err:
                 if err.clause_id != "T7":
                     raise
@@ -80,6 +82,13 @@ class PadSlotVerify(TorchBackend):
         if actual_bs is not None:
             out[actual_bs * n:] = -1
         return out
+
+
+class NoChecker(TorchBackend):
+    """D1/D2: the debug write checker accepts everything."""
+
+    def check_write_locs(self, table, locs, batch, page_size, *, group=None):
+        return None
 
 
 class _Runner:
@@ -152,6 +161,31 @@ def test_a_broken_backend_fails_naming_its_clause(mutant, names, clause) -> None
     assert set(_failed(report)) == {clause}, report.details()
     failure = report.failures[0]
     assert failure.status == "failed" and failure.counterexample.startswith("import torch")
+    assert "crashed" not in failure.message, "caught for a crash, not for the bug"
+
+
+@pytest.mark.parametrize("how", CORRUPTIONS)
+def test_each_checker_corruption_is_caught_in_a_few_examples(how: str) -> None:
+    name = f"checker/{how.replace(' ', '-')}"
+    report = run_conformance(NoChecker, examples=20, seed=0, properties=select([name]), shrink=False)
+    assert _failed(report) == [CORRUPTIONS[how]], report.details()
+    assert report.failures[0].examples <= 3
+
+
+def test_a_fill_cached_by_shape_is_caught_by_replaying_twice() -> None:
+    """sglang #25889: the second replay of one shape, with fresh pages, shows the first one's tables."""
+    report = run_conformance(Sglang25889, examples=20, seed=0, properties=select(["graph/replay-twice"]),
+                             shrink=False)
+    assert _failed(report) == ["G3"], report.details()
+    assert report.failures[0].examples <= 5
+
+
+def test_shrink_false_stops_at_the_first_failing_example() -> None:
+    names = select(["decode_locs"])
+    found = run_conformance(DecodeLastOffByOne, examples=30, seed=0, properties=names, shrink=False)
+    shrunk = run_conformance(DecodeLastOffByOne, examples=30, seed=0, properties=names)
+    assert _failed(found) == _failed(shrunk) == ["W1"]
+    assert found.failures[0].examples < shrunk.failures[0].examples  # shrinking runs the property again
 
 
 def test_the_stateful_protocol_catches_a_graph_bug() -> None:
@@ -243,6 +277,13 @@ def test_conform_json_and_exit_status() -> None:
     rc, out, _ = _cli("conform", ["--backend", "reference", "--examples", "5", "--property", "G1", "--json"])
     report = json.loads(out)
     assert rc == 0 and report["passed"] and [r["clause_id"] for r in report["results"]] == ["G1"]
+    rc, out, _ = _cli("conform", ["--backend", "reference", "--examples", "5", "--property", "kernels/stacked-locs"])
+    assert rc == 0 and "G4 replay-locs  kernels/stacked-locs  N/A" in out
+    assert "N/A kernels/stacked-locs: backend 'reference' exposes no fused kernels" in out
+    assert out.strip().endswith("0/0 properties passed, 1 not applicable in 0.0s; PASS")
+    rc, out, _ = _cli("conform", ["--backend", "reference", "--examples", "5", "--property", "kernels/stacked-locs",
+                                  "--json"])
+    assert rc == 0 and json.loads(out)["results"][0]["status"] == "not applicable"
     rc, out, _ = _cli("conform", ["--backend", f"{__name__}:TailPadZero", "--property", "graph/replay-fill",
                                   "--examples", "60"])
     assert rc == 1

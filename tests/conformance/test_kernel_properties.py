@@ -1,0 +1,104 @@
+"""The Kernels model by hand (sink cases included), the pitched layouts, and the kernel properties
+catching kernels that break one rule of impl/kernels.py; a backend without kernels is not applicable."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtable.backends.torch_backend import TorchBackend
+from kvtable.conformance import kernel_model
+from kvtable.conformance.kernel_properties import Layout, place
+from kvtable.conformance.properties import select
+from kvtable.conformance.runner import NOT_APPLICABLE, run_conformance
+from kvtable.impl.torch_kernels import TorchKernels
+
+S = -7  # an untouched output element
+
+
+def test_stacked_locs_model_sinks_pads_and_columns_past_the_width() -> None:
+    tables = [[[3, -1, 9], [5, -1, 9], [0, 7, 9]]]  # width 2: column 2 belongs to another group
+    out = [[S] * 4]
+    kernel_model.stacked_locs(tables, [2], [4], [3, 6, 11], out, 3, 1)
+    # pos 2 -> page 3; pos 5 -> the pad at col 1 sinks to offset 1; pos 10 -> col 2 >= width sinks to offset 2
+    assert out == [[14, 1, 2, S]]
+
+
+def test_stacked_locs_model_clamps_and_lays_out_token_major() -> None:
+    out = [[S] * 5, [S] * 5]
+    kernel_model.stacked_locs([[[2, 4]], [[6, -1]]], [2, 1], [2, 1], [1], out, 1, 2)
+    assert out == [[4, 4, S, S, S], [6, 6, S, S, S]]  # positions max(1 - 2 + t, 0) = 0, 0
+
+
+def test_extend_model_follows_the_token_order() -> None:
+    out = [[S] * 3]
+    kernel_model.stacked_extend_locs([[[1, 2], [3, -1]]], [2], [2], [1, 0], [1, 3], out)
+    assert out == [[7, 5, S]]  # row 1 pos 1 -> page 3 offset 1; row 0 pos 3 -> page 2 offset 1
+
+
+def test_replay_fill_model() -> None:
+    packed = [4242, 3, -1, 0, 5]
+    dst = [[[S] * 5 for _ in range(3)] for _ in range(2)]
+    kernel_model.replay_fill(packed, [(1, 2, 2), (3, 2, 1)], dst, 2, 1, 0)
+    assert dst[0] == [[6, 7, -1, -1, 0], [0] * 5, [S] * 5]  # real block 3 -> 6, 7; the pad stays; tail 0
+    assert dst[1] == [[0, 5, 0, 0, 0], [0] * 5, [S] * 5]  # the hole stays a hole; row 2 >= bs untouched
+
+
+def test_place_builds_a_pitched_strided_view() -> None:
+    arg = place([[1, 2], [3, 4]], (2, 2), Layout((1, 2), 2), fill=9, device="cpu")
+    assert arg.view.tolist() == [[1, 2], [3, 4]]
+    assert tuple(arg.storage.shape) == (3, 8) and arg.view.stride() == (8, 2)
+    assert arg.untouched_outside()
+    arg.storage[2, 0] = 1
+    assert not arg.untouched_outside()
+
+
+class SpillingKernels(TorchKernels):
+    """G4: the location kernel also zeroes ``out[g, bs*n:]``, which it must leave alone."""
+
+    def stacked_locs(self, tables, widths, page_sizes, seq_lens, out, bs, n):
+        super().stacked_locs(tables, widths, page_sizes, seq_lens, out, bs, n)
+        out[:, bs * n:] = 0
+
+
+class ContiguousOutKernels(TorchKernels):
+    """W3: the extend kernel writes a contiguous copy of ``out``, so a strided view never sees the values."""
+
+    def stacked_extend_locs(self, tables, widths, page_sizes, rows, positions, out):
+        super().stacked_extend_locs(tables, widths, page_sizes, rows, positions, out.contiguous())
+
+
+class AllRowsKernels(TorchKernels):
+    """G3: the replay fill refills every row of the buffer, rows >= bs included."""
+
+    def replay_fill(self, packed, meta, dst, bs, actual_bs, tail_pad):
+        super().replay_fill(packed, meta, dst, dst.shape[1], actual_bs, tail_pad)
+
+
+@pytest.mark.parametrize(("kernels", "name", "clause"), [
+    (SpillingKernels, "kernels/stacked-locs", "G4"),
+    (ContiguousOutKernels, "kernels/stacked-extend-locs", "W3"),
+    (AllRowsKernels, "kernels/replay-fill", "G3"),
+], ids=lambda v: getattr(v, "__name__", v))
+def test_a_kernel_breaking_one_rule_fails_its_property(kernels, name, clause) -> None:
+    report = run_conformance(TorchBackend(kernels=kernels()), examples=40, seed=0, properties=select([name]),
+                             shrink=False)
+    assert [r.clause_id for r in report.failures] == [clause], report.details()
+    assert "crashed" not in report.failures[0].message
+    assert "kernels = backend.kernels" in report.failures[0].counterexample
+
+
+def test_conforming_kernels_pass() -> None:
+    report = run_conformance("torch", examples=40, seed=1, properties=select(["kernels/stacked-locs",
+                                                                             "kernels/stacked-extend-locs",
+                                                                             "kernels/replay-fill"]))
+    assert report.passed and all(r.passed and r.examples >= 40 for r in report.results), report.details()
+
+
+def test_a_backend_without_kernels_is_not_applicable_never_passed() -> None:
+    report = run_conformance("reference", examples=5, seed=0, properties=select(["kernels/replay-fill", "graph/init"]))
+    na = {r.property: r for r in report.results}["kernels/replay-fill"]
+    assert na.status == NOT_APPLICABLE and not na.passed and not na.applicable and na.examples == 0
+    assert "exposes no fused kernels" in na.message
+    assert report.passed and report.failures == [] and report.not_applicable == [na]
+    assert "1/1 properties passed, 1 not applicable" in report.summary()
+    assert "kernels/replay-fill  N/A" in report.table()
