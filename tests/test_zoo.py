@@ -124,7 +124,7 @@ def _run_cli(*argv: str) -> int:
 def test_cli_prints_the_table_and_exits_0_when_caught(capsys: pytest.CaptureFixture[str]) -> None:
     assert _run_cli("sglang-35351", "kvcached-398") == 0
     out = capsys.readouterr().out
-    assert "D1 own-page-write (checker/rejects)" in out and "G1 graph-init (graph/init)" in out
+    assert "D1 own-page-write (checker/null-page)" in out and "G1 graph-init (graph/init)" in out
     assert "counterexample (replayable)" in out and "2/2 entries caught by the clause they name: PASS" in out
 
 

@@ -9,29 +9,12 @@ sequence. Properties that the conforming torch backend itself fails earn no cred
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import Phase
-
-from kvtable.conformance import runner
 from kvtable.conformance.properties import PROPERTIES, Property, select
 from kvtable.conformance.runner import PropertyResult, run_properties
-
-FIND_PHASES = (Phase.explicit, Phase.generate)
-
-
-@contextmanager
-def no_shrinking() -> Iterator[None]:
-    """Hypothesis stops at the first failing example and does not shrink it (the runner's phases, restored on exit)."""
-    previous = runner.PHASES
-    runner.PHASES = FIND_PHASES
-    try:
-        yield
-    finally:
-        runner.PHASES = previous
 
 
 @dataclass
@@ -85,9 +68,7 @@ def properties_for(clause: str | None) -> tuple[Property, ...]:
 
 def failing(backend: Any, properties: Sequence[Property], *, examples: int, seed: int) -> list[PropertyResult]:
     """The properties ``backend`` fails, each stopped at its first failing example (no shrinking)."""
-    with no_shrinking():
-        report = run_properties(backend, properties, examples=lambda _p: examples, seed=seed)
-    return report.failures
+    return run_properties(backend, properties, examples=lambda _p: examples, seed=seed, shrink=False).failures
 
 
 class Baseline:

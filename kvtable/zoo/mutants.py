@@ -77,15 +77,10 @@ MUTANTS: tuple[SourceMutant, ...] = (
                             "truncated (mod 2^32), so no input tells them apart; W5's precondition "
                             "(p+1)*ps <= 2^31 is what makes both exact"),
     SourceMutant("width-mask-dropped", "torch_kernels", (("inside = col < width", "inside = col >= 0"),),
-                 "G4", "the kernel's col < width mask is gone (a stale seq_len reads past the row)",
-                 gap="on CPU every length a runner gets is host-readable, so impl refuses a stale seq_len on the "
-                     "host (T4/T8) before any kernel runs and graph/stale-seq-lens never reaches the kernel's "
-                     "sink (on CUDA, with device lengths, it should; not run here)"),
+                 "G4", "the kernel's col < width mask is gone (a stale seq_len reads past the row)"),
     SourceMutant("page-clamp-dropped", "torch_kernels",
                  (("return page.clamp_min(0) * ps + pos % ps", "return page * ps + pos % ps"),),
-                 "G4", "a pad read (-1) is not sent to the null page: the location goes negative",
-                 gap="as width-mask-dropped: a pad is read only at a stale seq_len, which on CPU is refused on "
-                     "the host first; no property exercises the Kernels' sink semantics directly"),
+                 "G4", "a pad read (-1) is not sent to the null page: the location goes negative"),
     SourceMutant("stale-block-size", "graph",
                  (("self.page_sizes[gid] = block // self.ratios[gid]", "self.page_sizes[gid] = block"),),
                  "G4", "replay divides expanded tables by the block granularity B, not the kernel page size"),
