@@ -6,7 +6,8 @@ ragged lengths, prefix/extend lengths, spec ``N``, padded rows, tail pad -1 or 0
 pages shared between rows, rows past ``bs`` and pages near the int32 limit. Every :func:`broken_cases`
 draw breaks one clause and carries the id the reference raises for it (``tests/test_strategies.py``
 asserts the label). :func:`write_loc_cases`, :func:`expand_cases` and :func:`graph_cases` feed the
-checker, expansion and CUDA-graph properties.
+checker, expansion and CUDA-graph properties; :func:`repaged` re-delivers a replay's shape with fresh
+page ids.
 """
 
 from __future__ import annotations
@@ -588,7 +589,7 @@ def broken_cases(clauses: Sequence[str] | None = None, *, cheap: bool | None = N
                  tail_pads: Sequence[int] = (-1, 0), padding: bool = True) -> st.SearchStrategy[Broken]:
     """A near-valid batch breaking one clause of ``clauses`` (see :func:`variants` for the filters).
 
-    ``tail_pads=(-1,)`` keeps to the default pad (what a debug check without a pad argument assumes);
+    ``tail_pads=(-1,)`` keeps to the default pad (what the lone-table calls, which take no pad, assume);
     ``padding=False`` keeps dummy rows out (lone-table calls cannot tell them from live rows).
     """
     chosen = variants(clauses, cheap=cheap, tail_pads=tail_pads, padding=padding)

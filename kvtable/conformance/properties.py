@@ -13,6 +13,12 @@ and deliveries (G2-G5). Breaches that need the table contents read back (T1 entr
 T3, T4, T5, T7, W5, and T4/T8 on device lengths) are checked only against the backend built with
 ``debug=True``; without debug the contract only asks that such input never writes outside page 0
 of the right group, which the valid-input properties cannot observe and the debug ones do.
+
+Kernel sinks. Where the host sees every length (CPU tensors), a backend refuses a stale seq_len
+before any kernel runs, so the "write page 0, never read out of bounds" sink of its fused kernels is
+tested directly: the ``kernels/*`` properties (``kernel_properties.py``) call ``backend.kernels`` on
+raw arguments and compare with ``kernel_model``. A backend with no ``kernels`` gets them reported not
+applicable (``Property.not_applicable``), never passed.
 """
 
 from __future__ import annotations
