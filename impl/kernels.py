@@ -3,11 +3,13 @@
 Both implementations must write identical values into the same output elements; neither writes
 outside the elements named here. Inputs are already validated by the caller (impl/validate.py);
 on the defined "sink" cases below (a pad or a column past the group's width) the result is a
-location in the null page 0, never an out-of-bounds read.
+location in the null page 0, never an out-of-bounds read. ``GroupedExtendLocs`` is an optional fast
+path a ``Kernels`` may add; callers use it when it is there and its precondition holds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import torch
@@ -51,5 +53,23 @@ class Kernels(Protocol):
         - b < actual_bs and ``w // r >= cols``: tail_pad;
         - actual_bs <= b < bs: 0.
         Rows b >= bs are untouched.
+        """
+        ...
+
+
+class GroupedExtendLocs(Protocol):
+    """An optional ``Kernels`` fast path; the torch kernels have it, the Triton ones go through the stack."""
+
+    def grouped_extend_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int],
+                            prefix_lens: Sequence[int], extend_lens: Sequence[int], out: torch.Tensor) -> None:
+        """``stacked_extend_locs`` without the stack: each group's own int32 2-D table, the tokens as runs.
+
+        tables[g]: group g's table (any strides), on ``out``'s device; page_sizes[g]: its page size (an
+        int >= 1); request i writes positions ``prefix_lens[i] .. prefix_lens[i] + extend_lens[i] - 1``
+        (python ints); out: int32 ``[G, >= T]``, T = ``sum(extend_lens)``. The caller guarantees, from its
+        host mirrors, that every table has at least ``len(extend_lens)`` rows and every written position
+        p of every group satisfies ``0 <= p < tables[g].shape[1] * page_sizes[g]``. Then ``out[g, :T]`` is
+        what ``stacked_extend_locs`` writes for the tables stacked, with the tokens of ``extend_tokens``
+        (no column is past a width; a pad read still sinks to page 0); ``out[g, T:]`` untouched.
         """
         ...

@@ -1,13 +1,15 @@
 """W1-W4: write locations from torch tables, every group of a batch in one fused kernel call.
 
 Each function validates what it can see without a device sync (impl/validate.py), stacks the tables
-into one ``[G, R, Wmax]`` tensor and hands it to the ``Kernels`` (torch by default, Triton when given).
+into one ``[G, R, Wmax]`` tensor and hands it to the ``Kernels`` (torch by default, Triton when given);
+extend skips the stack for kernels with the ``GroupedExtendLocs`` fast path.
 Locations are int32; the arithmetic behind them is int64. In debug mode the result is checked
 against the full contract and the strong write checker.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -16,7 +18,7 @@ from kvtable.errors import ContractViolation
 from kvtable.impl import validate
 from kvtable.impl.kernels import Kernels
 from kvtable.impl.tokens import extend_tokens, upload
-from kvtable.impl.torch_kernels import TORCH_KERNELS
+from kvtable.impl.torch_kernels import INT32_END, TORCH_KERNELS
 from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec, Mode
 from kvtable.reference.tables import check_group_ids, shed_state_groups, specs_by_id
 
@@ -61,15 +63,40 @@ def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str
 def extend_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str, int],
                       prefix_lens: Sequence[int], extend_lens: Sequence[int], *,
                       kernels: Kernels = TORCH_KERNELS) -> dict[str, torch.Tensor]:
-    """W3 for already-validated tables: positions ``[prefix, prefix + extend)`` per request, one kernel call."""
+    """W3 for already-validated tables: positions ``[prefix, prefix + extend)`` per request, one kernel call.
+
+    Kernels with the ``GroupedExtendLocs`` fast path get the tables as they are when every write is
+    inside every table (read off the host mirrors); otherwise the tables are stacked.
+    """
     gids = sorted(tables)
     if not gids:
         return {}
-    stack, widths, sizes = stack_tables([tables[g] for g in gids], len(extend_lens), [page_sizes[g] for g in gids])
+    ordered, block_sizes = [tables[g] for g in gids], [page_sizes[g] for g in gids]
+    grouped = getattr(kernels, "grouped_extend_locs", None)
+    if grouped is not None and _inside_tables(ordered, block_sizes, prefix_lens, extend_lens):
+        out = torch.empty(len(gids), sum(extend_lens), dtype=torch.int32, device=ordered[0].device)
+        grouped(ordered, block_sizes, prefix_lens, extend_lens, out)
+        return dict(zip(gids, out, strict=True))
+    stack, widths, sizes = stack_tables(ordered, len(extend_lens), block_sizes)
     rows, positions = extend_tokens(prefix_lens, extend_lens, stack.device)
     out = torch.empty(len(gids), rows.shape[0], dtype=torch.int32, device=stack.device)
     kernels.stacked_extend_locs(stack, widths, sizes, rows, positions, out)
     return dict(zip(gids, out, strict=True))
+
+
+def _inside_tables(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], prefix_lens: Sequence[int],
+                   extend_lens: Sequence[int]) -> bool:
+    """``GroupedExtendLocs``' precondition, on the host: int32 2-D tables on one device, a row for every
+    request, and every written position in ``[0, width * ps)`` of every table (no lengths below 0; the
+    bound is taken over every row, writing or not)."""
+    if len(prefix_lens) != len(extend_lens) or min(extend_lens, default=0) < 0 or min(prefix_lens, default=0) < 0:
+        return False
+    reach = max(map(operator.add, prefix_lens, extend_lens), default=0)
+    if sum(extend_lens) >= INT32_END:
+        return False
+    return all(isinstance(ps, int) and ps >= 1 and t.dtype == torch.int32 and t.dim() == 2
+               and t.device == tables[0].device and t.shape[0] >= len(extend_lens) and reach <= t.shape[1] * ps
+               for t, ps in zip(tables, page_sizes, strict=True))
 
 
 def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *,
@@ -85,7 +112,7 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
     validate.check_width(batch, {gid: t.shape[1] for gid, t in live.items()}, sizes)
     if batch.mode == "extend":
         assert batch.prefix_lens is not None
-        extend = [seq - p for seq, p in zip(batch.seq_lens, batch.prefix_lens, strict=True)]
+        extend = list(map(operator.sub, batch.seq_lens, batch.prefix_lens))
         locs = extend_group_locs(live, sizes, batch.prefix_lens, extend, kernels=kernels)
     else:
         locs = fixed_group_locs(live, sizes, torch.tensor(batch.seq_lens, dtype=torch.int32),

@@ -24,15 +24,23 @@ def upload(values: Sequence[int] | torch.Tensor, device: torch.device | str,
     return host.to(dtype).pin_memory().to(device, non_blocking=True)
 
 
+def extend_runs(prefix_lens: Sequence[int], extend_lens: Sequence[int], device: torch.device | str
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """W3 per request, as int64 ``[bs]`` tensors: its token count, the flat index of its first token, and
+    how far its positions lead the flat token index (its first token sits at position ``prefix_i``)."""
+    lengths = upload([*extend_lens, *prefix_lens], device, torch.int64)
+    extend, prefix = lengths[: len(extend_lens)], lengths[len(extend_lens):]
+    starts = torch.cumsum(extend, 0) - extend
+    return extend, starts, prefix - starts
+
+
 def extend_tokens(prefix_lens: Sequence[int], extend_lens: Sequence[int], device: torch.device | str
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """W3: request i writes positions ``[prefix_i, prefix_i + extend_i)``, flattened in request order."""
     total = sum(extend_lens)
-    lengths = upload([*extend_lens, *prefix_lens], device, torch.int64)
-    extend, prefix = lengths[: len(extend_lens)], lengths[len(extend_lens):]
+    extend, _, lead = extend_runs(prefix_lens, extend_lens, device)
     rows = torch.repeat_interleave(torch.arange(len(extend_lens), device=device), extend, output_size=total)
-    starts = torch.cumsum(extend, 0) - extend
-    positions = torch.arange(total, device=device) - starts[rows] + prefix[rows]
+    positions = torch.arange(total, device=device) + lead[rows]
     return rows, positions
 
 

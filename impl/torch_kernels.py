@@ -1,14 +1,22 @@
 """The ``Kernels`` operations (impl/kernels.py) in vectorized torch: CPU or CUDA, no host-device sync.
 
-Every index is computed in int64 and clamped into the tensor before it is read, so the sink cases
-(a pad, a column past the group's width) read a real element and resolve to the null page 0.
+The stacked operations compute every index in int64 and clamp it into the tensor before it is read,
+so the sink cases (a pad, a column past the group's width) read a real element and resolve to the
+null page 0. ``grouped_extend_locs`` skips the stack and the int64 temporaries where the host can
+see that they are exact (the caller proves every write inside its table).
 """
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence
+
 import torch
 
-from kvtable.impl.tokens import fixed_tokens
+from kvtable.impl.tokens import extend_runs, fixed_tokens
+
+INT32_END = 2**31
+"""One past the largest int32: indices below it are computed in int32."""
 
 
 def _gather_locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
@@ -27,10 +35,43 @@ def _gather_locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.T
     return page.clamp_min(0) * ps + pos % ps
 
 
+def _table_spots(starts: torch.Tensor, lead: torch.Tensor, total: int, step: int, dtype: torch.dtype
+                 ) -> torch.Tensor:
+    """``[T]``: token k of request i at ``i * step + position``, its spot in a row-major flattening with
+    ``step`` positions per row. Built as a running sum of ones with each request's jump added at its
+    first token (an empty request's jump lands where the next one starts; a trailing one, past the end)."""
+    first = lead + torch.arange(starts.shape[0], device=starts.device) * step
+    spots = torch.ones(total + 1, dtype=dtype, device=starts.device)
+    spots.index_add_(0, starts, torch.diff(first, prepend=first.new_ones(1)).to(dtype))
+    return spots.cumsum_(0)[:total]
+
+
+def _page_split(spot: torch.Tensor, ps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(spot // ps, spot % ps)`` of non-negative ``spot``, the offset as int32; a shift and a mask for
+    a power-of-two ``ps``."""
+    if ps & (ps - 1) == 0:
+        return spot >> (ps.bit_length() - 1), (spot & (ps - 1)).to(torch.int32)
+    col = torch.div(spot, ps, rounding_mode="floor")
+    return col, (spot - col * ps).to(torch.int32)
+
+
+def _flat(table: torch.Tensor) -> torch.Tensor:
+    """The storage span of a 2-D table with unit column stride, 1-D: element (i, c) is at ``i * stride(0) + c``."""
+    rows, width = table.shape
+    return table.as_strided(((rows - 1) * table.stride(0) + width,), (1,))
+
+
 class TorchKernels:
     """The reference-speed implementation; the Triton one must agree with it element for element."""
 
     name = "torch"
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """A subclass that overrides ``stacked_extend_locs`` gets it called: the fast path that would
+        bypass it is dropped (unless the subclass provides its own)."""
+        super().__init_subclass__(**kwargs)
+        if "stacked_extend_locs" in vars(cls) and "grouped_extend_locs" not in vars(cls):
+            cls.grouped_extend_locs = None  # type: ignore[assignment]
 
     def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                      seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
@@ -48,6 +89,33 @@ class TorchKernels:
             return
         locs = _gather_locs(tables, widths, page_sizes, rows, positions)
         out[: tables.shape[0], :total] = locs.to(torch.int32)
+
+    def grouped_extend_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int],
+                            prefix_lens: Sequence[int], extend_lens: Sequence[int], out: torch.Tensor) -> None:
+        """See ``GroupedExtendLocs``. Each token's spot ``row * stride(0) * ps + pos`` in its flattened
+        table gives column and offset at once; groups with equal ``stride(0) * ps`` share the spots, and
+        those with an equal page size too their split (one of each alive at a time).
+        """
+        total = sum(extend_lens)
+        if total == 0 or not tables:
+            return
+        device = out.device
+        reach = max(map(operator.add, prefix_lens, extend_lens))
+        tables = [t if t.stride(1) == 1 else t.contiguous() for t in tables]
+        top = max((len(extend_lens) - 1) * t.stride(0) * ps for t, ps in zip(tables, page_sizes, strict=True))
+        dtype = torch.int32 if top + reach < INT32_END else torch.int64
+        _, starts, lead = extend_runs(prefix_lens, extend_lens, device)
+        by_step: dict[int, dict[int, list[int]]] = {}
+        for g, (table, ps) in enumerate(zip(tables, page_sizes, strict=True)):
+            by_step.setdefault(table.stride(0) * ps, {}).setdefault(ps, []).append(g)
+        for step, by_size in by_step.items():
+            spot = _table_spots(starts, lead, total, step, dtype)
+            for ps, groups in by_size.items():
+                col, offset = _page_split(spot, ps)
+                for g in groups:
+                    page = out[g, :total]
+                    torch.index_select(_flat(tables[g]), 0, col, out=page)
+                    torch.add(offset, page.clamp_min_(0), alpha=ps, out=page)
 
     def replay_fill(self, packed: torch.Tensor, meta: torch.Tensor, dst: torch.Tensor, bs: int,
                     actual_bs: int, tail_pad: int) -> None:
