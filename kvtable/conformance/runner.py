@@ -140,6 +140,7 @@ class Report:
         out = asdict(self)
         out["passed"] = self.passed
         out["failed_clauses"] = self.failed_clauses
+        out["not_applicable"] = [r.property for r in self.not_applicable]
         for r in out["results"]:
             r["clause_id"] = r["clause"].split()[0]
         return out

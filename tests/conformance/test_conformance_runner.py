@@ -283,7 +283,9 @@ def test_conform_json_and_exit_status() -> None:
     assert out.strip().endswith("0/0 properties passed, 1 not applicable in 0.0s; PASS")
     rc, out, _ = _cli("conform", ["--backend", "reference", "--examples", "5", "--property", "kernels/stacked-locs",
                                   "--json"])
-    assert rc == 0 and json.loads(out)["results"][0]["status"] == "not applicable"
+    report = json.loads(out)
+    assert rc == 0 and report["passed"] and report["results"][0]["status"] == "not applicable"
+    assert report["not_applicable"] == ["kernels/stacked-locs"]
     rc, out, _ = _cli("conform", ["--backend", f"{__name__}:TailPadZero", "--property", "graph/replay-fill",
                                   "--examples", "60"])
     assert rc == 1
