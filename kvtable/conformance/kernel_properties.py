@@ -6,7 +6,8 @@ places them in pitched, strided views of larger buffers filled with a poison val
 outputs with a sentinel, and compares every element with ``kernel_model``: the named outputs must
 hold the model's values, everything else (the rest of the outputs, the inputs, the buffers around
 the views) must be left as it was. A backend with no ``kernels`` gets these properties reported
-"not applicable", never passed.
+"not applicable", never passed; so does one whose kernels lack the optional ``grouped_extend_locs``
+fast path, for that property alone.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from kvtable.conformance.properties import Context
 
 KERNEL_OPERATIONS = ("stacked_locs", "stacked_extend_locs", "replay_fill")
+GROUPED_EXTEND = "grouped_extend_locs"
+"""The optional fast path of impl/kernels.py's ``GroupedExtendLocs``."""
 SENTINEL = -7
 """Every output element starts as this: no kernel ever computes it (locations are >= 0, pads -1 or 0)."""
 POISON = 4242
@@ -45,6 +48,17 @@ def missing_kernels(ctx: Context) -> str | None:
     lacking = [op for op in KERNEL_OPERATIONS if not callable(getattr(kernels, op, None))]
     if lacking:
         return f"backend.kernels ({type(kernels).__name__}) lacks {', '.join(lacking)} of the Kernels protocol"
+    return None
+
+
+def missing_grouped_extend(ctx: Context) -> str | None:
+    """Why the ``grouped_extend_locs`` property does not apply (None: the kernels have the fast path)."""
+    reason = missing_kernels(ctx)
+    if reason is not None:
+        return reason
+    kernels = getattr(ctx.backend, "target", ctx.backend).kernels
+    if not callable(getattr(kernels, GROUPED_EXTEND, None)):
+        return f"backend.kernels ({type(kernels).__name__}) has no optional {GROUPED_EXTEND} fast path"
     return None
 
 
@@ -181,6 +195,40 @@ def extend_cases(draw: st.DrawFn) -> ExtendCase:
 
 
 @dataclass(frozen=True)
+class GroupedCase:
+    """``grouped_extend_locs`` arguments: each group's own table and page size, request runs inside every
+    table (its precondition), pads wherever they fall."""
+
+    tables: list[Rows]
+    page_sizes: list[int]
+    prefix_lens: list[int]
+    extend_lens: list[int]
+    cap: int
+    layouts: list[Layout]
+    """One per table, then the output's."""
+
+    def tokens(self) -> tuple[list[int], list[int]]:
+        """(rows, positions) of every token, in request order."""
+        pairs = [(b, p) for b, (start, count) in enumerate(zip(self.prefix_lens, self.extend_lens, strict=True))
+                 for p in range(start, start + count)]
+        return [b for b, _ in pairs], [p for _, p in pairs]
+
+
+@st.composite
+def grouped_cases(draw: st.DrawFn) -> GroupedCase:
+    requests, groups = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    page_sizes = [draw(st.sampled_from(PAGE_SIZES)) for _ in range(groups)]
+    widths = [draw(st.integers(1, 6)) for _ in range(groups)]
+    tables = [[[draw(_entries(ps)) for _ in range(w)] for _ in range(requests + draw(st.integers(0, 2)))]
+              for ps, w in zip(page_sizes, widths, strict=True)]
+    reach = min(w * ps for w, ps in zip(widths, page_sizes, strict=True))
+    prefix = [draw(st.integers(0, reach)) for _ in range(requests)]
+    extend = [draw(st.integers(0, reach - p)) for p in prefix]
+    cap = sum(extend) + draw(st.integers(0, 3))
+    return GroupedCase(tables, page_sizes, prefix, extend, cap, [draw(layouts(2)) for _ in range(groups + 1)])
+
+
+@dataclass(frozen=True)
 class FillCase:
     """``replay_fill`` arguments: every group's live rows packed (POISON in the gaps), into ``[G, max_bs, W]``."""
 
@@ -290,6 +338,24 @@ def check_stacked_extend_locs(ctx: Context, case: ExtendCase) -> None:
     names = ("tables", "widths", "page_sizes", "rows", "positions")
     _judge(ctx, "W3", "stacked_extend_locs",
            lambda: kernels.stacked_extend_locs(*(inputs[k].view for k in names), out.view), inputs, out, expected)
+
+
+def check_grouped_extend_locs(ctx: Context, case: GroupedCase) -> None:
+    """W3: the optional fast path equals ``stacked_extend_locs`` on the stacked tables (pads sink to page 0)."""
+    groups = len(case.tables)
+    inputs = {f"tables[{g}]": place(t, (len(t), len(t[0])), case.layouts[g], fill=POISON, device=ctx.device)
+              for g, t in enumerate(case.tables)}
+    out = place(_sentinels(groups, case.cap), (groups, case.cap), case.layouts[-1], fill=SENTINEL,
+                device=ctx.device)
+    expected = _sentinels(groups, case.cap)
+    rows, positions = case.tokens()
+    kernel_model.stacked_extend_locs(case.tables, [len(t[0]) for t in case.tables], case.page_sizes, rows,
+                                     positions, expected)
+    kernels = ctx.backend.kernels
+    _judge(ctx, "W3", GROUPED_EXTEND,
+           lambda: kernels.grouped_extend_locs([arg.view for arg in inputs.values()], list(case.page_sizes),
+                                               list(case.prefix_lens), list(case.extend_lens), out.view),
+           inputs, out, expected)
 
 
 def check_replay_fill(ctx: Context, case: FillCase) -> None:

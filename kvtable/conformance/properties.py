@@ -45,12 +45,15 @@ from kvtable.conformance.checks import (
 )
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.kernel_properties import (
+    check_grouped_extend_locs,
     check_replay_fill,
     check_stacked_extend_locs,
     check_stacked_locs,
     extend_cases,
     fill_cases,
+    grouped_cases,
     locs_cases,
+    missing_grouped_extend,
     missing_kernels,
 )
 from kvtable.conformance.stateful import STALE_KINDS, GraphHarness, machine
@@ -608,6 +611,9 @@ def _registry() -> tuple[Property, ...]:
         Property("kernels/stacked-extend-locs", "W3", "backend.kernels: extend locations on pitched views, "
                  "positions past a width sink into page 0", extend_cases(), check_stacked_extend_locs,
                  not_applicable=missing_kernels),
+        Property("kernels/grouped-extend-locs", "W3", "backend.kernels' optional extend fast path: per-group "
+                 "pitched tables, equal to the stacked kernel, pads sink into page 0", grouped_cases(),
+                 check_grouped_extend_locs, not_applicable=missing_grouped_extend),
         Property("kernels/replay-fill", "G3", "backend.kernels: replay fill on pitched views; rows >= bs and "
                  "the buffer around the view untouched", fill_cases(), check_replay_fill,
                  not_applicable=missing_kernels),

@@ -10,7 +10,7 @@ from kvtable.conformance import kernel_model
 from kvtable.conformance.kernel_properties import Layout, place
 from kvtable.conformance.properties import select
 from kvtable.conformance.runner import NOT_APPLICABLE, run_conformance
-from kvtable.impl.torch_kernels import TorchKernels
+from kvtable.impl.torch_kernels import TORCH_KERNELS, TorchKernels
 
 S = -7  # an untouched output element
 
@@ -74,9 +74,28 @@ class AllRowsKernels(TorchKernels):
         super().replay_fill(packed, meta, dst, dst.shape[1], actual_bs, tail_pad)
 
 
+class FirstGroupOnlyKernels(TorchKernels):
+    """W3: the grouped extend fast path locates the first group's tokens only."""
+
+    def grouped_extend_locs(self, tables, page_sizes, prefix_lens, extend_lens, out):
+        super().grouped_extend_locs(tables[:1], page_sizes[:1], prefix_lens, extend_lens, out)
+
+
+class StackOnlyKernels:
+    """The three required operations, delegated; no optional fast path."""
+
+    name = "stack-only"
+
+    def __getattr__(self, attr):
+        if attr in ("stacked_locs", "stacked_extend_locs", "replay_fill"):
+            return getattr(TORCH_KERNELS, attr)
+        raise AttributeError(attr)
+
+
 @pytest.mark.parametrize(("kernels", "name", "clause"), [
     (SpillingKernels, "kernels/stacked-locs", "G4"),
     (ContiguousOutKernels, "kernels/stacked-extend-locs", "W3"),
+    (FirstGroupOnlyKernels, "kernels/grouped-extend-locs", "W3"),
     (AllRowsKernels, "kernels/replay-fill", "G3"),
 ], ids=lambda v: getattr(v, "__name__", v))
 def test_a_kernel_breaking_one_rule_fails_its_property(kernels, name, clause) -> None:
@@ -87,11 +106,21 @@ def test_a_kernel_breaking_one_rule_fails_its_property(kernels, name, clause) ->
     assert "kernels = backend.kernels" in report.failures[0].counterexample
 
 
+KERNEL_PROPERTIES = ["kernels/stacked-locs", "kernels/stacked-extend-locs", "kernels/grouped-extend-locs",
+                     "kernels/replay-fill"]
+
+
 def test_conforming_kernels_pass() -> None:
-    report = run_conformance("torch", examples=40, seed=1, properties=select(["kernels/stacked-locs",
-                                                                             "kernels/stacked-extend-locs",
-                                                                             "kernels/replay-fill"]))
+    report = run_conformance("torch", examples=40, seed=1, properties=select(KERNEL_PROPERTIES))
     assert report.passed and all(r.passed and r.examples >= 40 for r in report.results), report.details()
+
+
+def test_kernels_without_the_fast_path_skip_only_its_property() -> None:
+    report = run_conformance(TorchBackend(kernels=StackOnlyKernels()), examples=5, seed=0,
+                             properties=select(KERNEL_PROPERTIES))
+    assert [r.property for r in report.not_applicable] == ["kernels/grouped-extend-locs"]
+    assert "no optional grouped_extend_locs fast path" in report.not_applicable[0].message
+    assert report.passed and sum(r.passed for r in report.results) == 3
 
 
 def test_a_backend_without_kernels_is_not_applicable_never_passed() -> None:
