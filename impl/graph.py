@@ -54,6 +54,9 @@ class GroupGraphBuffers:
         self.table_buffers = {gid: self.table_stack[i, :, : self.widths[gid]]
                               for i, gid in enumerate(self.group_ids)}
         self.loc_buffers = {gid: self.loc_stack[i] for i, gid in enumerate(self.group_ids)}
+        # replay packs the live tables here: one buffer for every step, no allocation per replay
+        self._packed = torch.empty(max_bs * sum(self.source_widths.values()), dtype=torch.int32,
+                                   device=self.device)
         self._widths = upload([self.widths[g] for g in self.group_ids], self.device)
         self._page_sizes = upload([self.page_sizes[g] for g in self.group_ids], self.device)
 
@@ -153,24 +156,23 @@ class GroupGraphBuffers:
     def _fill(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
         """G3 replay-fill: one ``replay_fill`` over the packed live tables, then zero any group's extra rows.
 
-        Groups normally share one live row count; a group with fewer rows is packed with zero rows up
-        to the common count, and those rows (now dummy rows) are zeroed after the fill.
+        Each live table is copied once, straight into its slice of the persistent packed buffer (a table
+        on another device through a pinned upload). Groups normally share one live row count; a group
+        with fewer rows is packed with zero rows up to the common count, and those rows (now dummy rows)
+        are zeroed after the fill.
         """
         rows = max(live.values())
-        one_device = len({t.device for t in tables.values()}) == 1
-        pieces, meta, offset = [], [], 0
+        meta, offset = [], 0
         for gid in self.group_ids:
             cols = min(tables[gid].shape[1], self.source_widths[gid])
-            piece = tables[gid][: live[gid], :cols].reshape(-1)
-            piece = piece if one_device else upload(piece, self.device)
-            if live[gid] < rows:
-                piece = torch.cat([piece, piece.new_zeros((rows - live[gid]) * cols)])
-            pieces.append(piece)
+            piece = self._packed[offset: offset + rows * cols].view(rows, cols)
+            source = tables[gid][: live[gid], :cols]
+            piece[: live[gid]].copy_(source if source.device == self.device else upload(source, self.device))
+            piece[live[gid]:].zero_()
             meta.append((offset, cols, self.ratios[gid]))
             offset += rows * cols
-        packed = upload(torch.cat(pieces), self.device)
         meta_t = upload(torch.tensor(meta, dtype=torch.int32), self.device)
-        self.kernels.replay_fill(packed, meta_t, self.table_stack, bs, rows, self.tail_pad)
+        self.kernels.replay_fill(self._packed[:offset], meta_t, self.table_stack, bs, rows, self.tail_pad)
         for i, gid in enumerate(self.group_ids):
             if live[gid] < rows:
                 self.table_stack[i, live[gid]:bs] = 0

@@ -2,8 +2,9 @@
 
 The stacked operations compute every index in int64 and clamp it into the tensor before it is read,
 so the sink cases (a pad, a column past the group's width) read a real element and resolve to the
-null page 0. ``grouped_extend_locs`` skips the stack and the int64 temporaries where the host can
-see that they are exact (the caller proves every write inside its table).
+null page 0. Two fast paths skip the stack and the int64 temporaries where the host can see that
+they are exact: ``grouped_extend_locs`` (the caller proves every write inside its table) and
+``replay_fill`` with its ``meta`` on the CPU (one slice copy or r strided writes per group).
 """
 
 from __future__ import annotations
@@ -59,6 +60,38 @@ def _flat(table: torch.Tensor) -> torch.Tensor:
     """The storage span of a 2-D table with unit column stride, 1-D: element (i, c) is at ``i * stride(0) + c``."""
     rows, width = table.shape
     return table.as_strided(((rows - 1) * table.stride(0) + width,), (1,))
+
+
+def _expand_into(dst: torch.Tensor, src: torch.Tensor, ratio: int) -> None:
+    """E2 on ``[rows, n]`` source blocks into ``dst [rows, n, k]`` (k <= ratio): sub-page j of block v is
+    ``v * ratio + j`` for a real block, holes and pads stay themselves (the identity when ratio is 1).
+
+    Branch-free int32 arithmetic (``real`` is 1 for a real block, else 0), one strided copy per
+    sub-page: torch's ``where`` and strided-output arithmetic are several times slower on CPU.
+    """
+    if ratio == 1:
+        dst[:, :, 0].copy_(src)
+        return
+    real = src.clamp(0, 1)
+    value = torch.addcmul(src, src, real, value=ratio - 1)
+    for j in range(dst.shape[2]):
+        if j:
+            value.add_(real)
+        dst[:, :, j].copy_(value)
+
+
+def _fill_group(dst: torch.Tensor, src: torch.Tensor, ratio: int, bs: int, tail_pad: int) -> None:
+    """G3 for one group's ``dst [max_bs, W]``: ``src``'s rows expanded, the tail pad after them, rows up to bs 0."""
+    rows, cols = src.shape
+    width = dst.shape[1]
+    live = dst[:rows]
+    full = min(cols, width // ratio)
+    filled = min(width, cols * ratio)
+    _expand_into(live[:, : full * ratio].unflatten(1, (full, ratio)), src[:, :full], ratio)
+    if filled > full * ratio:  # a last block cut by the width
+        _expand_into(live[:, full * ratio: filled].unsqueeze(1), src[:, full: full + 1], ratio)
+    live[:, filled:].fill_(tail_pad)
+    dst[rows:bs].zero_()
 
 
 class TorchKernels:
@@ -122,6 +155,13 @@ class TorchKernels:
         groups, width = meta.shape[0], dst.shape[2]
         if groups == 0 or bs == 0 or width == 0:
             return
+        plan = _host_plan(packed, meta, dst, bs, actual_bs, tail_pad)
+        if plan is not None:
+            rows = max(0, min(actual_bs, bs))
+            for g, (offset, cols, ratio) in enumerate(plan):
+                src = packed[offset: offset + rows * cols].view(rows, cols)
+                _fill_group(dst[g], src, ratio, bs, tail_pad)
+            return
         device = dst.device
         info = meta.to(device=device, dtype=torch.int64)
         offset, cols, ratio = (info[:, k].view(groups, 1, 1) for k in range(3))
@@ -136,6 +176,24 @@ class TorchKernels:
         expanded = torch.where(value > 0, value * ratio + w % ratio, value)
         filled = torch.where(copied, expanded, torch.where(live, tail_pad, 0))
         dst[:groups, :bs] = filled.to(torch.int32)
+
+
+def _host_plan(packed: torch.Tensor, meta: torch.Tensor, dst: torch.Tensor, bs: int, actual_bs: int,
+               tail_pad: int) -> list[list[int]] | None:
+    """``meta`` as host ints when reading it costs no sync (a CPU tensor) and every group's source rows
+    lie inside ``packed``; else None (the vectorized path, which clamps what it reads)."""
+    if meta.device.type != "cpu" or meta.dim() != 2 or meta.shape[1] != 3 or packed.device != dst.device:
+        return None
+    if packed.dtype != torch.int32 or packed.dim() != 1 or dst.dtype != torch.int32:
+        return None
+    if not (meta.shape[0] <= dst.shape[0] and bs <= dst.shape[1] and -INT32_END <= tail_pad < INT32_END):
+        return None
+    rows = max(0, min(actual_bs, bs))
+    plan = meta.tolist()
+    if all(ratio >= 1 and cols >= 0 and 0 <= offset and offset + rows * cols <= packed.numel()
+           for offset, cols, ratio in plan):
+        return plan
+    return None
 
 
 TORCH_KERNELS = TorchKernels()
