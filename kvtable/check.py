@@ -6,7 +6,8 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--examples", type=int, default=300, help="fuzz examples in all, shared out across the properties (default 300)")
+    parser.add_argument("--examples", type=int, default=300,
+                        help="fuzz examples in all, shared out across the properties (default 300)")
     parser.add_argument("--seed", type=int, default=0, help="fuzz seed (default 0)")
     parser.add_argument("--backend", default="torch", help="backend to fuzz (default: torch)")
 

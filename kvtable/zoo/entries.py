@@ -77,7 +77,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("sglang-25889", 9, "sgl-project/sglang PR #25889 (and review of PR #24138)", "G3",
           "cached full->SWA translation not invalidated when the mapping changed",
           "replay caches the translated tables per batch shape and skips the fill when the shape repeats",
-          sglang.Sglang25889, examples=100),
+          sglang.Sglang25889),
     Entry("sglang-swa-replay", 10,
           "sgl-project/sglang CUDA-graph runner comment (no number; out_cache_loc_swa now zeroed)", "G4",
           "stale padded SWA indices from an earlier replay pointed into live SWA slots",
