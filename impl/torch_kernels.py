@@ -47,13 +47,11 @@ def _table_spots(starts: torch.Tensor, lead: torch.Tensor, total: int, step: int
     return spots.cumsum_(0)[:total]
 
 
-def _page_split(spot: torch.Tensor, ps: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(spot // ps, spot % ps)`` of non-negative ``spot``, the offset as int32; a shift and a mask for
-    a power-of-two ``ps``."""
+def _page_col(spot: torch.Tensor, ps: int) -> torch.Tensor:
+    """``spot // ps`` of non-negative ``spot``: a shift for a power-of-two ``ps``."""
     if ps & (ps - 1) == 0:
-        return spot >> (ps.bit_length() - 1), (spot & (ps - 1)).to(torch.int32)
-    col = torch.div(spot, ps, rounding_mode="floor")
-    return col, (spot - col * ps).to(torch.int32)
+        return spot >> (ps.bit_length() - 1)
+    return torch.div(spot, ps, rounding_mode="floor")
 
 
 def _flat(table: torch.Tensor) -> torch.Tensor:
@@ -127,7 +125,8 @@ class TorchKernels:
                             prefix_lens: Sequence[int], extend_lens: Sequence[int], out: torch.Tensor) -> None:
         """See ``GroupedExtendLocs``. Each token's spot ``row * stride(0) * ps + pos`` in its flattened
         table gives column and offset at once; groups with equal ``stride(0) * ps`` share the spots, and
-        those with an equal page size too their split (one of each alive at a time).
+        those with an equal page size too the columns. At most one spots and one columns tensor are
+        alive at a time (a large extend otherwise page-faults fresh memory on every call).
         """
         total = sum(extend_lens)
         if total == 0 or not tables:
@@ -144,11 +143,15 @@ class TorchKernels:
         for step, by_size in by_step.items():
             spot = _table_spots(starts, lead, total, step, dtype)
             for ps, groups in by_size.items():
-                col, offset = _page_split(spot, ps)
+                col = _page_col(spot, ps)
                 for g in groups:
                     page = out[g, :total]
                     torch.index_select(_flat(tables[g]), 0, col, out=page)
-                    torch.add(offset, page.clamp_min_(0), alpha=ps, out=page)
+                    # max(page, 0) * ps + pos % ps as (max(page, 0) - col) * ps + spot: no offset array
+                    wide = page.clamp_min_(0).to(spot.dtype).sub_(col)
+                    page.copy_(torch.add(spot, wide, alpha=ps, out=wide))
+                del col
+            del spot  # freed before the next one is built: the allocator hands the same memory back
 
     def replay_fill(self, packed: torch.Tensor, meta: torch.Tensor, dst: torch.Tensor, bs: int,
                     actual_bs: int, tail_pad: int) -> None:

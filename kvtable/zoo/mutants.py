@@ -84,7 +84,7 @@ MUTANTS: tuple[SourceMutant, ...] = (
                  "G4", "the kernel's col < width mask is gone (a stale seq_len reads past the row)"),
     SourceMutant("page-clamp-dropped", "torch_kernels",
                  (("return page.clamp_min(0) * ps + pos % ps", "return page * ps + pos % ps"),
-                  ("page.clamp_min_(0), alpha=ps", "page, alpha=ps")),
+                  ("page.clamp_min_(0).to(spot.dtype)", "page.to(spot.dtype)")),
                  "G4", "a pad read (-1) is not sent to the null page: the location goes negative"),
     SourceMutant("stale-block-size", "graph",
                  (("self.page_sizes[gid] = block // self.ratios[gid]", "self.page_sizes[gid] = block"),),
