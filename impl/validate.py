@@ -92,7 +92,8 @@ def check_batch(batch: Batch) -> None:
 
 def check_width(batch: Batch, widths: Mapping[str, int], page_sizes: Mapping[str, int]) -> None:
     """T8 table-width: every row that writes has a column for its last position, in every group."""
-    if all(max(batch.seq_lens, default=0) <= widths[gid] * page_sizes[gid] for gid in widths):
+    longest_row = max(batch.seq_lens, default=0)
+    if all(longest_row <= widths[gid] * page_sizes[gid] for gid in widths):
         return  # even the longest row fits every group: no need to find the rows that write
     writing = [(row, seq) for row, seq in enumerate(batch.seq_lens) if batch.first_query(row) is not None]
     if not writing:
