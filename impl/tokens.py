@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import array
 from collections.abc import Sequence
 
 import torch
 
 from kvtable.reference.model import Batch
+
+_TYPECODES = {dtype: code for dtype, code in ((torch.int32, "i"), (torch.int64, "q"))
+              if array.array(code).itemsize == dtype.itemsize}
+"""``array.array`` typecodes of the integer dtypes ``_host_ints`` builds directly."""
 
 
 def upload(values: Sequence[int] | torch.Tensor, device: torch.device | str,
@@ -18,10 +23,23 @@ def upload(values: Sequence[int] | torch.Tensor, device: torch.device | str,
     caching host allocator keeps the pinned block alive until the copy has run.
     """
     device = torch.device(device)
-    host = values if isinstance(values, torch.Tensor) else torch.tensor(list(values), dtype=dtype)
+    host = values if isinstance(values, torch.Tensor) else _host_ints(values, dtype)
     if host.device == device or device.type != "cuda" or host.device.type != "cpu":
         return host.to(device=device, dtype=dtype)
     return host.to(dtype).pin_memory().to(device, non_blocking=True)
+
+
+def _host_ints(values: Sequence[int], dtype: torch.dtype = torch.int32) -> torch.Tensor:
+    """Python ints as a CPU tensor of ``dtype``, through ``array.array`` when every value fits (several
+    times faster than ``torch.tensor`` of a list); anything else takes ``torch.tensor``'s own way."""
+    items = values if isinstance(values, (list, tuple)) else list(values)
+    code = _TYPECODES.get(dtype)
+    if code is not None and items:
+        try:
+            return torch.frombuffer(array.array(code, items), dtype=dtype)
+        except (TypeError, OverflowError):
+            pass
+    return torch.tensor(list(items), dtype=dtype)
 
 
 def extend_runs(prefix_lens: Sequence[int], extend_lens: Sequence[int], device: torch.device | str
