@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from kvtable import ContractViolation
+from kvtable.conformance.properties import PROPERTIES
 from kvtable.spec.clauses import CLAUSES, clause_label
+from kvtable.spec.obligations import OBLIGATIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = (ROOT / "spec" / "SPEC.md").read_text()
@@ -28,15 +30,33 @@ def test_every_clause_has_a_spec_heading_and_no_heading_is_unregistered() -> Non
     assert HEADINGS == [c.label for c in CLAUSES]
 
 
+def _carried_by(clause, what: str) -> str:
+    """The clause's ``- **Reference** ...`` (or Proved by / Tested by) line in SPEC.md, or ''."""
+    section = SPEC.split(f"### {clause.label}\n", 1)[1].split("\n### ", 1)[0]
+    return next((line for line in section.splitlines() if line.startswith(f"- **{what}**")), "")
+
+
 @pytest.mark.parametrize("clause", CLAUSES, ids=lambda c: c.label)
 def test_clause_reference_function_exists_and_is_named_in_spec(clause) -> None:
     assert callable(_resolve(clause.reference))
-    section = SPEC.split(f"### {clause.label}\n", 1)[1].split("\n### ", 1)[0]
-    reference_line = next(line for line in section.splitlines() if line.startswith("**Reference**"))
-    named = re.findall(r"`([a-z_]+\.[A-Za-z0-9_.]+)`", reference_line)
+    named = re.findall(r"`([a-z_]+\.[A-Za-z0-9_.]+)`", _carried_by(clause, "Reference"))
     assert clause.reference in named
     for dotted in named:
         assert callable(_resolve(dotted)), dotted
+
+
+@pytest.mark.parametrize("clause", CLAUSES, ids=lambda c: c.label)
+def test_spec_lists_exactly_the_clause_obligations(clause) -> None:
+    listed = re.findall(r"`([^`]+)`", _carried_by(clause, "Proved by"))
+    assert listed == [o.name for o in OBLIGATIONS if o.clause == clause.id]
+
+
+@pytest.mark.parametrize("clause", CLAUSES, ids=lambda c: c.label)
+def test_spec_lists_exactly_the_clause_properties(clause) -> None:
+    line = _carried_by(clause, "Tested by")
+    assert line, f"{clause.label} names no test"
+    properties = line.split("properties ", 1)[1].split(";")[0] if "properties " in line else ""
+    assert re.findall(r"`([^`]+)`", properties) == [p.name for p in PROPERTIES if p.clause == clause.id]
 
 
 def test_violations_render_the_clause_label_and_location() -> None:
