@@ -41,13 +41,13 @@ class Vllm43810(ZooBackend):
         return PythonIndexKernels()
 
 
-class UnguardedBlockTableKernels(TorchKernels):
-    """vllm #53982: the block-table load has no ``col < width`` mask.
+class MutantLocKernels(TorchKernels):
+    """Torch kernels whose every location goes through one mutated ``locs`` (clamped positions as usual)."""
 
-    Each group's table is read row-major with its own width as the stride, so a column past the
-    width is the next row's page (the regression test got 144, the next row's block id); past the
-    last row the read wraps into other memory.
-    """
+    @staticmethod
+    def locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor, rows: torch.Tensor,
+             positions: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                      seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
@@ -56,13 +56,13 @@ class UnguardedBlockTableKernels(TorchKernels):
         token = torch.arange(bs * n, device=seq_lens.device)
         row = token // n
         positions = (seq_lens[:bs].to(torch.int64)[row] - n + token % n).clamp_min(0)
-        out[: tables.shape[0], : bs * n] = _unmasked_locs(tables, widths, page_sizes, row, positions)
+        out[: tables.shape[0], : bs * n] = self.locs(tables, widths, page_sizes, row, positions)
 
     def stacked_extend_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                             rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
         if rows.shape[0] == 0 or tables.shape[0] == 0:
             return
-        out[: tables.shape[0], : rows.shape[0]] = _unmasked_locs(tables, widths, page_sizes, rows, positions)
+        out[: tables.shape[0], : rows.shape[0]] = self.locs(tables, widths, page_sizes, rows, positions)
 
 
 def _unmasked_locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor, rows: torch.Tensor,
@@ -74,6 +74,17 @@ def _unmasked_locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch
         index = (rows.to(torch.int64) * width + positions // ps) % own.numel()
         result.append(own[index].to(torch.int64).clamp_min(0) * ps + positions % ps)
     return torch.stack(result).to(torch.int32)
+
+
+class UnguardedBlockTableKernels(MutantLocKernels):
+    """vllm #53982: the block-table load has no ``col < width`` mask.
+
+    Each group's table is read row-major with its own width as the stride, so a column past the
+    width is the next row's page (the regression test got 144, the next row's block id); past the
+    last row the read wraps into other memory.
+    """
+
+    locs = staticmethod(_unmasked_locs)
 
 
 class TrustingRunner(GroupGraphBuffers):
@@ -190,26 +201,6 @@ class Vllm51031Swapped(ZooBackend):
         return _locs_at({gid: tables[gid] for gid in gids}, sizes, batch, self.kernels)
 
 
-class Int32SlotKernels(TorchKernels):
-    """vllm #1486: ``page * ps + pos % ps`` computed in int32 (an int32 store wraps it the same way, so the
-    values alone cannot tell; the z3 obligation W5.int32-product-wraps can)."""
-
-    def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
-                     seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
-        if bs * n == 0 or tables.shape[0] == 0:
-            return
-        token = torch.arange(bs * n, device=seq_lens.device)
-        row = token // n
-        positions = (seq_lens[:bs].to(torch.int64)[row] - n + token % n).clamp_min(0)
-        out[: tables.shape[0], : bs * n] = _int32_locs(tables, widths, page_sizes, row, positions)
-
-    def stacked_extend_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
-                            rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
-        if rows.shape[0] == 0 or tables.shape[0] == 0:
-            return
-        out[: tables.shape[0], : rows.shape[0]] = _int32_locs(tables, widths, page_sizes, rows, positions)
-
-
 def _int32_locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor, rows: torch.Tensor,
                 positions: torch.Tensor) -> torch.Tensor:
     groups = tables.shape[0]
@@ -220,6 +211,13 @@ def _int32_locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Te
     g = torch.arange(groups, device=tables.device).unsqueeze(1)
     page = tables[g, rows.unsqueeze(0), torch.where(inside, col, 0)]
     return torch.where(inside, page, -1).clamp_min(0) * ps + pos % ps
+
+
+class Int32SlotKernels(MutantLocKernels):
+    """vllm #1486: ``page * ps + pos % ps`` computed in int32 (an int32 store wraps it the same way, so the
+    values alone cannot tell; the z3 obligation W5.int32-product-wraps can)."""
+
+    locs = staticmethod(_int32_locs)
 
 
 class Vllm1486(ZooBackend):
