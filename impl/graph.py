@@ -95,7 +95,11 @@ class GroupGraphBuffers:
                                   tokens_per_req)
 
     def stale_guard(self, bs: int, tables: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
-        """G5 stale-guard: every buffered group delivered, no uncaptured ones, none empty; raises before writes."""
+        """G5 stale-guard: every buffered group delivered, no uncaptured ones, none empty; raises before writes.
+
+        Written apart from ``reference.GraphModel``'s guard on purpose: the reference judges this one, and
+        a shared guard would make the differential G5 properties blind to a bug in it.
+        """
         if not self.group_ids:
             raise StaleGraphState("G5", "the runner published no cache groups; nothing to replay")
         if not tables:
