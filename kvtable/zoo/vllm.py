@@ -17,32 +17,11 @@ from kvtable.reference.tables import check_group_ids, shed_state_groups, specs_b
 from kvtable.zoo.base import ZooBackend
 
 
-class PythonIndexKernels(TorchKernels):
-    """vllm #43810: positions are not clamped at 0, and the gather indexes Python-style.
-
-    A padded verify row (seq_len 1 < N) or a short re-anchored prompt reaches position -1; Python
-    semantics turn column -1 into the row's last column and offset -1 into ``ps - 1``, a real slot.
-    """
-
-    def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
-                     seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
-        if bs * n == 0 or tables.shape[0] == 0:
-            return
-        token = torch.arange(bs * n, device=seq_lens.device)
-        row = token // n
-        positions = seq_lens[:bs].to(torch.int64)[row] - n + token % n
-        out[: tables.shape[0], : bs * n] = _gather_locs(tables, widths, page_sizes, row, positions).to(torch.int32)
-
-
-class Vllm43810(ZooBackend):
-    name = "vllm-43810"
-
-    def default_kernels(self) -> Kernels:
-        return PythonIndexKernels()
-
-
 class MutantLocKernels(TorchKernels):
-    """Torch kernels whose every location goes through one mutated ``locs`` (clamped positions as usual)."""
+    """Torch kernels whose every location goes through one mutated ``locs``; positions clamp at 0 unless
+    ``clamp_positions`` is off."""
+
+    clamp_positions = True
 
     @staticmethod
     def locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor, rows: torch.Tensor,
@@ -55,7 +34,9 @@ class MutantLocKernels(TorchKernels):
             return
         token = torch.arange(bs * n, device=seq_lens.device)
         row = token // n
-        positions = (seq_lens[:bs].to(torch.int64)[row] - n + token % n).clamp_min(0)
+        positions = seq_lens[:bs].to(torch.int64)[row] - n + token % n
+        if self.clamp_positions:
+            positions = positions.clamp_min(0)
         out[: tables.shape[0], : bs * n] = self.locs(tables, widths, page_sizes, row, positions)
 
     def stacked_extend_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
@@ -63,6 +44,30 @@ class MutantLocKernels(TorchKernels):
         if rows.shape[0] == 0 or tables.shape[0] == 0:
             return
         out[: tables.shape[0], : rows.shape[0]] = self.locs(tables, widths, page_sizes, rows, positions)
+
+
+class PythonIndexKernels(MutantLocKernels):
+    """vllm #43810: positions are not clamped at 0, and the gather indexes Python-style.
+
+    A padded verify row (seq_len 1 < N) or a short re-anchored prompt reaches position -1; Python
+    semantics turn column -1 into the row's last column and offset -1 into ``ps - 1``, a real slot.
+    Extend positions are never negative, so extend keeps the torch kernels' own path.
+    """
+
+    clamp_positions = False
+    stacked_extend_locs = TorchKernels.stacked_extend_locs
+
+    @staticmethod
+    def locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor, rows: torch.Tensor,
+             positions: torch.Tensor) -> torch.Tensor:
+        return _gather_locs(tables, widths, page_sizes, rows, positions).to(torch.int32)
+
+
+class Vllm43810(ZooBackend):
+    name = "vllm-43810"
+
+    def default_kernels(self) -> Kernels:
+        return PythonIndexKernels()
 
 
 def _unmasked_locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor, rows: torch.Tensor,
