@@ -27,10 +27,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_USAGE = 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from kvtable.backends import BackendNotFound
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
     module = importlib.import_module(SUBCOMMANDS[args.command][0])
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except BackendNotFound as err:
+        print(f"kvtable {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -37,6 +37,10 @@ class BackendUnavailable(RuntimeError):
     """The named backend cannot run here (its optional dependency is missing): skip it, do not pass it."""
 
 
+class BackendNotFound(ImportError):
+    """The backend name does not resolve: a malformed spec, a module that does not import, no such object."""
+
+
 def default_spec() -> str:
     return os.environ.get(ENV_VAR) or DEFAULT
 
@@ -52,26 +56,26 @@ def resolve(spec: str | None = None) -> Factory | Backend:
             raise BackendUnavailable(f"backend 'triton' skipped: triton is not importable ({err})") from err
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"backend {spec!r}: expected 'pkg.mod:factory', 'pkg.mod:object' or one of "
-                         f"{sorted(BUILTIN)}")
+        raise BackendNotFound(f"backend {spec!r}: expected 'pkg.mod:factory', 'pkg.mod:object' or one of "
+                              f"{sorted(BUILTIN)}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise ImportError(f"backend {spec!r}: cannot import {module_name!r}: {err}") from err
+        raise BackendNotFound(f"backend {spec!r}: cannot import {module_name!r}: {err}") from err
     obj: Any = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ImportError(f"backend {spec!r}: {module_name!r} has no attribute {attr!r}") from None
+            raise BackendNotFound(f"backend {spec!r}: {module_name!r} has no attribute {attr!r}") from None
     return obj
 
 
 def load(spec: str | None = None, *, debug: bool | None = None) -> Backend:
     """The backend ``spec`` names (see the module docstring); ``debug`` is passed to a factory.
 
-    Raises ``BackendUnavailable`` for a built-in whose dependency is missing, ``ImportError`` or
-    ``ValueError`` for a name that does not resolve, ``TypeError`` for an object that is no Backend.
+    Raises ``BackendUnavailable`` for a built-in whose dependency is missing, ``BackendNotFound`` for a
+    name that does not resolve, ``TypeError`` for an object that is no Backend.
     """
     obj = resolve(spec)
     if inspect.isclass(obj) or (callable(obj) and not isinstance(obj, Backend)):

@@ -137,7 +137,7 @@ class Vllm53982(ZooBackend):
         sizes = {gid: by_id[gid].block_granularity for gid in live}
         locs = _locs_at(live, sizes, batch, self.kernels)
         if validate.debug_enabled(self.debug):
-            validate.debug_check(by_id, live, batch, locs)
+            validate.debug_check(by_id, live, batch, locs, tail_pad=tail_pad)
         return locs
 
     def _lone(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int, mode: Mode,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kvtable import ContractViolation
-from kvtable.backends import BackendUnavailable, load, spec_of
+from kvtable.backends import BackendNotFound, BackendUnavailable, load, spec_of
 from kvtable.backends.profiles import PROFILES, get_profile
 from kvtable.backends.reference_backend import ReferenceBackend
 from kvtable.backends.torch_backend import TorchBackend
@@ -244,10 +244,12 @@ def test_load_names_factories_objects_and_the_env_var(monkeypatch: pytest.Monkey
     assert load(f"{__name__}:REFERENCE", debug=True).debug is True
     monkeypatch.setenv("KVTABLE_BACKEND", "reference")
     assert load().name == "reference"
-    with pytest.raises(ValueError, match="pkg.mod:factory"):
+    with pytest.raises(BackendNotFound, match="pkg.mod:factory"):
         load("reference_backend")
-    with pytest.raises(ImportError, match="no attribute"):
+    with pytest.raises(BackendNotFound, match="no attribute"):
         load("kvtable.backends:Nope")
+    with pytest.raises(BackendNotFound, match="cannot import 'nosuch.mod'"):
+        load("nosuch.mod:thing")
     with pytest.raises(TypeError, match="does not implement"):
         load(f"{__name__}:NOT_A_BACKEND")
 
@@ -322,3 +324,11 @@ def test_open_database() -> None:
     except ImportError:
         with pytest.raises(SystemExit, match="pip install redis"):
             open_database("redis://localhost:6379")
+
+
+@pytest.mark.parametrize("command", ["conform", "fuzz"])
+def test_cli_names_a_backend_that_does_not_resolve_and_exits_2(command: str, capsys: pytest.CaptureFixture) -> None:
+    from kvtable.cli import main
+
+    assert main([command, "--backend", "nosuch.mod:thing", "--examples", "1"]) == 2
+    assert f"kvtable {command}: error: backend 'nosuch.mod:thing': cannot import" in capsys.readouterr().err
