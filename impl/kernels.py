@@ -3,8 +3,9 @@
 Both implementations must write identical values into the same output elements; neither writes
 outside the elements named here. Inputs are already validated by the caller (impl/validate.py);
 on the defined "sink" cases below (a pad or a column past the group's width) the result is a
-location in the null page 0, never an out-of-bounds read. ``GroupedExtendLocs`` is an optional fast
-path a ``Kernels`` may add; callers use it when it is there and its precondition holds.
+location in the null page 0, never an out-of-bounds read. ``GroupedLocs`` and ``GroupedExtendLocs``
+are optional fast paths a ``Kernels`` may add; callers use them when they are there and their
+preconditions hold.
 """
 
 from __future__ import annotations
@@ -71,5 +72,21 @@ class GroupedExtendLocs(Protocol):
         p of every group satisfies ``0 <= p < tables[g].shape[1] * page_sizes[g]``. Then ``out[g, :T]`` is
         what ``stacked_extend_locs`` writes for the tables stacked, with the tokens of ``extend_tokens``
         (no column is past a width; a pad read still sinks to page 0); ``out[g, T:]`` untouched.
+        """
+        ...
+
+
+class GroupedLocs(Protocol):
+    """An optional ``Kernels`` fast path; the torch kernels have it, the Triton ones go through the stack."""
+
+    def grouped_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int], seq_lens: torch.Tensor,
+                     out: torch.Tensor, bs: int, n: int) -> None:
+        """``stacked_locs`` without the stack: each group's own int32 2-D table, its width its column count.
+
+        tables[g]: group g's table (any strides, at least ``bs`` rows), on ``out``'s device; page_sizes[g]:
+        its page size (an int >= 1); seq_lens, out, bs, n as in ``stacked_locs``. Then ``out[g, :bs*n]`` is
+        what ``stacked_locs`` writes for the tables stacked with ``widths[g] = tables[g].shape[1]`` (a column
+        at or past it sinks to page 0, as does a pad); ``out[g, bs*n:]`` untouched. ``seq_lens`` may live
+        on the device: nothing here reads it back.
         """
         ...

@@ -2,7 +2,7 @@
 
 Each function validates what it can see without a device sync (impl/validate.py), stacks the tables
 into one ``[G, R, Wmax]`` tensor and hands it to the ``Kernels`` (torch by default, Triton when given);
-extend skips the stack for kernels with the ``GroupedExtendLocs`` fast path.
+kernels with the ``GroupedLocs`` / ``GroupedExtendLocs`` fast paths get the tables unstacked.
 Locations are int32; the arithmetic behind them is int64. In debug mode the result is checked
 against the full contract and the strong write checker.
 """
@@ -48,13 +48,22 @@ def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str
                      ) -> dict[str, torch.Tensor]:
     """W1/W2/W4 for already-validated tables: ``bs*n`` clamped positions per group, one kernel call.
 
-    ``seq_lens`` may live on the device; nothing here reads it back.
+    Kernels with the ``GroupedLocs`` fast path get the tables as they are (validation already gave
+    them what it needs); otherwise the tables are stacked. ``seq_lens`` may live on the device;
+    nothing here reads it back.
     """
     bs = seq_lens.shape[0]
     gids = sorted(tables)
     if not gids:
         return {}
-    stack, widths, sizes = stack_tables([tables[g] for g in gids], bs, [page_sizes[g] for g in gids])
+    ordered, block_sizes = [tables[g] for g in gids], [page_sizes[g] for g in gids]
+    grouped = getattr(kernels, "grouped_locs", None)
+    if grouped is not None:
+        device = ordered[0].device
+        out = torch.empty(len(gids), bs * n, dtype=torch.int32, device=device)
+        grouped(ordered, block_sizes, upload(seq_lens, device), out, bs, n)
+        return dict(zip(gids, out, strict=True))
+    stack, widths, sizes = stack_tables(ordered, bs, block_sizes)
     out = torch.empty(len(gids), bs * n, dtype=torch.int32, device=stack.device)
     kernels.stacked_locs(stack, widths, sizes, upload(seq_lens, stack.device), out, bs, n)
     return dict(zip(gids, out, strict=True))
@@ -115,7 +124,7 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
         extend = list(map(operator.sub, batch.seq_lens, batch.prefix_lens))
         locs = extend_group_locs(live, sizes, batch.prefix_lens, extend, kernels=kernels)
     else:
-        locs = fixed_group_locs(live, sizes, torch.tensor(batch.seq_lens, dtype=torch.int32),
+        locs = fixed_group_locs(live, sizes, upload(batch.seq_lens, "cpu"),
                                 batch.tokens_per_row, kernels=kernels)
     if validate.debug_enabled(debug):
         validate.debug_check(by_id, live, batch, locs, tail_pad=tail_pad)

@@ -2,8 +2,9 @@
 
 The stacked operations compute every index in int64 and clamp it into the tensor before it is read,
 so the sink cases (a pad, a column past the group's width) read a real element and resolve to the
-null page 0. Two fast paths skip the stack and the int64 temporaries where the host can see that
-they are exact: ``grouped_extend_locs`` (the caller proves every write inside its table) and
+null page 0. Three fast paths skip the stack: ``grouped_locs`` (each group's own table, read through
+its strides, the width mask kept), and, where the host can see that they are exact, without the int64
+temporaries: ``grouped_extend_locs`` (the caller proves every write inside its table) and
 ``replay_fill`` with its ``meta`` on the CPU (one slice copy or r strided writes per group).
 """
 
@@ -55,9 +56,9 @@ def _page_col(spot: torch.Tensor, ps: int) -> torch.Tensor:
 
 
 def _flat(table: torch.Tensor) -> torch.Tensor:
-    """The storage span of a 2-D table with unit column stride, 1-D: element (i, c) is at ``i * stride(0) + c``."""
+    """The storage span of a non-empty 2-D table, 1-D: element (i, c) is at ``i * stride(0) + c * stride(1)``."""
     rows, width = table.shape
-    return table.as_strided(((rows - 1) * table.stride(0) + width,), (1,))
+    return table.as_strided(((rows - 1) * table.stride(0) + (width - 1) * table.stride(1) + 1,), (1,))
 
 
 def _expand_into(dst: torch.Tensor, src: torch.Tensor, ratio: int) -> None:
@@ -98,11 +99,12 @@ class TorchKernels:
     name = "torch"
 
     def __init_subclass__(cls, **kwargs: object) -> None:
-        """A subclass that overrides ``stacked_extend_locs`` gets it called: the fast path that would
-        bypass it is dropped (unless the subclass provides its own)."""
+        """A subclass that overrides ``stacked_locs`` or ``stacked_extend_locs`` gets it called: the fast
+        path that would bypass it is dropped (unless the subclass provides its own)."""
         super().__init_subclass__(**kwargs)
-        if "stacked_extend_locs" in vars(cls) and "grouped_extend_locs" not in vars(cls):
-            cls.grouped_extend_locs = None  # type: ignore[assignment]
+        for stacked, grouped in (("stacked_locs", "grouped_locs"), ("stacked_extend_locs", "grouped_extend_locs")):
+            if stacked in vars(cls) and grouped not in vars(cls):
+                setattr(cls, grouped, None)
 
     def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                      seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
@@ -112,6 +114,36 @@ class TorchKernels:
         row, pos = fixed_tokens(seq_lens, bs, n)
         locs = _gather_locs(tables, widths, page_sizes, row, pos)
         out[: tables.shape[0], :total] = locs.to(torch.int32)
+
+    def grouped_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int], seq_lens: torch.Tensor,
+                     out: torch.Tensor, bs: int, n: int) -> None:
+        """See ``GroupedLocs``. Token i reads flat element ``row * stride(0) + col * stride(1)`` of its
+        group's table, the column clamped into the width and the page zeroed past it (the sink); groups
+        of one page size share the columns and offsets. Every index is int64."""
+        total = bs * n
+        if total == 0 or not tables:
+            return
+        row, pos = fixed_tokens(seq_lens, bs, n)
+        by_size: dict[int, list[int]] = {}
+        for g, ps in enumerate(page_sizes):
+            by_size.setdefault(ps, []).append(g)
+        for ps, groups in by_size.items():
+            col = _page_col(pos, ps)
+            offset = torch.sub(pos, col, alpha=ps)
+            reads: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+            for g in groups:
+                table, page = tables[g], out[g, :total]
+                width, (pitch, step) = table.shape[1], table.stride()
+                if width == 0:  # no column at all: every token sinks
+                    page.copy_(offset)
+                    continue
+                if (width, pitch, step) not in reads:
+                    spot = col.clamp_max(width - 1)
+                    spot = torch.add(spot if step == 1 else spot * step, row, alpha=pitch)
+                    reads[width, pitch, step] = spot, col < width
+                spot, within = reads[width, pitch, step]
+                torch.index_select(_flat(table), 0, spot, out=page)
+                torch.add(offset, page.clamp_min_(0).mul_(within), alpha=ps, out=page)
 
     def stacked_extend_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                             rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
