@@ -18,7 +18,8 @@ from kvtable.errors import ContractViolation
 BACKEND_CALLS = frozenset({"decode_locs", "verify_locs", "reanchor_locs", "extend_locs", "group_locs",
                            "expand_table", "check_write_locs", "graph"})
 RUNNER_CALLS = frozenset({"capture", "replay"})
-KERNEL_CALLS = frozenset({"stacked_locs", "stacked_extend_locs", "replay_fill", "grouped_extend_locs"})
+KERNEL_CALLS = frozenset({"stacked_locs", "stacked_extend_locs", "replay_fill", "grouped_locs",
+                          "grouped_extend_locs"})
 """The fused operations of ``backend.kernels``: they write their outputs in place and return None."""
 
 

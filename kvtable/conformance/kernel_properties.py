@@ -6,8 +6,8 @@ places them in pitched, strided views of larger buffers filled with a poison val
 outputs with a sentinel, and compares every element with ``kernel_model``: the named outputs must
 hold the model's values, everything else (the rest of the outputs, the inputs, the buffers around
 the views) must be left as it was. A backend with no ``kernels`` gets these properties reported
-"not applicable", never passed; so does one whose kernels lack the optional ``grouped_extend_locs``
-fast path, for that property alone.
+"not applicable", never passed; so does one whose kernels lack an optional fast path
+(``grouped_locs``, ``grouped_extend_locs``), for that fast path's property alone.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from kvtable.conformance.properties import Context
 
 KERNEL_OPERATIONS = ("stacked_locs", "stacked_extend_locs", "replay_fill")
+GROUPED_LOCS = "grouped_locs"
+"""The optional fast path of impl/kernels.py's ``GroupedLocs``."""
 GROUPED_EXTEND = "grouped_extend_locs"
 """The optional fast path of impl/kernels.py's ``GroupedExtendLocs``."""
 SENTINEL = -7
@@ -51,15 +53,25 @@ def missing_kernels(ctx: Context) -> str | None:
     return None
 
 
-def missing_grouped_extend(ctx: Context) -> str | None:
-    """Why the ``grouped_extend_locs`` property does not apply (None: the kernels have the fast path)."""
+def _missing_fast_path(ctx: Context, fast_path: str) -> str | None:
+    """Why a fast path's property does not apply (None: the kernels have it)."""
     reason = missing_kernels(ctx)
     if reason is not None:
         return reason
     kernels = getattr(ctx.backend, "target", ctx.backend).kernels
-    if not callable(getattr(kernels, GROUPED_EXTEND, None)):
-        return f"backend.kernels ({type(kernels).__name__}) has no optional {GROUPED_EXTEND} fast path"
+    if not callable(getattr(kernels, fast_path, None)):
+        return f"backend.kernels ({type(kernels).__name__}) has no optional {fast_path} fast path"
     return None
+
+
+def missing_grouped_locs(ctx: Context) -> str | None:
+    """Why the ``grouped_locs`` property does not apply (None: the kernels have the fast path)."""
+    return _missing_fast_path(ctx, GROUPED_LOCS)
+
+
+def missing_grouped_extend(ctx: Context) -> str | None:
+    """Why the ``grouped_extend_locs`` property does not apply (None: the kernels have the fast path)."""
+    return _missing_fast_path(ctx, GROUPED_EXTEND)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -192,6 +204,35 @@ def extend_cases(draw: st.DrawFn) -> ExtendCase:
     names = {"tables": 3, "widths": 1, "page_sizes": 1, "rows": 1, "positions": 1, "out": 2}
     return ExtendCase(stack, rows, positions, tokens + draw(st.integers(0, 3)),
                       {k: draw(layouts(d)) for k, d in names.items()})
+
+
+@dataclass(frozen=True)
+class GroupedLocsCase:
+    """``grouped_locs`` arguments: each group's own table (its width its column count) and page size,
+    ``seq_lens`` (maybe stale, past a width) for ``bs`` rows of ``n`` tokens."""
+
+    tables: list[Rows]
+    page_sizes: list[int]
+    seq_lens: list[int]
+    bs: int
+    n: int
+    cap: int
+    layouts: list[Layout]
+    """One per table, then the lengths', then the output's."""
+
+
+@st.composite
+def grouped_locs_cases(draw: st.DrawFn) -> GroupedLocsCase:
+    bs, n, groups = draw(st.integers(0, 4)), draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    page_sizes = [draw(st.sampled_from(PAGE_SIZES)) for _ in range(groups)]
+    widths = [draw(st.integers(1, 6)) for _ in range(groups)]
+    tables = [[[draw(_entries(ps)) for _ in range(w)] for _ in range(bs + draw(st.integers(0, 2)) or 1)]
+              for ps, w in zip(page_sizes, widths, strict=True)]
+    reach = (max(widths) + 2) * max(page_sizes)
+    seq = draw(st.lists(st.integers(1, reach + n), min_size=bs, max_size=bs + 2))
+    cap = bs * n + draw(st.integers(0, 3))
+    return GroupedLocsCase(tables, page_sizes, seq, bs, n, cap,
+                           [*(draw(layouts(2)) for _ in range(groups)), draw(layouts(1)), draw(layouts(2))])
 
 
 @dataclass(frozen=True)
@@ -338,6 +379,25 @@ def check_stacked_extend_locs(ctx: Context, case: ExtendCase) -> None:
     names = ("tables", "widths", "page_sizes", "rows", "positions")
     _judge(ctx, "W3", "stacked_extend_locs",
            lambda: kernels.stacked_extend_locs(*(inputs[k].view for k in names), out.view), inputs, out, expected)
+
+
+def check_grouped_locs(ctx: Context, case: GroupedLocsCase) -> None:
+    """G4: the optional fast path equals ``stacked_locs`` on the stacked tables (stale lengths and pads sink)."""
+    groups = len(case.tables)
+    inputs = {f"tables[{g}]": place(t, (len(t), len(t[0])), case.layouts[g], fill=POISON, device=ctx.device)
+              for g, t in enumerate(case.tables)}
+    inputs["seq_lens"] = place(case.seq_lens, (len(case.seq_lens),), case.layouts[groups], fill=POISON,
+                               device=ctx.device)
+    out = place(_sentinels(groups, case.cap), (groups, case.cap), case.layouts[-1], fill=SENTINEL,
+                device=ctx.device)
+    expected = _sentinels(groups, case.cap)
+    kernel_model.stacked_locs(case.tables, [len(t[0]) for t in case.tables], case.page_sizes, case.seq_lens,
+                              expected, case.bs, case.n)
+    kernels = ctx.backend.kernels
+    tables = [inputs[f"tables[{g}]"].view for g in range(groups)]
+    _judge(ctx, "G4", GROUPED_LOCS,
+           lambda: kernels.grouped_locs(tables, list(case.page_sizes), inputs["seq_lens"].view, out.view,
+                                        case.bs, case.n), inputs, out, expected)
 
 
 def check_grouped_extend_locs(ctx: Context, case: GroupedCase) -> None:

@@ -46,14 +46,17 @@ from kvtable.conformance.checks import (
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.kernel_properties import (
     check_grouped_extend_locs,
+    check_grouped_locs,
     check_replay_fill,
     check_stacked_extend_locs,
     check_stacked_locs,
     extend_cases,
     fill_cases,
     grouped_cases,
+    grouped_locs_cases,
     locs_cases,
     missing_grouped_extend,
+    missing_grouped_locs,
     missing_kernels,
 )
 from kvtable.conformance.stateful import STALE_KINDS, GraphHarness, machine
@@ -608,6 +611,9 @@ def _registry() -> tuple[Property, ...]:
         Property("kernels/stacked-locs", "G4", "backend.kernels: fixed-count locations on pitched views; stale "
                  "lengths and pads sink into page 0, nothing else is written", locs_cases(), check_stacked_locs,
                  weight=2, not_applicable=missing_kernels),
+        Property("kernels/grouped-locs", "G4", "backend.kernels' optional fixed-count fast path: per-group "
+                 "pitched tables, equal to the stacked kernel; stale lengths and pads sink into page 0",
+                 grouped_locs_cases(), check_grouped_locs, not_applicable=missing_grouped_locs),
         Property("kernels/stacked-extend-locs", "W3", "backend.kernels: extend locations on pitched views, "
                  "positions past a width sink into page 0", extend_cases(), check_stacked_extend_locs,
                  not_applicable=missing_kernels),
