@@ -81,6 +81,13 @@ class FirstGroupOnlyKernels(TorchKernels):
         super().grouped_extend_locs(tables[:1], page_sizes[:1], prefix_lens, extend_lens, out)
 
 
+class FirstGroupLocsKernels(TorchKernels):
+    """G4: the grouped decode fast path locates the first group's tokens only."""
+
+    def grouped_locs(self, tables, page_sizes, seq_lens, out, bs, n):
+        super().grouped_locs(tables[:1], page_sizes[:1], seq_lens, out, bs, n)
+
+
 class StackOnlyKernels:
     """The three required operations, delegated; no optional fast path."""
 
@@ -96,6 +103,7 @@ class StackOnlyKernels:
     (SpillingKernels, "kernels/stacked-locs", "G4"),
     (ContiguousOutKernels, "kernels/stacked-extend-locs", "W3"),
     (FirstGroupOnlyKernels, "kernels/grouped-extend-locs", "W3"),
+    (FirstGroupLocsKernels, "kernels/grouped-locs", "G4"),
     (AllRowsKernels, "kernels/replay-fill", "G3"),
 ], ids=lambda v: getattr(v, "__name__", v))
 def test_a_kernel_breaking_one_rule_fails_its_property(kernels, name, clause) -> None:
@@ -106,8 +114,8 @@ def test_a_kernel_breaking_one_rule_fails_its_property(kernels, name, clause) ->
     assert "kernels = backend.kernels" in report.failures[0].counterexample
 
 
-KERNEL_PROPERTIES = ["kernels/stacked-locs", "kernels/stacked-extend-locs", "kernels/grouped-extend-locs",
-                     "kernels/replay-fill"]
+KERNEL_PROPERTIES = ["kernels/stacked-locs", "kernels/grouped-locs", "kernels/stacked-extend-locs",
+                     "kernels/grouped-extend-locs", "kernels/replay-fill"]
 
 
 def test_conforming_kernels_pass() -> None:
@@ -118,8 +126,9 @@ def test_conforming_kernels_pass() -> None:
 def test_kernels_without_the_fast_path_skip_only_its_property() -> None:
     report = run_conformance(TorchBackend(kernels=StackOnlyKernels()), examples=5, seed=0,
                              properties=select(KERNEL_PROPERTIES))
-    assert [r.property for r in report.not_applicable] == ["kernels/grouped-extend-locs"]
-    assert "no optional grouped_extend_locs fast path" in report.not_applicable[0].message
+    assert [r.property for r in report.not_applicable] == ["kernels/grouped-locs", "kernels/grouped-extend-locs"]
+    assert "no optional grouped_locs fast path" in report.not_applicable[0].message
+    assert "no optional grouped_extend_locs fast path" in report.not_applicable[1].message
     assert report.passed and sum(r.passed for r in report.results) == 3
 
 
