@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+from hand_vectors import FULL, SLIDING, SPECS
 
 from kvtable import ContractViolation, StaleGraphState
 from kvtable.backends.protocol import Backend, GraphRunner
@@ -28,14 +29,6 @@ from kvtable.impl import (
 from kvtable.reference import Batch, GraphModel, GroupSpec, batch_locs, check_tables
 from kvtable.reference import check_write_locs as ref_check_write_locs
 from kvtable.reference import expand_table as ref_expand_table
-
-SLIDING = [[0, 5, 7, -1], [0, 6, -1, -1]]
-FULL = [[1, 2, 3, -1], [4, 8, -1, -1]]
-SPECS = (
-    GroupSpec("sliding_attention", "sliding", 2, window=2),
-    GroupSpec("full_attention", "full", 2),
-    GroupSpec("mamba", "state", 1),
-)
 
 
 def i32(values: object) -> torch.Tensor:

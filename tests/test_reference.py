@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from hand_vectors import FULL, SLIDING, SPECS
 
 from kvtable import ContractViolation
 from kvtable.reference import (
@@ -23,13 +24,6 @@ from kvtable.reference import (
     verify_locs,
 )
 
-SLIDING = [[0, 5, 7, -1], [0, 6, -1, -1]]
-FULL = [[1, 2, 3, -1], [4, 8, -1, -1]]
-SPECS = (
-    GroupSpec("sliding_attention", "sliding", 2, window=2),
-    GroupSpec("full_attention", "full", 2),
-    GroupSpec("mamba", "state", 1),
-)
 TABLES = {"sliding_attention": SLIDING, "full_attention": FULL}
 
 

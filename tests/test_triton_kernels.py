@@ -19,6 +19,8 @@ from kvtable.impl import triton_kernels  # first: it sets TRITON_INTERPRET befor
 if not triton_kernels.triton_available():
     pytest.skip("triton is not installed; the Triton kernels are optional", allow_module_level=True)
 
+from hand_vectors import FULL, SLIDING  # noqa: E402
+
 from kvtable.impl.torch_kernels import TORCH_KERNELS  # noqa: E402
 from kvtable.reference import (  # noqa: E402
     NULL_PAGE,
@@ -112,8 +114,6 @@ for build in (triton_kernels.TritonKernels, TritonBackend):
 print("ok")
 """
 
-SLIDING = [[0, 5, 7, -1], [0, 6, -1, -1]]
-FULL = [[1, 2, 3, -1], [4, 8, -1, -1]]
 
 
 def test_module_surface() -> None:

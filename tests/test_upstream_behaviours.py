@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hand_vectors import FULL, SLIDING
 
 from kvtable import ContractViolation, StaleGraphState
 from kvtable.impl import TORCH_KERNELS, CacheGroupsMixin, TorchKernels, expand_table
 from kvtable.impl.validate import page_ratio
 from kvtable.reference import GroupSpec
 
-SLIDING = [[0, 5, 7, -1], [0, 6, -1, -1]]
-FULL = [[1, 2, 3, -1], [4, 8, -1, -1]]
 PAGE2 = (GroupSpec("sliding_attention", "sliding", 2, window=2), GroupSpec("full_attention", "full", 2))
 
 
