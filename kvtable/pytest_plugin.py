@@ -3,7 +3,7 @@
 Registered through the ``pytest11`` entry point, so any project can run kvtable's conformance tests
 against its own backend::
 
-    pytest tests/conformance --kvtable-backend mypkg.kv:make_backend --kvtable-profile vllm-pad-slot
+    pytest tests/conformance --kvtable-backend mypkg.kv:make_backend --kvtable-profile vllm
 
 The backend name is resolved like ``kvtable conform --backend`` (built-in names, ``pkg.mod:factory``,
 ``pkg.mod:object``), defaulting to ``$KVTABLE_BACKEND`` or ``torch``. A backend that cannot be loaded
@@ -24,7 +24,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="backend under test: reference | torch | triton | pkg.mod:factory | pkg.mod:object "
                          "(default: $KVTABLE_BACKEND or torch)")
     group.addoption("--kvtable-profile", default=None, metavar="PROFILE",
-                    help="engine convention profile: kvtable (default) | vllm-pad-slot | tokenspeed")
+                    help="engine convention profile: kvtable (default) | vllm | sglang | tokenspeed | trtllm")
 
 
 @pytest.fixture(scope="session")

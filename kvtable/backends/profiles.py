@@ -1,30 +1,43 @@
-"""Convention profiles: where an engine's padding convention differs from kvtable's, and how.
+"""Engine profiles: where a real engine's (documented, deliberate) conventions differ from kvtable's, and how.
 
 The conformance suite computes every expected value with ``kvtable.reference``; a profile then maps
-that value to what an engine with another (documented, deliberate) convention produces. The default
-``kvtable`` profile maps nothing. Select one with ``kvtable conform --profile NAME`` or
-``pytest --kvtable-profile NAME``.
+that value to what an engine with other conventions produces, and tells the properties which
+conventions to expect (location dtype, tail pad, when graph buffers exist, ...). Select one with
+``kvtable conform --profile NAME`` or ``pytest --kvtable-profile NAME``.
 
-- ``vllm-pad-slot``: tokens of padded (dummy) rows get ``PAD_SLOT_ID = -1`` instead of slot 0 of the
-  dummy page (W2 verify with ``actual_bs``, ``group_locs`` with ``batch.actual_bs``, G4 replay).
-- ``tokenspeed``: block expansion maps a hole or pad to the sub-pages ``0 .. r-1`` of dummy block 0
-  (E2, and the G3 replay fill at ``r > 1``), and a real verify row with ``seq_len < N`` clamps its
-  positions at 0 instead of raising W2.
+A profile changes conventions only, never what the safety tier allows: every written location is
+still the token's own slot, a slot of the dummy page 0, or the profile's pad slot (which writers skip).
+Each profile's docstring (``Profile.details``) names the engine code it was read from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
+
+import torch
 
 from kvtable import reference
 from kvtable.reference import Batch, GroupSpec
 from kvtable.reference.model import Table
-from kvtable.reference.tables import specs_by_id
+from kvtable.reference.tables import as_table, specs_by_id
 
-__all__ = ["PROFILES", "Profile", "get_profile"]
+__all__ = ["ALIASES", "PAD_SLOT_ID", "PROFILES", "Profile", "get_profile"]
 
 PAD_SLOT_ID = -1
+"""vLLM's slot for tokens that must not be written (its KV writers skip every slot < 0)."""
+
+LOC_DTYPES = {"int32": torch.int32, "int64": torch.int64}
+CHOICES = {
+    "loc_dtype": ("int32", "int64"),
+    "tail_pad": (-1, 0),
+    "dummy_rows": ("page0", "unread"),
+    "buffers_at": ("init", "first-capture"),
+    "replay_bs0": ("refuse", "noop"),
+    "extra_groups": ("refuse", "ignore"),
+    "validates": ("backend", "scheduler"),
+}
 
 
 @dataclass(frozen=True)
@@ -33,12 +46,67 @@ class Profile:
 
     name: str
     summary: str
+    details: str = ""
+    """What the profile models, in our words, naming the engine files and functions it was read from."""
+    loc_dtype: Literal["int32", "int64"] = "int32"
+    """The dtype of the engine's write locations; an ``int64`` engine may also hand back int32 (same values)."""
+    tail_pad: Literal[-1, 0] = -1
+    """T3: what the engine's tables hold past a row's last real page (and graph buffers past the width)."""
     pad_slot: int | None = None
     """The location of a padded row's tokens; None keeps the reference's slot 0 of the dummy page."""
     subpage_holes: bool = False
-    """Expansion at ``r > 1`` maps entries ``<= 0`` to sub-pages ``0 .. r-1`` instead of repeating them."""
+    """Expansion at ``r > 1`` maps entries ``<= 0`` to sub-pages ``0 .. r-1`` of dummy block 0 (not repeated
+    holes) and fills the expanded tail with 0 (not the tail pad)."""
     clamp_short_verify: bool = False
     """A real verify row with ``seq_len < N`` is clamped like a padded row instead of breaking W2."""
+    dummy_rows: Literal["page0", "unread"] = "page0"
+    """T2: padded rows are all page 0 (``page0``), or are never read and never scrubbed (``unread``): their
+    tokens get the pad slot whatever the rows hold."""
+    buffers_at: Literal["init", "first-capture"] = "init"
+    """G1: graph buffers exist once the runner is built (``init``), or only from a group's first capture."""
+    replay_bs0: Literal["refuse", "noop"] = "refuse"
+    """G3: a replay at bs 0 is refused (kvtable) or does nothing (tokenspeed's idle replay)."""
+    extra_groups: Literal["refuse", "ignore"] = "refuse"
+    """G5: a delivered group that was never captured is refused, or ignored (only missing ones are stale)."""
+    loc_buffer_tail: int | None = None
+    """G4: the value the engine rewrites a location buffer's tail ``[bs*N:]`` with on every replay (None:
+    the tail is left untouched, as kvtable's contract says)."""
+    validates: Literal["backend", "scheduler"] = "backend"
+    """Who refuses broken input: the backend itself, or the engine's scheduler before the backend runs
+    (then refusals are a strictness matter only: a missing one is reported, never a safety failure)."""
+
+    def __post_init__(self) -> None:
+        for field_name, allowed in CHOICES.items():
+            if getattr(self, field_name) not in allowed:
+                raise ValueError(f"profile {self.name!r}: {field_name} must be one of {allowed}, "
+                                 f"got {getattr(self, field_name)!r}")
+
+    # -- conventions the properties ask about ---------------------------------------------------
+    @property
+    def torch_loc_dtype(self) -> torch.dtype:
+        return LOC_DTYPES[self.loc_dtype]
+
+    def accepts_loc_dtype(self, dtype: torch.dtype) -> bool:
+        """Location tensors may come back in the profile's dtype, or int32 for an int64 engine (compared by value)."""
+        return dtype in (torch.int32, self.torch_loc_dtype)
+
+    def accepts_short_verify(self) -> bool:
+        return self.clamp_short_verify
+
+    @property
+    def scrubs_dummy_rows(self) -> bool:
+        """Whether padded rows must hold page 0 (T2), or may hold anything the engine never reads."""
+        return self.dummy_rows == "page0"
+
+    @property
+    def buffers_at_init(self) -> bool:
+        """Whether ``graph()`` itself must allocate every group's buffers (G1), not the first capture."""
+        return self.buffers_at == "init"
+
+    @property
+    def backend_validates(self) -> bool:
+        """Whether refusing broken input is the backend's job (else the scheduler's: strictness only)."""
+        return self.validates == "backend"
 
     # -- write locations ------------------------------------------------------------------------
     def pad_rows(self, locs: list[int], live_rows: int, tokens_per_row: int) -> list[int]:
@@ -79,22 +147,20 @@ class Profile:
                                                                          batch.tokens_per_row)
         return out
 
-    def accepts_short_verify(self) -> bool:
-        return self.clamp_short_verify
-
     # -- expansion ------------------------------------------------------------------------------
     def subpages(self, expanded: Table, source: Table, ratio: int, live_rows: int) -> Table:
-        """Entries expanded from a hole or pad of ``source`` become sub-pages ``0 .. r-1`` (tokenspeed)."""
+        """Under ``subpage_holes`` at ``r > 1``: a hole or pad of ``source`` becomes sub-pages ``0 .. r-1``,
+        columns past the expanded source become 0; other profiles get ``expanded`` back unchanged."""
         if not self.subpage_holes or ratio == 1:
             return expanded
         out = [list(r) for r in expanded]
         for row in range(min(live_rows, len(source), len(out))):
-            for col, page in enumerate(source[row]):
-                if page > 0:
-                    continue
-                for j in range(ratio):
-                    if col * ratio + j < len(out[row]):
-                        out[row][col * ratio + j] = j
+            covered = len(source[row]) * ratio
+            for col in range(len(out[row])):
+                if col >= covered:
+                    out[row][col] = 0
+                elif source[row][col // ratio] <= 0:
+                    out[row][col] = col % ratio
         return out
 
     def expand_table(self, table: Table, ratio: int, *, max_kernel_pages: int | None = None,
@@ -104,6 +170,18 @@ class Profile:
         return self.subpages(expanded, table, ratio, len(table) if actual_bs is None else actual_bs)
 
     # -- CUDA-graph buffers ---------------------------------------------------------------------
+    def replay(self, model: reference.GraphModel, bs: int, tables: Mapping[str, Table] | None,
+               seq_lens: Sequence[int], tokens_per_req: int = 1, *, actual_bs: int | None = None) -> None:
+        """``model.replay`` under this profile: bs-0 and extra-group conventions first, then ``after_replay``."""
+        if bs == 0 and self.replay_bs0 == "noop":
+            return
+        if tables and self.extra_groups == "ignore":
+            tables = {gid: t for gid, t in tables.items() if gid in model.groups or gid in model.state_ids}
+        model.replay(bs, tables, seq_lens, tokens_per_req, actual_bs=actual_bs)
+        plain = {gid: as_table(t, group=gid) for gid, t in (tables or {}).items()
+                 if gid in model.groups}
+        self.after_replay(model, bs, plain, tokens_per_req, actual_bs)
+
     def after_replay(self, model: reference.GraphModel, bs: int, tables: Mapping[str, Table],
                      tokens_per_req: int, actual_bs: int | None) -> None:
         """Rewrite the model's buffers after ``model.replay`` into the engine's convention, in place."""
@@ -113,22 +191,119 @@ class Profile:
             buffers.table[:bs] = self.subpages(buffers.table[:bs], src, buffers.ratio, live)
             cut = bs * tokens_per_req
             buffers.locs[:cut] = self.pad_rows(buffers.locs[:cut], live, tokens_per_req)
+            if self.loc_buffer_tail is not None:
+                buffers.locs[cut:] = [self.loc_buffer_tail] * (len(buffers.locs) - cut)
+
+    def describe(self) -> str:
+        """The profile's conventions, one per line (for ``--help`` texts and reports)."""
+        fields = ("loc_dtype", "tail_pad", "pad_slot", "subpage_holes", "clamp_short_verify", "dummy_rows",
+                  "buffers_at", "replay_bs0", "extra_groups", "loc_buffer_tail", "validates")
+        return "\n".join([f"{self.name}: {self.summary}"] + [f"  {f} = {getattr(self, f)!r}" for f in fields])
 
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile("kvtable", "the contract as written: dummy-row tokens write slot 0 of page 0; holes and pads "
-            "stay holes and pads under expansion; a real verify row needs seq_len >= N"),
-    Profile("vllm-pad-slot", "padded tokens get PAD_SLOT_ID -1 instead of the dummy page", pad_slot=PAD_SLOT_ID),
-    Profile("tokenspeed", "expansion maps holes and pads to sub-pages 0..r-1 of dummy block 0; a real verify "
-            "row with seq_len < N clamps instead of raising", subpage_holes=True, clamp_short_verify=True),
-)}
+KVTABLE = Profile(
+    "kvtable", "the contract as written: int32 locations, -1 tails, dummy-row tokens write slot 0 of page 0; "
+    "holes and pads stay holes and pads under expansion; the backend refuses broken input",
+    details="kvtable's own contract (spec/SPEC.md); every other profile is a difference from it.",
+)
+
+VLLM = Profile(
+    "vllm", "vLLM V1/V2 slot mappings: int64 locations, 0 tails, padded tokens -1, null block 0 expands to "
+    "sub-blocks 0..r-1, no validation (the scheduler's job)",
+    details="""Read from vLLM's public code:
+
+- ``vllm/v1/worker/block_table.py`` (V1 runner): ``BlockTable`` keeps its tables in ``torch.zeros``, so a
+  row's tail is 0; ``add_row``/``append_row`` write only the block ids and ``clear_row`` writes zeros.
+  ``compute_slot_mapping`` and its Triton kernel ``_compute_slot_mapping_kernel`` turn positions into
+  slots ``block_id * block_size + pos % block_size`` in an int64 slot-mapping buffer (int64 since vLLM's
+  fix for its issue #1486); one extra program writes ``PAD_SLOT_ID`` (-1) over every entry from the
+  batch's token count to the buffer's end, so padded tokens, and the buffer's tail, hold -1 and the KV
+  writers skip them. ``map_to_kernel_blocks`` turns a manager block ``b`` into kernel blocks
+  ``b*r .. b*r+r-1`` when the attention kernel's block is ``r`` times smaller, so the null block 0 becomes
+  ``0 .. r-1`` and a zero tail does too.
+- ``vllm/v1/worker/gpu/block_table.py`` (Model Runner V2): ``BlockTables`` computes all groups' slots in
+  one launch (``compute_slot_mappings`` / ``_compute_slot_mappings_kernel``, a per-group ``block_sizes``
+  tensor), pads the rest of the int64 buffer with -1 the same way, and ``get_dummy_slot_mappings`` fills
+  the whole buffer with -1 for dummy runs. Its persistent input tables keep a padded request's row as it
+  stands (a previous occupant's ids): such rows are never read, since their tokens get -1.
+- Neither path validates: the scheduler and KV-cache manager guarantee the invariants, the kernels have
+  no column bound (vLLM #53982, fixed by PR #54296, reads the next row's block past a narrow group's
+  width). Block 0 is the null block for sliding-window holes, as kvtable's page 0 is.
+
+vLLM has no per-group CUDA-graph table buffers of kvtable's shape, so the graph conventions stay
+kvtable's (a vLLM-style backend simply has no ``graph``).""",
+    loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, subpage_holes=True, dummy_rows="unread",
+    loc_buffer_tail=PAD_SLOT_ID, validates="scheduler",
+)
+
+SGLANG = Profile(
+    "sglang", "SGLang token pools: int64 locations, 0 tails, padded tokens write the reserved slot 0, "
+    "location buffer zeroed on padded replays, no validation (the scheduler's job)",
+    details="""Read from SGLang's public code:
+
+- ``python/sglang/srt/mem_cache/memory_pool.py`` (``ReqToTokenPool``) and the paged allocators in
+  ``python/sglang/srt/mem_cache/allocator.py``: tables are token-level (``req_to_token``, zero-initialised,
+  so tails read 0); a page table is ``req_to_token[:, ::page_size] // page_size``. The allocators hand out
+  pages from 1: slot 0 is the reserved padding sink, the same role as kvtable's dummy page 0. The
+  sliding-window translation (``full_to_swa_index_mapping``) sends evicted or absent slots to 0. Locations
+  are int64 tensors.
+- ``python/sglang/srt/model_executor/cuda_graph_runner.py``: the persistent ``out_cache_loc`` buffer is
+  int64 (``_cache_loc_dtype``) and is zero-filled before a padded replay, so padded tokens, and the
+  buffer's tail, write slot 0 (the KV store kernels now skip slot 0). Padded requests' ``seq_lens`` are
+  the fill value 1; their rows are never read for writes.
+- Validation lives in the scheduler; the attention backends trust what they get.""",
+    loc_dtype="int64", tail_pad=0, dummy_rows="unread", loc_buffer_tail=0, validates="scheduler",
+)
+
+TOKENSPEED = Profile(
+    "tokenspeed", "tokenspeed's cache-group mixin: int32, -1 tails, holes and pads expand to sub-pages 0..r-1 "
+    "(tail 0), a short verify row clamps, buffers by first capture, bs-0 replay is a no-op, extra groups ignored",
+    details="""Read from tokenspeed's public code (lightseekorg/tokenspeed):
+
+- ``python/tokenspeed/runtime/layers/attention/backends/cache_groups.py`` (``CacheGroupsMixin``; the
+  older name of the file is ``flat_groups.py``): int32 tables with -1 tails (``table_tail_pad``), padded
+  rows all page 0 at seq_len 1. ``_compute_decode_group_out_cache_locs`` clamps verify positions at 0
+  (``max(seq - N + t, 0)``), so a real verify row shorter than N writes one slot twice instead of being
+  refused, and clamps a negative page to 0 (since tokenspeed #709); ``_compute_extend_group_out_cache_locs``
+  has no such clamp. Refusals are ``assert`` and ``RuntimeError``; the debug check
+  (``_maybe_check_group_write_locs``) only asks that a written page is non-zero and in the group's table.
+- Graph buffers: ``_init_group_graph_buffers`` allocates them at graph init in the current code; the
+  original ``flat_groups.py`` allocated them lazily at a group's first capture. The profile accepts both
+  (buffers must exist by the first capture). ``_replay_stale_guard`` skips bs 0 (an idle replay does
+  nothing) and refuses only missing captured groups: extra delivered groups are ignored.
+- ``python/tokenspeed/runtime/layers/attention/page_table.py`` (``expand_page_table``) and the fused
+  ``expand_page_table``/``unpack_group_tables`` kernels: at ratio ``r > 1`` a hole or pad becomes the
+  sub-pages ``0 .. r-1`` of dummy block 0 and the expanded tail is 0, not -1.
+- ``tokenspeed-kernel/.../ops/kvcache/triton.py`` (``compute_group_decode_locs``): clamped positions, a
+  clamped page, no column bound, int32 output; the location buffer's tail past ``bs*N`` is untouched.""",
+    subpage_holes=True, clamp_short_verify=True, buffers_at="first-capture", replay_bs0="noop",
+    extra_groups="ignore",
+)
+
+TRTLLM = Profile(
+    "trtllm", "tokenspeed's TensorRT-LLM attention backend: the tokenspeed conventions with 0 tails (its "
+    "kernels assume full-width tables)",
+    details="""Read from tokenspeed's ``python/tokenspeed/runtime/layers/attention/backends/trtllm.py``, which
+overrides the cache-group mixin's ``table_tail_pad`` with 0: TensorRT-LLM's paged-attention kernels derive
+a row's stride from the maximum KV length and read the full width, so the tail must be the always-safe
+dummy page 0 rather than -1 (vLLM rounds its table width up for the same kernels). It views each group at
+the kernel page size (``_consumer_page_size``), so tables expand with holes and pads becoming sub-pages
+``0 .. r-1``; everything else is the ``tokenspeed`` profile (graph buffers at init in this backend).""",
+    tail_pad=0, subpage_holes=True, clamp_short_verify=True, replay_bs0="noop", extra_groups="ignore",
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (KVTABLE, VLLM, SGLANG, TOKENSPEED, TRTLLM)}
+ALIASES: dict[str, str] = {"vllm-pad-slot": "vllm"}
+"""Earlier profile names, kept working."""
 
 
 def get_profile(name: str | Profile | None) -> Profile:
-    """A profile by name (None: the default ``kvtable``)."""
+    """A profile by name or alias (None: the default ``kvtable``)."""
     if isinstance(name, Profile):
         return name
+    key = ALIASES.get(name or "kvtable", name or "kvtable")
     try:
-        return PROFILES[name or "kvtable"]
+        return PROFILES[key]
     except KeyError:
-        raise KeyError(f"no convention profile {name!r}; known: {sorted(PROFILES)}") from None
+        raise KeyError(f"no convention profile {name!r}; known: {sorted(PROFILES)} "
+                       f"(aliases: {sorted(ALIASES)})") from None

@@ -187,12 +187,14 @@ def first_difference(got: Sequence[Any], expected: Sequence[Any]) -> str:
     return "equal"
 
 
-def check_tensor(clause: str, what: str, got: Any, expected: list[Any], *, device: str | None = None) -> None:
-    """``got`` is an int32 tensor (on ``device``) holding exactly ``expected``."""
+def check_tensor(clause: str, what: str, got: Any, expected: list[Any], *, device: str | None = None,
+                 dtypes: tuple[torch.dtype, ...] = (torch.int32,)) -> None:
+    """``got`` is a tensor of one of ``dtypes`` (on ``device``) holding exactly ``expected`` (compared by value)."""
+    names = " or ".join(str(d) for d in dtypes)
     if not isinstance(got, torch.Tensor):
-        raise Mismatch(clause, f"{what}: returned {type(got).__name__}, expected an int32 tensor")
-    if got.dtype != torch.int32:
-        raise Mismatch(clause, f"{what}: dtype {got.dtype}, expected torch.int32")
+        raise Mismatch(clause, f"{what}: returned {type(got).__name__}, expected a {names} tensor")
+    if got.dtype not in dtypes:
+        raise Mismatch(clause, f"{what}: dtype {got.dtype}, expected {names}")
     if device is not None and got.device.type != torch.device(device).type:
         raise Mismatch(clause, f"{what}: on device {got.device}, expected {device}")
     values = got.tolist()

@@ -19,7 +19,7 @@ import json
 import sys
 
 from kvtable.backends import BackendUnavailable, default_spec
-from kvtable.backends.profiles import PROFILES
+from kvtable.backends.profiles import ALIASES, PROFILES
 from kvtable.conformance.properties import select
 from kvtable.conformance.runner import Report, run_conformance
 
@@ -32,7 +32,7 @@ def add_common(parser: argparse.ArgumentParser, *, examples: int, examples_help:
     parser.add_argument("--backend", default=None,
                         help="reference | torch | triton | pkg.mod:factory | pkg.mod:object "
                              f"(default: $KVTABLE_BACKEND or {default_spec()!r})")
-    parser.add_argument("--profile", default="kvtable", choices=sorted(PROFILES),
+    parser.add_argument("--profile", default="kvtable", choices=sorted(PROFILES) + sorted(ALIASES),
                         help="engine convention profile the expected values are mapped through (default kvtable)")
     parser.add_argument("--examples", type=int, default=examples, help=examples_help)
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed; a run is deterministic for a seed")

@@ -160,15 +160,20 @@ def _lone_call(ctx: Context, backend: Any, case: Case, gid: str) -> tuple[str, O
 _MODE_CLAUSE = {"decode": "W1", "verify": "W2", "reanchor": "W4", "extend": "W3"}
 
 
-def _tensor_compare(clause: str, what: str, device: str) -> Callable[[Any, Any], None]:
-    return lambda got, want: check_tensor(clause, what, got, want, device=device)
+def _loc_dtypes(profile: Profile) -> tuple[torch.dtype, ...]:
+    """The location dtypes the profile accepts (int64 engines may hand back int32)."""
+    return tuple(d for d in (torch.int32, torch.int64) if profile.accepts_loc_dtype(d))
+
+
+def _tensor_compare(clause: str, what: str, ctx: Context) -> Callable[[Any, Any], None]:
+    return lambda got, want: check_tensor(clause, what, got, want, device=ctx.device, dtypes=_loc_dtypes(ctx.profile))
 
 
 def _check_lone(ctx: Context, backend: Any, case: Case, clause: str | None = None) -> None:
     for spec in case.attention:
         what, expected, call = _lone_call(ctx, backend, case, spec.group_id)
         tag = clause or _MODE_CLAUSE[case.batch.mode]
-        judge(tag, what, expected, call, _tensor_compare(tag, what, ctx.device))
+        judge(tag, what, expected, call, _tensor_compare(tag, what, ctx))
 
 
 def _group_compare(ctx: Context, case: Case, clause: str) -> Callable[[Any, Any], None]:
@@ -182,7 +187,8 @@ def _group_compare(ctx: Context, case: Case, clause: str) -> Callable[[Any, Any]
             raise Mismatch("T6" if leaked else clause, f"group_locs keys {sorted(got)}, expected {sorted(want)}"
                            + (f" (state groups {leaked} must be shed)" if leaked else ""))
         for gid in sorted(want):
-            check_tensor(clause, f"group_locs[{gid!r}]", got[gid], want[gid], device=ctx.device)
+            check_tensor(clause, f"group_locs[{gid!r}]", got[gid], want[gid], device=ctx.device,
+                         dtypes=_loc_dtypes(ctx.profile))
 
     return compare
 
@@ -275,7 +281,7 @@ def _unit_invariance(ctx: Context, case: Case) -> None:
         what, _, call = _lone_call(ctx, ctx.backend, kernel_case, spec.group_id)
         _, expected, _ = _lone_call(ctx, ctx.backend, replace(case, specs=(spec,)), spec.group_id)
         judge("E3", f"{what} on expand_table(r={ratio}) at K={k}", expected, call,
-              _tensor_compare("E3", what, ctx.device))
+              _tensor_compare("E3", what, ctx))
 
 
 @st.composite

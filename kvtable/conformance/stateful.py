@@ -20,7 +20,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from kvtable.conformance.checks import Mismatch, as_plain, first_difference, judge, reference_outcome
 from kvtable.reference import GraphModel
-from kvtable.reference.tables import as_table
 from kvtable.strategies import MAX_N, GraphSetup, Replay, as_tensor, graph_setups, repaged, replays
 
 if TYPE_CHECKING:
@@ -157,9 +156,8 @@ class GraphHarness:
         delivered = step.tensors() if tables is None else tables
 
         def model_replay() -> None:
-            model.replay(step.bs, delivered, list(step.seq_lens), step.tokens_per_req, actual_bs=step.actual_bs)
-            plain = {gid: as_table(t) for gid, t in delivered.items() if gid in model.groups}
-            profile.after_replay(model, step.bs, plain, step.tokens_per_req, step.actual_bs)
+            profile.replay(model, step.bs, delivered, list(step.seq_lens), step.tokens_per_req,
+                           actual_bs=step.actual_bs)
 
         expected = reference_outcome(model_replay)
         judge(clause, f"replay(bs={step.bs}, N={step.tokens_per_req})", expected,

@@ -231,7 +231,7 @@ def test_a_profile_changes_what_is_expected(profile, names, clause) -> None:
 def test_get_profile() -> None:
     assert get_profile(None).name == "kvtable"
     with pytest.raises(KeyError, match="known"):
-        get_profile("sglang")
+        get_profile("no-such-engine")
 
 
 # -- loading ---------------------------------------------------------------------------------------

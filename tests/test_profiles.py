@@ -1,0 +1,103 @@
+"""Engine profiles: each convention field maps the reference's values as the engine it models does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hand_vectors import FULL, SLIDING, SPECS
+
+from kvtable import ContractViolation
+from kvtable.backends.profiles import ALIASES, PROFILES, Profile, get_profile
+from kvtable.reference import GraphModel, GroupSpec
+
+TABLES = {"sliding_attention": SLIDING, "full_attention": FULL}
+
+
+def test_every_engine_has_a_profile_and_the_old_names_still_resolve() -> None:
+    assert sorted(PROFILES) == ["kvtable", "sglang", "tokenspeed", "trtllm", "vllm"]
+    assert get_profile("vllm-pad-slot") is PROFILES["vllm"]
+    assert get_profile("tokenspeed") is PROFILES["tokenspeed"]
+    assert set(ALIASES) == {"vllm-pad-slot"}
+    with pytest.raises(KeyError, match="aliases"):
+        get_profile("vllm-v3")
+
+
+@pytest.mark.parametrize("name", ["vllm", "sglang", "tokenspeed", "trtllm"])
+def test_every_engine_profile_names_the_code_it_models(name: str) -> None:
+    details = PROFILES[name].details
+    assert ".py" in details and "``" in details
+
+
+def test_a_field_outside_its_choices_is_refused() -> None:
+    with pytest.raises(ValueError, match="loc_dtype must be one of"):
+        Profile("x", "y", loc_dtype="int16")  # type: ignore[arg-type]
+
+
+def test_the_vllm_profile_states_vllms_conventions() -> None:
+    vllm = PROFILES["vllm"]
+    assert (vllm.loc_dtype, vllm.tail_pad, vllm.pad_slot, vllm.loc_buffer_tail) == ("int64", 0, -1, -1)
+    assert not vllm.backend_validates and not vllm.scrubs_dummy_rows
+    assert vllm.accepts_loc_dtype(torch.int64) and vllm.accepts_loc_dtype(torch.int32)
+    assert not PROFILES["kvtable"].accepts_loc_dtype(torch.int64)
+
+
+def test_pad_slot_replaces_only_padded_rows_tokens() -> None:
+    padded = [FULL[0], [0, 0, 0, 0]]
+    assert PROFILES["vllm"].verify_locs(padded, [4, 1], 2, 2, actual_bs=1) == [4, 5, -1, -1]
+    assert PROFILES["kvtable"].verify_locs(padded, [4, 1], 2, 2, actual_bs=1) == [4, 5, 0, 0]
+
+
+def test_a_short_verify_row_clamps_under_tokenspeed_and_is_refused_by_kvtable() -> None:
+    assert PROFILES["tokenspeed"].verify_locs([[5, 6]], [1], 2, 3) == [10, 10, 10]
+    with pytest.raises(ContractViolation, match="W2"):
+        PROFILES["kvtable"].verify_locs([[5, 6]], [1], 2, 3)
+
+
+def test_subpage_expansion_maps_holes_and_pads_to_sub_pages_and_the_tail_to_0() -> None:
+    """tokenspeed's ``page_table`` vectors: G 128, K 64 (r 2), six kernel columns."""
+    ts = PROFILES["tokenspeed"]
+    assert ts.expand_table([[3, 5, -1], [0, -1, -1]], 2, max_kernel_pages=6) == [[6, 7, 10, 11, 0, 1],
+                                                                               [0, 1, 0, 1, 0, 1]]
+    assert ts.expand_table([[0, 1, 3, -1]], 2) == [[0, 1, 2, 3, 6, 7, 0, 1]]
+    assert ts.expand_table([[3]], 4, max_kernel_pages=6) == [[12, 13, 14, 15, 0, 0]]
+    assert PROFILES["kvtable"].expand_table([[3]], 4, max_kernel_pages=6) == [[12, 13, 14, 15, -1, -1]]
+    assert ts.expand_table([[3, -1]], 1) == [[3, -1]]  # ratio 1 copies as it stands
+
+
+def test_profile_replay_rewrites_the_location_tail_like_vllm() -> None:
+    graph = GraphModel(SPECS, max_bs=4, max_kernel_pages=4, kernel_page_size=2)
+    PROFILES["vllm"].replay(graph, 2, TABLES, [5, 4])
+    assert graph.groups["full_attention"].locs == [6, 17, -1, -1]
+    sglang = GraphModel(SPECS, max_bs=4, max_kernel_pages=4, kernel_page_size=2)
+    sglang.groups["full_attention"].locs[:] = [9, 9, 9, 9]
+    PROFILES["sglang"].replay(sglang, 2, TABLES, [5, 4])
+    assert sglang.groups["full_attention"].locs == [6, 17, 0, 0]
+
+
+def test_bs0_replay_and_extra_groups_follow_the_profile() -> None:
+    extra = {**TABLES, "draft_attention": FULL}
+    for name in ("tokenspeed", "trtllm"):
+        graph = GraphModel(SPECS, max_bs=4, max_kernel_pages=4, kernel_page_size=2)
+        PROFILES[name].replay(graph, 0, TABLES, [])
+        assert graph.groups["full_attention"].locs == [0, 0, 0, 0]
+        PROFILES[name].replay(graph, 2, extra, [5, 4])
+        assert graph.groups["full_attention"].locs[:2] == [6, 17]
+    graph = GraphModel(SPECS, max_bs=4, max_kernel_pages=4, kernel_page_size=2)
+    with pytest.raises(ContractViolation, match="G3"):
+        PROFILES["kvtable"].replay(graph, 0, TABLES, [])
+    with pytest.raises(ContractViolation, match="G5.*uncaptured"):
+        PROFILES["kvtable"].replay(graph, 2, extra, [5, 4])
+
+
+def test_graph_replay_under_tokenspeed_expands_with_sub_pages() -> None:
+    specs = (GroupSpec("full_attention", "full", 128),)
+    graph = GraphModel(specs, max_bs=2, max_kernel_pages=6, kernel_page_size=64)
+    PROFILES["tokenspeed"].replay(graph, 2, {"full_attention": [[3, 5], [0, -1]]}, [129, 1], actual_bs=1)
+    assert graph.groups["full_attention"].table == [[6, 7, 10, 11, 0, 0], [0] * 6]
+    assert graph.groups["full_attention"].locs == [640, 0]
+
+
+def test_describe_lists_every_convention() -> None:
+    text = PROFILES["vllm"].describe()
+    for field in ("loc_dtype = 'int64'", "tail_pad = 0", "pad_slot = -1", "validates = 'scheduler'"):
+        assert field in text
