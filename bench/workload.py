@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvtable.reference.model import Batch, GroupSpec
+from kvtable.reference.model import Batch, GroupSpec, read_start
 
 KERNEL_PAGE_SIZE = 16
 MAX_SEQ = 32768
@@ -81,12 +81,12 @@ def build_tables(specs: Sequence[GroupSpec], batch: Batch, gen: torch.Generator,
     for spec in specs:
         ps = spec.block_granularity
         width = -(-max_seq // ps)
-        read_start = torch.tensor([batch.read_start(row, spec.window) for row in range(batch.bs)],
-                                  dtype=torch.int64)
+        starts = torch.tensor([read_start(batch, row, spec.window) for row in range(batch.bs)],
+                              dtype=torch.int64)
         cols = torch.arange(width)
         pages = (torch.randperm(batch.bs * width, generator=gen) + 1).view(batch.bs, width)
         table = torch.where(cols < (-(-seq // ps))[:, None], pages, -1)
-        table = torch.where(cols < (read_start // ps)[:, None], 0, table)
+        table = torch.where(cols < (starts // ps)[:, None], 0, table)
         tables[spec.group_id] = table.to(torch.int32).to(device)
     return tables
 

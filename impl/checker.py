@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from kvtable.contract import NULL_PAGE, Batch
 from kvtable.errors import ContractViolation
 from kvtable.impl.tokens import batch_tokens
-from kvtable.reference.model import NULL_PAGE, Batch
 
 
 def check_write_locs(table: torch.Tensor, locs: torch.Tensor, batch: Batch, page_size: int,

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import torch
 
+from kvtable.contract import DEFAULT_TAIL_PAD
 from kvtable.errors import ContractViolation
 from kvtable.impl import validate
 from kvtable.impl.kernels import Kernels
 from kvtable.impl.tokens import upload
 from kvtable.impl.torch_kernels import TORCH_KERNELS
 from kvtable.impl.validate import page_ratio
-from kvtable.reference.model import DEFAULT_TAIL_PAD
 
 __all__ = ["expand_table", "page_ratio"]
 

@@ -11,12 +11,12 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from kvtable.contract import DEFAULT_TAIL_PAD, GroupSpec
 from kvtable.errors import ContractViolation, StaleGraphState
 from kvtable.impl import validate
 from kvtable.impl.kernels import Kernels
 from kvtable.impl.tokens import upload
 from kvtable.impl.torch_kernels import TORCH_KERNELS
-from kvtable.reference.model import DEFAULT_TAIL_PAD, GroupSpec
 from kvtable.reference.tables import specs_by_id
 
 Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]

@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from kvtable.contract import DEFAULT_TAIL_PAD, Batch, GroupSpec, Mode
 from kvtable.errors import ContractViolation
 from kvtable.impl import validate
 from kvtable.impl.kernels import Kernels
 from kvtable.impl.tokens import extend_tokens, upload
 from kvtable.impl.torch_kernels import INT32_END, TORCH_KERNELS
-from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec, Mode
 from kvtable.reference.tables import check_group_ids, shed_state_groups, specs_by_id
 
 Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]

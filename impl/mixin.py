@@ -15,6 +15,7 @@ from typing import ClassVar, TypeVar
 
 import torch
 
+from kvtable.contract import Batch, GroupSpec
 from kvtable.errors import StaleGraphState
 from kvtable.impl import validate
 from kvtable.impl.expand import expand_table
@@ -23,7 +24,6 @@ from kvtable.impl.kernels import Kernels
 from kvtable.impl.locs import fixed_group_locs, group_locs, group_seq_locs
 from kvtable.impl.torch_kernels import TORCH_KERNELS
 from kvtable.reference.groups import select_group, select_locs
-from kvtable.reference.model import Batch, GroupSpec
 from kvtable.reference.tables import shed_state_groups, specs_by_id
 
 T = TypeVar("T")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from kvtable.reference.model import Batch
+from kvtable.contract import Batch
 
 _TYPECODES = {dtype: code for dtype, code in ((torch.int32, "i"), (torch.int64, "q"))
               if array.array(code).itemsize == dtype.itemsize}

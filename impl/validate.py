@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from kvtable.contract import DEFAULT_TAIL_PAD, Batch, GroupSpec
 from kvtable.errors import ContractViolation
 from kvtable.reference.expand import page_ratio
-from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec
 from kvtable.reference.tables import check_lengths, check_tables, specs_by_id
 
 __all__ = [
@@ -95,7 +95,8 @@ def check_width(batch: Batch, widths: Mapping[str, int], page_sizes: Mapping[str
     longest_row = max(batch.seq_lens, default=0)
     if all(longest_row <= widths[gid] * page_sizes[gid] for gid in widths):
         return  # even the longest row fits every group: no need to find the rows that write
-    writing = [(row, seq) for row, seq in enumerate(batch.seq_lens) if batch.first_query(row) is not None]
+    prefix = batch.prefix_lens or (0,) * batch.bs
+    writing = [(row, seq) for row, seq in enumerate(batch.seq_lens) if batch.mode != "extend" or seq > prefix[row]]
     if not writing:
         return
     longest = max(seq for _, seq in writing)
@@ -121,7 +122,8 @@ def debug_check(specs: Sequence[GroupSpec] | Mapping[str, GroupSpec], tables: Ma
     if batch.mode == "reanchor":
         return
     by_id = specs_by_id(specs)
-    live_tokens = sum(len(batch.write_positions(row)) for row in range(batch.live_rows))
+    live_tokens = (sum(batch.seq_lens[: batch.live_rows]) - sum((batch.prefix_lens or ())[: batch.live_rows])
+                   if batch.mode == "extend" else batch.live_rows * batch.tokens_per_row)
     for gid in sorted(locs):
         check_write_locs(tables[gid], locs[gid][:live_tokens], batch, by_id[gid].block_granularity,
                          group=gid)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from kvtable.errors import ContractViolation
 from kvtable.reference import NULL_PAGE, Batch, GroupSpec, batch_locs, check_write_locs
-from kvtable.reference.model import MODES, Mode, Table
+from kvtable.reference.model import MODES, Mode, Table, first_query, write_positions
 from kvtable.reference.tables import needed_columns
 
 KERNEL_PAGE_SIZES = (1, 2, 4, 8, 16)
@@ -124,7 +124,7 @@ def _pages(rng: random.Random, count: int, block: int, big: bool) -> list[int]:
 
 def _first_write_col(batch: Batch, row: int, block: int) -> int:
     """The first column a row writes (its columns before it hold read-only pages)."""
-    first = batch.first_query(row)
+    first = first_query(batch, row)
     return _ceil(batch.seq_lens[row], block) if first is None else first // block
 
 
@@ -250,7 +250,7 @@ def _span(case: Case, gid: str, row: int) -> int:
 
 
 def _writing_rows(case: Case) -> list[int]:
-    return [r for r in range(case.batch.live_rows) if case.batch.write_positions(r)]
+    return [r for r in range(case.batch.live_rows) if write_positions(case.batch, r)]
 
 
 def _real_cols(entries: list[int]) -> list[int]:
@@ -430,7 +430,7 @@ def _t7_shared_write(draw: st.DrawFn, case: Case) -> tuple[Case, str]:
     gid = _pick_group(draw, case)
     block = case.spec(gid).block_granularity
     writer = _pick(draw, _writing_rows(case))
-    pos = draw(st.sampled_from(case.batch.write_positions(writer)))
+    pos = draw(st.sampled_from(write_positions(case.batch, writer)))
     page = tables[gid][writer][pos // block]
     other = _pick(draw, [r for r in range(case.batch.live_rows) if r != writer and _real_cols(tables[gid][r])])
     col = draw(st.sampled_from(_real_cols(tables[gid][other])))
@@ -674,7 +674,7 @@ def write_loc_cases(draw: st.DrawFn, *, corrupt: bool | None = None,
 def _corrupt(draw: st.DrawFn, case: Case, table: Table, locs: list[int], block: int, how: str
              ) -> tuple[list[int], Table]:
     batch = case.batch
-    tokens = [(r, p) for r in range(batch.live_rows) for p in batch.write_positions(r)]
+    tokens = [(r, p) for r in range(batch.live_rows) for p in write_positions(batch, r)]
     if how == "write through a hole":
         row, pos = _pick(draw, tokens)
         table = [list(r) for r in table]

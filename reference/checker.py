@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvtable.errors import ContractViolation
-from kvtable.reference.model import NULL_PAGE, Batch, Table
+from kvtable.reference.model import NULL_PAGE, Batch, Table, check_batch_form, write_positions
 
 
 def check_write_locs(table: Table, locs: Sequence[int], batch: Batch, page_size: int,
                      *, group: str | None = None) -> None:
     """D1 own-page-write and D2 unique-slots for one group's eager (unpadded) write locations."""
-    expected = [(row, pos) for row in range(batch.live_rows) for pos in batch.write_positions(row)]
+    check_batch_form(batch)
+    expected = [(row, pos) for row in range(batch.live_rows) for pos in write_positions(batch, row)]
     if len(locs) != len(expected):
         raise ContractViolation("D1", f"{len(locs)} write locations for {len(expected)} tokens", group=group)
     writer_of: dict[int, tuple[int, int]] = {}

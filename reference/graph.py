@@ -13,7 +13,7 @@ from typing import Any
 
 from kvtable.errors import ContractViolation, StaleGraphState
 from kvtable.reference.expand import expand_entry, page_ratio
-from kvtable.reference.model import DEFAULT_TAIL_PAD, NULL_PAGE, Batch, Table
+from kvtable.reference.model import DEFAULT_TAIL_PAD, NULL_PAGE, Batch, Table, write_positions
 from kvtable.reference.slots import row_slots
 from kvtable.reference.tables import Specs, as_table, specs_by_id
 
@@ -147,7 +147,7 @@ class GraphModel:
         locs: list[int] = []
         for row in range(batch.bs):
             slots = row_slots(rows[row], page_size)
-            for pos in batch.write_positions(row):
+            for pos in write_positions(batch, row):
                 if pos >= len(slots):
                     raise ContractViolation("T8", f"seq_len {batch.seq_lens[row]} reaches past the buffer's "
                                             f"{len(rows[row])} columns", group=gid, row=row,

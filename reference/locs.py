@@ -9,17 +9,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvtable.errors import ContractViolation
-from kvtable.reference.model import INT32_MAX, Batch, Table
+from kvtable.reference.model import INT32_MAX, Batch, Table, check_batch_form, write_positions
 from kvtable.reference.slots import row_slots
 
 
 def batch_locs(table: Table, batch: Batch, page_size: int, *, group: str | None = None) -> list[int]:
     """The location of every position ``batch`` writes, row by row, through the rows' slot lists."""
+    check_batch_form(batch)
     check_table_shape(table, batch, group=group)
     locs: list[int] = []
     for row in range(batch.bs):
         slots = row_slots(table[row], page_size)
-        for pos in batch.write_positions(row):
+        for pos in write_positions(batch, row):
             if pos >= len(slots):
                 raise ContractViolation(
                     "T8", f"position {pos} needs column {pos // page_size} but the row has "
@@ -57,6 +58,7 @@ def verify_locs(table: Table, seq_lens: Sequence[int], page_size: int, n: int,
     than once; the contract forbids it.
     """
     batch = Batch(tuple(seq_lens), mode="verify", n=n, actual_bs=actual_bs)
+    check_batch_form(batch)
     _require_n(n, "W2")
     _require_positive(seq_lens, "W2")
     for row in range(batch.live_rows):

@@ -11,16 +11,29 @@ from typing import Any
 
 from kvtable.errors import ContractViolation
 from kvtable.reference.locs import check_int32_range, check_table_shape
-from kvtable.reference.model import DEFAULT_TAIL_PAD, INT32_MAX, NULL_PAGE, Batch, GroupSpec, Table
+from kvtable.reference.model import (
+    DEFAULT_TAIL_PAD,
+    INT32_MAX,
+    NULL_PAGE,
+    Batch,
+    GroupSpec,
+    Table,
+    check_batch_form,
+    check_group_spec,
+    first_query,
+    read_start,
+    write_positions,
+)
 
 Specs = Mapping[str, GroupSpec] | Sequence[GroupSpec]
 
 
 def specs_by_id(specs: Specs) -> dict[str, GroupSpec]:
-    """Group specs keyed by group id, from either a mapping or a sequence."""
-    if isinstance(specs, Mapping):
-        return dict(specs)
-    return {spec.group_id: spec for spec in specs}
+    """Group specs keyed by group id, from either a mapping or a sequence, each a well-formed declaration."""
+    by_id = dict(specs) if isinstance(specs, Mapping) else {spec.group_id: spec for spec in specs}
+    for spec in by_id.values():
+        check_group_spec(spec)
+    return by_id
 
 
 def shed_state_groups(specs: Specs, tables: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,6 +66,7 @@ def as_table(obj: Any, *, group: str | None = None) -> Table:
 
 def check_lengths(batch: Batch) -> None:
     """T9 lengths (and W2's seq_len >= N for real verify rows)."""
+    check_batch_form(batch)
     if batch.prefix_lens is not None and len(batch.prefix_lens) != batch.bs:
         raise ContractViolation("T9", f"{len(batch.prefix_lens)} prefix lengths for {batch.bs} rows")
     for row, seq in enumerate(batch.seq_lens):
@@ -83,10 +97,10 @@ def check_dummy_rows(table: Table, batch: Batch, *, group: str | None = None) ->
 def needed_columns(batch: Batch, row: int, spec: GroupSpec) -> range:
     """The columns whose pages this step reads or writes for ``row`` (empty if it writes nothing)."""
     ps = spec.block_granularity
-    if batch.first_query(row) is None:
+    if first_query(batch, row) is None:
         return range(0)
     end = -(-batch.seq_lens[row] // ps)
-    return range(batch.read_start(row, spec.window) // ps, end)
+    return range(read_start(batch, row, spec.window) // ps, end)
 
 
 def check_width(table: Table, batch: Batch, spec: GroupSpec) -> None:
@@ -142,10 +156,10 @@ def check_swa_holes(table: Table, batch: Batch, spec: GroupSpec) -> None:
     for row in range(batch.live_rows):
         for col in needed_columns(batch, row, spec):
             if table[row][col] == NULL_PAGE:
-                first = batch.first_query(row)
+                first = first_query(batch, row)
                 raise ContractViolation(
                     "T5", f"hole covers a needed column: queries from position {first} with window "
-                    f"{spec.window} read from position {batch.read_start(row, spec.window)}",
+                    f"{spec.window} read from position {read_start(batch, row, spec.window)}",
                     group=spec.group_id, row=row, col=col)
 
 
@@ -166,7 +180,7 @@ def check_page_sharing(table: Table, batch: Batch, spec: GroupSpec) -> None:
             if page > 0:
                 rows_of.setdefault(page, set()).add(row)
     for row in range(batch.live_rows):
-        for pos in batch.write_positions(row):
+        for pos in write_positions(batch, row):
             page = table[row][pos // ps]
             others = rows_of.get(page, set()) - {row}
             if others:

@@ -186,7 +186,7 @@ def meaning_slot(table: TableRead, row: z3.BitVecRef, position: z3.ArithRef,
 
 
 def clamped_meaning_position(seq_len: z3.BitVecRef, n: z3.BitVecRef, t: z3.BitVecRef) -> z3.ArithRef:
-    """``Batch.write_positions``: ``max(seq_len - n + t, 0)`` over the integers."""
+    """``reference.model.write_positions``: ``max(seq_len - n + t, 0)`` over the integers."""
     first = signed_value(seq_len) - signed_value(n) + signed_value(t)
     return z3.If(first > 0, first, 0)
 

@@ -29,6 +29,7 @@ from kvtable.impl import (
 from kvtable.reference import Batch, GraphModel, GroupSpec, batch_locs, check_tables
 from kvtable.reference import check_write_locs as ref_check_write_locs
 from kvtable.reference import expand_table as ref_expand_table
+from kvtable.reference.model import read_start, write_positions
 
 
 def i32(values: object) -> torch.Tensor:
@@ -385,7 +386,7 @@ def random_tables(rng: random.Random, specs: list[GroupSpec], batch: Batch) -> d
                 rows.append([0] * width)
                 continue
             used = -(-seq // ps)
-            holes = batch.read_start(r, spec.window) // ps if spec.family == "sliding" else 0
+            holes = read_start(batch, r, spec.window) // ps if spec.family == "sliding" else 0
             rows.append([0 if c < holes else pages[r * width + c] if c < used else -1 for c in range(width)])
         out[spec.group_id] = rows
     check_tables(specs, out, batch)
@@ -459,7 +460,7 @@ def test_random_checker_verdicts_match_the_reference(seed: int) -> None:
         batch = Batch(batch.seq_lens, mode="verify", n=1)
     plain = random_tables(rng, specs, batch)
     table, ps = plain["full"], specs[0].block_granularity
-    locs = batch_locs(table, batch, ps)[: sum(len(batch.write_positions(r)) for r in range(batch.live_rows))]
+    locs = batch_locs(table, batch, ps)[: sum(len(write_positions(batch, r)) for r in range(batch.live_rows))]
     assert_same_verdict(table, locs, batch, ps)
     if not locs:
         return
