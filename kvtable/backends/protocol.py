@@ -4,6 +4,10 @@ A backend takes and returns torch tensors (int32 tables, int32 locations) on its
 raises ``kvtable.ContractViolation`` (naming the clause) for input it can see is broken without a
 device sync; with ``debug=True`` it also runs the full contract check and the strong write checker.
 Load any backend with ``kvtable.backends.load("pkg.mod:factory")``.
+
+A backend may be partial: any object with at least one of the ``OPERATIONS`` is tested on what it
+has (``present_operations``/``missing_operations``), and the properties that need a missing one are
+reported not applicable, naming it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,27 @@ if TYPE_CHECKING:
     import torch
 
     from kvtable.reference.model import Batch, GroupSpec
+
+
+OPERATIONS = ("decode_locs", "verify_locs", "reanchor_locs", "extend_locs", "group_locs", "expand_table",
+              "check_write_locs", "graph")
+"""The protocol's operations, in the order ``Backend`` declares them."""
+
+
+def present_operations(backend: object) -> tuple[str, ...]:
+    """The protocol operations ``backend`` has (callable attributes), in protocol order."""
+    return tuple(op for op in OPERATIONS if callable(getattr(backend, op, None)))
+
+
+def missing_operations(backend: object) -> tuple[str, ...]:
+    """The protocol operations ``backend`` lacks, in protocol order (what a partial backend leaves out)."""
+    present = present_operations(backend)
+    return tuple(op for op in OPERATIONS if op not in present)
+
+
+def is_backend(obj: object) -> bool:
+    """Whether ``obj`` is a (possibly partial) backend: not a class, and at least one operation present."""
+    return not isinstance(obj, type) and bool(present_operations(obj))
 
 
 @runtime_checkable

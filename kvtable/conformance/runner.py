@@ -22,7 +22,7 @@ from hypothesis.database import ExampleDatabase
 from hypothesis.errors import HypothesisException
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvtable.backends import Backend, debug_twin, load, spec_of
+from kvtable.backends import Backend, debug_twin, is_backend, load, spec_of
 from kvtable.backends.profiles import Profile, get_profile
 from kvtable.conformance.checks import Mismatch, Recorded, Transcript
 from kvtable.conformance.properties import PROPERTIES, Context, Property
@@ -167,7 +167,7 @@ def make_context(backend: BackendLike, profile: str | Profile | None = None) -> 
         spec = backend
         plain = load(backend, debug=False)
         debug_factory = lambda: load(spec, debug=True)  # noqa: E731
-    elif callable(backend) and not isinstance(backend, Backend):
+    elif callable(backend) and not is_backend(backend):
         factory = backend
         plain = factory(debug=False)
         spec = spec_of(plain)
