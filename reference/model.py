@@ -21,10 +21,23 @@ from kvtable.contract import (
 
 __all__ = [
     "DEFAULT_TAIL_PAD", "INT32_MAX", "INT32_MIN", "MODES", "NULL_PAGE", "Batch", "Family", "GroupSpec", "Mode",
-    "Table", "check_batch_form", "check_group_spec", "first_query", "read_start", "write_positions",
+    "Table", "check_actual_bs", "check_batch_form", "check_group_spec", "first_query", "is_int", "read_start",
+    "write_positions",
 ]
 
 Table = list[list[int]]
+
+
+def is_int(value: object) -> bool:
+    """An int that is not a bool: ``True`` is no batch size, page size or token count."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_actual_bs(actual_bs: int, bs: int | None) -> int:
+    """T9 lengths: ``actual_bs`` is an int in ``[0, bs]`` (no upper bound when ``bs`` is None); returns it."""
+    if not is_int(actual_bs) or actual_bs < 0 or (bs is not None and actual_bs > bs):
+        raise ContractViolation("T9", f"actual_bs {actual_bs!r} outside [0, {'inf' if bs is None else bs}]")
+    return actual_bs
 
 
 def check_group_spec(spec: GroupSpec) -> None:
@@ -35,7 +48,7 @@ def check_group_spec(spec: GroupSpec) -> None:
     if spec.is_state:
         return
     granularity = spec.block_granularity
-    if not isinstance(granularity, int) or isinstance(granularity, bool) or granularity < 1:
+    if not is_int(granularity) or granularity < 1:
         raise ContractViolation("E1", f"block granularity must be a positive int, got {granularity!r}",
                                 group=spec.group_id)
     if spec.family == "sliding" and (not isinstance(spec.window, int) or spec.window < 1):
@@ -54,8 +67,8 @@ def check_batch_form(batch: Batch) -> None:
         raise ValueError("an extend batch needs prefix_lens")
     if batch.mode == "decode" and batch.n != 1:
         raise ValueError(f"decode writes one token per request, got n={batch.n}; use mode='verify'")
-    if batch.actual_bs is not None and not 0 <= batch.actual_bs <= batch.bs:
-        raise ContractViolation("T9", f"actual_bs {batch.actual_bs} outside [0, {batch.bs}]")
+    if batch.actual_bs is not None:
+        check_actual_bs(batch.actual_bs, batch.bs)
 
 
 def write_positions(batch: Batch, row: int) -> list[int]:

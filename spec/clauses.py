@@ -68,11 +68,11 @@ CLAUSES: tuple[Clause, ...] = (
     Clause("G2", "capture-views", "capture hands out views [:bs] of the persistent buffers (stable pointers)",
            "graph.GraphModel.capture"),
     Clause("G3", "replay-fill", "replay copies live rows, pads tails, zero-fills rows [live, bs), leaves"
-           " rows >= bs untouched", "graph.GraphModel.replay"),
+           " rows >= bs untouched", "graph.GraphModel.replay_fill"),
     Clause("G4", "replay-locs", "replay recomputes locs from live seq_lens into [:bs*N] only",
-           "graph.GraphModel.replay"),
+           "graph.GraphModel.replay_locs"),
     Clause("G5", "stale-guard", "replay refuses missing or empty tables, missing captured groups and extra"
-           " uncaptured groups", "graph.GraphModel.replay"),
+           " uncaptured groups", "graph.GraphModel.stale_guard"),
     # Debug write checker -----------------------------------------------------------------------------
     Clause("D1", "own-page-write", "each write lands at column pos // ps of its own row, in a real page,"
            " at offset pos % ps", "checker.check_write_locs"),

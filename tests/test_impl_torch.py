@@ -198,8 +198,8 @@ def test_replay_with_actual_bs_and_unequal_row_counts_matches_the_model() -> Non
     model = GraphModel(specs, max_bs=4, max_kernel_pages=6, kernel_page_size=2, spec_n=2)
     runner = GroupGraphBuffers(specs, max_bs=4, max_kernel_pages=6, kernel_page_size=2, spec_n=2)
     for actual in (None, 2, 0):
-        model.replay(3, live, [5, 1, 1], 2, actual_bs=actual)
-        runner.replay(3, {g: i32(t) for g, t in live.items()}, i32([5, 1, 1]), 2, actual_bs=actual)
+        model.replay(3, live, [5, 2, 2], 2, actual_bs=actual)
+        runner.replay(3, {g: i32(t) for g, t in live.items()}, i32([5, 2, 2]), 2, actual_bs=actual)
         assert_same_graph(model, runner)
 
 

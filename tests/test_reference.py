@@ -274,3 +274,56 @@ def test_actual_bs_past_bs_is_a_lengths_breach() -> None:
 def test_lone_functions_refuse_a_zero_column_table_as_t1() -> None:
     with pytest.raises(ContractViolation, match=r"\[T1 table-shape\].*no columns"):
         decode_locs([[]], [1], 2)
+
+
+def test_graph_refuses_a_live_seq_len_0_before_writing() -> None:
+    graph = _graph()
+    graph.replay(2, TABLES, [5, 4])
+    before = [list(graph.groups[g].locs) for g in TABLES]
+    with pytest.raises(ContractViolation, match=r"\[T9 lengths\] row 1: live row has seq_len 0"):
+        graph.replay(2, TABLES, [5, 0])
+    assert [graph.groups[g].locs for g in TABLES] == before
+
+
+def test_graph_refuses_a_live_verify_row_shorter_than_n_but_clamps_dummy_rows() -> None:
+    graph = GraphModel(SPECS, max_bs=4, max_kernel_pages=4, kernel_page_size=2, spec_n=3)
+    with pytest.raises(ContractViolation, match=r"\[W2 verify-loc\] row 1: live row has seq_len 2 < N=3"):
+        graph.replay(2, TABLES, [5, 2], 3)
+    graph.replay(2, TABLES, [5, 1], 3, actual_bs=1)  # row 1 is a dummy row: positions 0, 0, 0 of page 0
+    assert graph.groups["full_attention"].locs == [4, 5, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+
+
+def test_graph_short_rows_sink_sends_negative_positions_to_slot_0_of_page_0() -> None:
+    graph = GraphModel(SPECS, max_bs=4, max_kernel_pages=4, kernel_page_size=2, spec_n=3, short_rows="sink")
+    graph.replay(2, TABLES, [5, 2], 3)  # row 1 positions -1, 0, 1: sink, then slots 8, 9 of page 4
+    assert graph.groups["full_attention"].locs[:6] == [4, 5, 6, 0, 8, 9]
+    graph.replay(2, TABLES, [0, 4], 1)  # row 0 position -1
+    assert graph.groups["full_attention"].locs[:2] == [0, 17]
+
+
+def test_graph_short_rows_clamp_rewrites_position_0_like_tokenspeed() -> None:
+    graph = GraphModel(SPECS, max_bs=4, max_kernel_pages=4, kernel_page_size=2, spec_n=3, short_rows="clamp")
+    graph.replay(2, TABLES, [5, 2], 3)  # row 1 positions 0, 0, 1 of page 4
+    assert graph.groups["full_attention"].locs[:6] == [4, 5, 6, 8, 8, 9]
+    with pytest.raises(ValueError, match="short_rows is one of"):
+        GraphModel(SPECS, max_bs=4, max_kernel_pages=4, kernel_page_size=2, short_rows="skip")
+
+
+def test_graph_replay_clauses_each_have_their_own_function() -> None:
+    graph = _graph()
+    live = graph.stale_guard(2, TABLES)  # G5
+    staged = graph.replay_fill(live, 3, actual_bs=2)  # G3: rows [:bs] after replay, nothing written yet
+    assert staged["full_attention"] == [[1, 2, 3, -1], [4, 8, -1, -1], [0, 0, 0, 0]]
+    locs = graph.replay_locs(staged, [5, 4, 1], 3, 1, {gid: 2 for gid in staged})  # G4
+    assert locs == {"full_attention": [6, 17, 0], "sliding_attention": [14, 13, 0]}
+    assert graph.groups["full_attention"].table[0] == [0, 0, 0, 0]
+
+
+def test_graph_replay_refuses_a_negative_actual_bs_and_boolean_sizes() -> None:
+    graph = _graph()
+    with pytest.raises(ContractViolation, match=r"\[T9 lengths\].*actual_bs -1 outside"):
+        graph.replay(2, TABLES, [5, 4], actual_bs=-1)
+    with pytest.raises(ContractViolation, match=r"\[G3 replay-fill\].*bs True"):
+        graph.replay(True, TABLES, [5])
+    with pytest.raises(ContractViolation, match=r"\[G1 graph-init\]"):
+        GraphModel(SPECS, max_bs=True, max_kernel_pages=4, kernel_page_size=2)
