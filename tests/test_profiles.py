@@ -61,7 +61,8 @@ def test_subpage_expansion_maps_holes_and_pads_to_sub_pages_and_the_tail_to_0() 
     assert ts.expand_table([[0, 1, 3, -1]], 2) == [[0, 1, 2, 3, 6, 7, 0, 1]]
     assert ts.expand_table([[3]], 4, max_kernel_pages=6) == [[12, 13, 14, 15, 0, 0]]
     assert PROFILES["kvtable"].expand_table([[3]], 4, max_kernel_pages=6) == [[12, 13, 14, 15, -1, -1]]
-    assert ts.expand_table([[3, -1]], 1) == [[3, -1]]  # ratio 1 copies as it stands
+    assert ts.expand_table([[3, -1]], 1) == [[3, -1]]  # ratio 1 copies as it stands ...
+    assert ts.expand_table([[3, -1]], 1, max_kernel_pages=4) == [[3, -1, 0, 0]]  # ... and leaves the rest 0
 
 
 def test_profile_replay_rewrites_the_location_tail_like_vllm() -> None:

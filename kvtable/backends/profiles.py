@@ -56,7 +56,8 @@ class Profile:
     """The location of a padded row's tokens; None keeps the reference's slot 0 of the dummy page."""
     subpage_holes: bool = False
     """Expansion at ``r > 1`` maps entries ``<= 0`` to sub-pages ``0 .. r-1`` of dummy block 0 (not repeated
-    holes) and fills the expanded tail with 0 (not the tail pad)."""
+    holes) and fills the expanded tail with 0, not the tail pad (``expand_table`` at ``r == 1`` too; a
+    graph replay at ``r == 1`` keeps the tail pad)."""
     clamp_short_verify: bool = False
     """A real verify row with ``seq_len < N`` is clamped like a padded row instead of breaking W2."""
     dummy_rows: Literal["page0", "unread"] = "page0"
@@ -148,10 +149,12 @@ class Profile:
         return out
 
     # -- expansion ------------------------------------------------------------------------------
-    def subpages(self, expanded: Table, source: Table, ratio: int, live_rows: int) -> Table:
-        """Under ``subpage_holes`` at ``r > 1``: a hole or pad of ``source`` becomes sub-pages ``0 .. r-1``,
-        columns past the expanded source become 0; other profiles get ``expanded`` back unchanged."""
-        if not self.subpage_holes or ratio == 1:
+    def subpages(self, expanded: Table, source: Table, ratio: int, live_rows: int, *, zero_tail: bool = False
+                 ) -> Table:
+        """Under ``subpage_holes``: at ``r > 1`` a hole or pad of ``source`` becomes sub-pages ``0 .. r-1`` and
+        columns past the expanded source become 0 (at ``r == 1`` too with ``zero_tail``, as tokenspeed's
+        ``expand_page_table`` copy leaves them); other profiles get ``expanded`` back unchanged."""
+        if not self.subpage_holes or (ratio == 1 and not zero_tail):
             return expanded
         out = [list(r) for r in expanded]
         for row in range(min(live_rows, len(source), len(out))):
@@ -159,7 +162,7 @@ class Profile:
             for col in range(len(out[row])):
                 if col >= covered:
                     out[row][col] = 0
-                elif source[row][col // ratio] <= 0:
+                elif ratio > 1 and source[row][col // ratio] <= 0:
                     out[row][col] = col % ratio
         return out
 
@@ -167,7 +170,7 @@ class Profile:
                      tail_pad: int = -1, actual_bs: int | None = None) -> Table:
         expanded = reference.expand_table(table, ratio, max_kernel_pages=max_kernel_pages, tail_pad=tail_pad,
                                           actual_bs=actual_bs)
-        return self.subpages(expanded, table, ratio, len(table) if actual_bs is None else actual_bs)
+        return self.subpages(expanded, table, ratio, len(table) if actual_bs is None else actual_bs, zero_tail=True)
 
     # -- CUDA-graph buffers ---------------------------------------------------------------------
     def replay(self, model: reference.GraphModel, bs: int, tables: Mapping[str, Table] | None,

@@ -1,0 +1,127 @@
+"""The engine-style example backends: each passes with its profile, each seeded engine bug writes unsafely."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvtable.backends import NoDebugMode, load, missing_methods
+from kvtable.backends.profiles import PROFILES
+from kvtable.conformance.properties import select
+from kvtable.conformance.runner import run_conformance
+from kvtable.reference import Batch, GraphModel, GroupSpec, token_positions, unsafe_writes
+
+VLLM = "examples/vllm_style.py:backend"
+VLLM_53982 = "examples/vllm_style.py:backend_53982"
+TOKENSPEED = "examples/tokenspeed_style.py:backend"
+TOKENSPEED_709 = "examples/tokenspeed_style.py:backend_709"
+TOKENSPEED_STALE_TAIL = "examples/tokenspeed_style.py:backend_stale_tail"
+
+VALID_INPUT = ["decode_locs", "verify_locs", "reanchor_locs", "extend_locs", "group_locs/decode",
+               "group_locs/verify", "group_locs/reanchor", "group_locs/extend", "group_locs/int32-edge",
+               "expand_table", "unit-invariance"]
+"""The valid-input properties that need no debug mode and no graph runner."""
+
+
+@pytest.fixture(autouse=True)
+def _from_the_repo_root(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    monkeypatch.chdir(request.config.rootpath)  # the example paths are relative to a clone's root
+
+
+@pytest.mark.parametrize(("spec", "profile"), [(VLLM, "vllm"), (TOKENSPEED, "tokenspeed")])
+def test_an_example_gives_the_references_values_under_its_profile(spec: str, profile: str) -> None:
+    report = run_conformance(spec, examples=25, seed=0, profile=profile, properties=select(VALID_INPUT))
+    assert report.passed, report.details()
+
+
+def test_the_vllm_example_is_slot_mapping_only_int64_and_has_no_debug_mode() -> None:
+    backend = load(VLLM)
+    assert missing_methods(backend) == ("check_write_locs", "graph")
+    locs = backend.verify_locs(torch.tensor([[3, 4], [0, 0]], dtype=torch.int32), torch.tensor([5, 1]), 4, 2,
+                               actual_bs=1)
+    assert locs.dtype == torch.int64 and locs.tolist() == [15, 16, -1, -1]  # padded tokens: PAD_SLOT_ID
+    with pytest.raises(NoDebugMode):
+        load(VLLM, debug=True)
+
+
+def test_the_vllm_example_expands_the_null_block_to_sub_blocks() -> None:
+    table = torch.tensor([[3, 0, 0]], dtype=torch.int32)  # vLLM tables: null block 0 and a 0 tail
+    assert load(VLLM).expand_table(table, 2).tolist() == [[6, 7, 0, 1, 0, 1]]
+
+
+# -- the seeded engine bugs, judged by the safety oracle ---------------------------------------------------
+
+
+def test_vllm_53982_reads_the_next_rows_block_past_a_narrow_table() -> None:
+    table = torch.tensor([[5], [9]], dtype=torch.int32)  # one block per row; row 0's position 5 needs two
+    seq = [6, 1]
+    tokens = token_positions("decode", seq)
+    fixed = load(VLLM).decode_locs(table, torch.tensor(seq), 4)
+    buggy = load(VLLM_53982).decode_locs(table, torch.tensor(seq), 4)
+    assert fixed.tolist() == [-1, 36] and not unsafe_writes(table, fixed, tokens, 4, pad_slot=-1)
+    assert buggy.tolist() == [37, 36]  # block 9 is row 1's
+    [bad] = unsafe_writes(table, buggy, tokens, 4, pad_slot=-1)
+    assert (bad.row, bad.token, bad.position, bad.loc) == (0, 0, 5, 37)
+
+
+def test_tokenspeed_709_extends_over_a_pad_column_into_negative_slots() -> None:
+    table = torch.tensor([[3, -1]], dtype=torch.int32)
+    tokens = token_positions("extend", [6], prefix_lens=[3], extend_lens=[3])
+    fixed = load(TOKENSPEED).extend_locs(table, [3], [3], 4)
+    buggy = load(TOKENSPEED_709).extend_locs(table, [3], [3], 4)
+    assert fixed.tolist() == [15, 0, 1] and not unsafe_writes(table, fixed, tokens, 4)
+    assert buggy.tolist() == [15, -4, -3]
+    assert [(w.row, w.token, w.loc) for w in unsafe_writes(table, buggy, tokens, 4)] == [(0, 1, -4), (0, 2, -3)]
+
+
+def _replayed(spec: str, seq_len: int) -> list[int]:
+    runner = load(spec).graph([GroupSpec("full", "full", 4)], max_bs=2, max_kernel_pages=4, kernel_page_size=4)
+    assert runner.table_buffers == {} and runner.loc_buffers == {}  # allocated at first capture
+    _, locs = runner.capture(1, ["full"])
+    runner.replay(1, {"full": torch.tensor([[3, -1]], dtype=torch.int32)}, torch.tensor([seq_len]))
+    return locs["full"].tolist()
+
+
+def test_a_stale_seq_len_on_the_tail_pad_inside_the_width_sinks_unless_seeded() -> None:
+    tokens = token_positions("decode", [7])
+    buffer_row = [[3, -1, -1, -1]]  # the replayed buffer row: width 4, tail pad -1
+    assert _replayed(TOKENSPEED, 7) == [2]  # page 0, the sink
+    assert _replayed(TOKENSPEED_STALE_TAIL, 7) == [-2]
+    [bad] = unsafe_writes(buffer_row, [-2], tokens, 4)
+    assert (bad.row, bad.token, bad.position, bad.loc) == (0, 0, 6, -2)
+
+
+# -- the tokenspeed-style graph runner against the model under its profile ---------------------------------
+
+SPECS = (GroupSpec("sliding", "sliding", 4, window=4), GroupSpec("full", "full", 4), GroupSpec("mamba", "state", 1))
+
+
+def test_the_lazy_graph_runner_replays_what_the_model_does_under_the_tokenspeed_profile() -> None:
+    runner = load(TOKENSPEED).graph(SPECS, max_bs=3, max_kernel_pages=4, kernel_page_size=2, spec_n=2)
+    model = GraphModel(SPECS, max_bs=3, max_kernel_pages=4, kernel_page_size=2, spec_n=2)
+    tables = {"sliding": [[0, 5, -1, -1], [0, 0, 0, 0]], "full": [[1, 2, -1, -1], [0, 0, 0, 0]],
+              "draft": [[7, 0, 0, 0], [0, 0, 0, 0]]}
+    views, locs = runner.capture(2, ["sliding", "full", "mamba"], 2)
+    assert sorted(views) == ["full", "sliding"] and sorted(runner.table_buffers) == ["full", "sliding"]
+    runner.replay(0, None, torch.tensor([], dtype=torch.int32), 2)  # bs 0: a no-op
+    as_tensors = {gid: torch.tensor(t, dtype=torch.int32) for gid, t in tables.items()}
+    runner.replay(2, as_tensors, torch.tensor([7, 1], dtype=torch.int32), 2, actual_bs=1)  # "draft": ignored
+    PROFILES["tokenspeed"].replay(model, 2, tables, [7, 1], 2, actual_bs=1)
+    for gid in ("sliding", "full"):
+        assert runner.table_buffers[gid].tolist() == model.groups[gid].table
+        assert runner.loc_buffers[gid].tolist() == model.groups[gid].locs
+    assert locs["full"].tolist() == [9, 10, 0, 0]
+
+
+def test_the_tokenspeed_example_refuses_with_asserts_and_runtime_errors() -> None:
+    backend = load(TOKENSPEED)
+    with pytest.raises(AssertionError, match="past the table width"):
+        backend.decode_locs(torch.tensor([[3]], dtype=torch.int32), torch.tensor([9]), 4)
+    runner = backend.graph(SPECS, max_bs=2, max_kernel_pages=4, kernel_page_size=2)
+    runner.capture(1, ["full", "sliding"])
+    with pytest.raises(RuntimeError, match="missing captured groups"):
+        runner.replay(1, {"full": torch.tensor([[1]], dtype=torch.int32)}, torch.tensor([1]))
+    debug = load(TOKENSPEED, debug=True)
+    with pytest.raises(RuntimeError, match="outside the group's table"):
+        debug.check_write_locs(torch.tensor([[3]], dtype=torch.int32), torch.tensor([1], dtype=torch.int32),
+                               Batch((2,)), 4)
