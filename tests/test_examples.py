@@ -125,3 +125,17 @@ def test_the_tokenspeed_example_refuses_with_asserts_and_runtime_errors() -> Non
     with pytest.raises(RuntimeError, match="outside the group's table"):
         debug.check_write_locs(torch.tensor([[3]], dtype=torch.int32), torch.tensor([1], dtype=torch.int32),
                                Batch((2,)), 4)
+
+
+# -- the README's minimal adapter ---------------------------------------------------------------------------
+
+ADAPTER = "examples/minimal_adapter.py:SlotMappingAdapter"
+
+
+def test_the_minimal_adapter_is_at_most_40_lines_and_passes_what_it_implements() -> None:
+    assert len(open("examples/minimal_adapter.py").read().splitlines()) <= 40
+    assert missing_methods(load(ADAPTER)) == ("reanchor_locs", "group_locs", "expand_table", "check_write_locs",
+                                              "graph")
+    report = run_conformance(ADAPTER, examples=25, seed=0, profile="vllm",
+                             properties=select(["decode_locs", "verify_locs", "extend_locs"]))
+    assert report.passed, report.details()
