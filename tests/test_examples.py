@@ -9,7 +9,7 @@ from kvtable.backends import NoDebugMode, load, missing_methods
 from kvtable.backends.profiles import PROFILES
 from kvtable.conformance.properties import select
 from kvtable.conformance.runner import run_conformance
-from kvtable.reference import Batch, GraphModel, GroupSpec, token_positions, unsafe_writes
+from kvtable.reference import Batch, GroupSpec, token_positions, unsafe_writes
 
 VLLM = "examples/vllm_style.py:backend"
 VLLM_53982 = "examples/vllm_style.py:backend_53982"
@@ -98,7 +98,7 @@ SPECS = (GroupSpec("sliding", "sliding", 4, window=4), GroupSpec("full", "full",
 
 def test_the_lazy_graph_runner_replays_what_the_model_does_under_the_tokenspeed_profile() -> None:
     runner = load(TOKENSPEED).graph(SPECS, max_bs=3, max_kernel_pages=4, kernel_page_size=2, spec_n=2)
-    model = GraphModel(SPECS, max_bs=3, max_kernel_pages=4, kernel_page_size=2, spec_n=2)
+    model = PROFILES["tokenspeed"].graph_model(SPECS, max_bs=3, max_kernel_pages=4, kernel_page_size=2, spec_n=2)
     tables = {"sliding": [[0, 5, -1, -1], [0, 0, 0, 0]], "full": [[1, 2, -1, -1], [0, 0, 0, 0]],
               "draft": [[7, 0, 0, 0], [0, 0, 0, 0]]}
     views, locs = runner.capture(2, ["sliding", "full", "mamba"], 2)

@@ -102,3 +102,13 @@ def test_describe_lists_every_convention() -> None:
     text = PROFILES["vllm"].describe()
     for field in ("loc_dtype = 'int64'", "tail_pad = 0", "pad_slot = -1", "validates = 'scheduler'"):
         assert field in text
+
+
+def test_the_graph_model_clamps_short_live_rows_only_under_clamping_profiles() -> None:
+    tables = {"sliding_attention": SLIDING, "full_attention": FULL}
+    clamped = PROFILES["tokenspeed"].graph_model(SPECS, max_bs=2, max_kernel_pages=4, kernel_page_size=2, spec_n=3)
+    PROFILES["tokenspeed"].replay(clamped, 2, tables, [2, 4], 3)
+    assert clamped.groups["full_attention"].locs[:3] == [2, 2, 3]  # position 0 written twice, as tokenspeed does
+    refusing = PROFILES["kvtable"].graph_model(SPECS, max_bs=2, max_kernel_pages=4, kernel_page_size=2, spec_n=3)
+    with pytest.raises(ContractViolation, match="W2"):
+        PROFILES["kvtable"].replay(refusing, 2, tables, [2, 4], 3)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
 from kvtable import reference
 from kvtable.reference import Batch, GroupSpec
+from kvtable.reference.graph import ShortRows
 from kvtable.reference.model import Table
 from kvtable.reference.tables import as_table, specs_by_id
 
@@ -173,6 +174,15 @@ class Profile:
         return self.subpages(expanded, table, ratio, len(table) if actual_bs is None else actual_bs, zero_tail=True)
 
     # -- CUDA-graph buffers ---------------------------------------------------------------------
+    @property
+    def short_rows(self) -> ShortRows:
+        """How the graph model treats a live replay row shorter than N (or of length 0): clamp or refuse."""
+        return "clamp" if self.clamp_short_verify else "refuse"
+
+    def graph_model(self, specs: Sequence[GroupSpec], **sizes: Any) -> reference.GraphModel:
+        """The reference's ``GraphModel`` with this profile's short-row convention (``sizes``: its keywords)."""
+        return reference.GraphModel(specs, short_rows=self.short_rows, **sizes)
+
     def replay(self, model: reference.GraphModel, bs: int, tables: Mapping[str, Table] | None,
                seq_lens: Sequence[int], tokens_per_req: int = 1, *, actual_bs: int | None = None) -> None:
         """``model.replay`` under this profile: bs-0 and extra-group conventions first, then ``after_replay``."""
