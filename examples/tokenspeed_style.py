@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+INT32_MAX = 2**31 - 1
 
 def _gather(table: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, page_size: int,
             *, clamp_page: bool = True) -> torch.Tensor:
@@ -41,7 +42,13 @@ def _gather(table: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, pa
     pages = table[rows, cols].long()
     if clamp_page:
         pages = pages.clamp_min(0)
-    return (pages * page_size + positions % page_size).to(torch.int32)
+    return _int32_locs(pages * page_size + positions % page_size)
+
+
+def _int32_locs(locs: torch.Tensor) -> torch.Tensor:
+    """int64 locations stored as int32, refused where a page id near the int32 edge would wrap."""
+    assert bool((locs <= INT32_MAX).all()), f"location {locs.max().item()} does not fit int32"
+    return locs.to(torch.int32)
 
 
 def _check_table(table: torch.Tensor, bs: int) -> None:
@@ -160,7 +167,7 @@ class LazyGroupGraphBuffers:
         pages = torch.where(inside, staged[rows, torch.where(inside, cols, 0)], 0).long()
         if self.clamp_page:
             pages = pages.clamp_min(0)
-        return (pages * page_size + pos % page_size).to(torch.int32)
+        return _int32_locs(pages * page_size + pos % page_size)
 
 
 class TokenspeedStyleBackend:
