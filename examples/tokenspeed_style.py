@@ -5,6 +5,8 @@ the kvcache Triton kernels):
 
 - int32 tables with -1 tails and int32 locations ``max(page, 0) * page_size + pos % page_size``: a -1 pad
   or a hole that a stale length lands on sinks into the dummy page 0 (the clamp tokenspeed added in #709);
+- padded (dummy) rows are page 0 at seq_len 1: the replay fill zeroes them, and the eager calls here treat
+  rows past ``actual_bs`` the same way whatever they hold, so garbage left in them is never read;
 - verify and re-anchor positions clamp at 0 (``max(seq - N + t, 0)``): a real row shorter than N writes
   position 0 more than once instead of being refused;
 - expansion to kernel pages maps a hole or pad to the sub-pages ``0 .. r-1`` of dummy block 0 and leaves
@@ -55,6 +57,17 @@ def _check_table(table: torch.Tensor, bs: int) -> None:
     assert isinstance(table, torch.Tensor) and table.dim() == 2, "page tables are 2-D"
     assert table.dtype == torch.int32, f"page tables are int32, got {table.dtype}"
     assert table.shape[0] >= bs and table.shape[1] >= 1, f"table {tuple(table.shape)} for bs {bs}"
+
+
+def _dummy_rows_scrubbed(table: torch.Tensor, seq_lens: torch.Tensor, actual_bs: int | None
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``>= actual_bs`` as padding should be, page 0 at seq_len 1, whatever the caller left in them."""
+    if actual_bs is None or actual_bs >= seq_lens.shape[0]:
+        return table, seq_lens
+    table, seq_lens = table.clone(), seq_lens.clone()
+    table[actual_bs:] = 0
+    seq_lens[actual_bs:] = 1
+    return table, seq_lens
 
 
 def _clamped_positions(seq_lens: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -190,6 +203,7 @@ class TokenspeedStyleBackend:
                     *, actual_bs: int | None = None) -> torch.Tensor:
         _check_table(table, seq_lens.shape[0])
         assert actual_bs is None or 0 <= actual_bs <= seq_lens.shape[0], f"actual_bs {actual_bs}"
+        table, seq_lens = _dummy_rows_scrubbed(table, seq_lens, actual_bs)
         return _gather(table, *_clamped_positions(seq_lens, n), page_size)
 
     def reanchor_locs(self, table: torch.Tensor, frontier: torch.Tensor, page_size: int, n: int) -> torch.Tensor:
@@ -223,7 +237,8 @@ class TokenspeedStyleBackend:
                 extend = [s - p for s, p in zip(batch.seq_lens, batch.prefix_lens, strict=True)]
                 out[gid] = self.extend_locs(table, list(batch.prefix_lens), extend, page_size)
             elif batch.mode == "decode":
-                out[gid] = self.decode_locs(table, torch.tensor(batch.seq_lens), page_size)
+                scrubbed, seq = _dummy_rows_scrubbed(table, torch.tensor(batch.seq_lens), batch.actual_bs)
+                out[gid] = self.decode_locs(scrubbed, seq, page_size)
             else:
                 out[gid] = self.verify_locs(table, torch.tensor(batch.seq_lens), page_size, batch.n,
                                             actual_bs=batch.actual_bs)
