@@ -9,7 +9,8 @@ from pathlib import Path
 
 import torch
 
-from kvtable.bench.harness import RESULTS_DIR, Settings, host_info, write_json
+from kvtable.argtypes import positive_int, writable_file
+from kvtable.bench.harness import Settings, host_info, write_json
 
 BENCHMARKS: dict[str, str] = {
     "extend": "kvtable.bench.extend",
@@ -19,7 +20,8 @@ BENCHMARKS: dict[str, str] = {
 }
 """Benchmark name -> module providing ``run(settings) -> Section``."""
 
-DEFAULT_JSON = RESULTS_DIR / "bench.json"
+DEFAULT_JSON = Path("bench-results") / "bench.json"
+"""Under the current directory, never inside the installed package."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,15 +32,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
                         help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, metavar="PATH",
-                        help=f"where to write the results (default {DEFAULT_JSON})")
-    parser.add_argument("--threads", type=int, default=1, metavar="N",
+                        help=f"where to write the results (default {DEFAULT_JSON}, under the current directory); "
+                        "checked writable before the benchmarks run")
+    parser.add_argument("--threads", type=positive_int, default=1, metavar="N",
                         help="torch intra-op threads (default 1: on shared or busy cores a second thread "
                         "that gets descheduled stalls every large op, which skews the ratios)")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.threads < 1:
-        raise SystemExit("kvtable bench: --threads must be >= 1")
+    writable_file(args.json, "--json")
     torch.set_num_threads(args.threads)
     size = "smoke" if args.smoke else "quick" if args.quick else "full"
     settings = Settings.for_size(size)

@@ -20,7 +20,6 @@ from typing import Any, Literal
 
 import torch
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 """Where results land by default; git-ignored."""
 
 

@@ -1,11 +1,20 @@
-"""The ``kvtable`` command: each subcommand lives with the code it drives and registers itself here."""
+"""The ``kvtable`` command: each subcommand lives with the code it drives and registers itself here.
+
+Only the chosen subcommand's module is imported (``kvtable --help`` and ``kvtable prove`` never import
+torch or hypothesis). Exit statuses are those of ``kvtable.exitcodes``: a usage or infrastructure error
+is one line on stderr and exit 2, never a traceback; Ctrl-C exits 130; a closed stdout pipe is no error.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
+
+from kvtable.exitcodes import EXIT_INTERRUPTED, EXIT_PASSED, EXIT_USAGE, UsageError
 
 # subcommand -> module providing ``add_arguments(parser)`` and ``run(args) -> int``
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -18,29 +27,51 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kvtable", description=__doc__)
+class Parser(argparse.ArgumentParser):
+    """argparse with its usage errors in one line (``kvtable fuzz: error: ...``), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser(command: str | None = None) -> Parser:
+    """The parser; only ``command``'s module is imported to add its options (all are listed by name)."""
+    parser = Parser(prog="kvtable", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_name)
-        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        subparser = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            importlib.import_module(module_name).add_arguments(subparser)
     return parser
 
 
-EXIT_USAGE = 2
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option), if any."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def _close_stdout() -> None:
+    """The reader of our stdout went away (``kvtable fuzz --json | head``): drop the rest of the output."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from kvtable.backends import BackendNotFound
-
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command(argv))
     args = parser.parse_args(argv)
     module = importlib.import_module(SUBCOMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)
-    except BackendNotFound as err:
+    except UsageError as err:
         print(f"kvtable {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"kvtable {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _close_stdout()
+        return EXIT_PASSED
 
 
 if __name__ == "__main__":

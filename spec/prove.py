@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, TextIO
 
+from kvtable.argtypes import positive_float
+from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
 from kvtable.spec.obligations import OBLIGATIONS, Obligation
 from kvtable.spec.z3_discharge import Outcome, discharge
@@ -192,17 +194,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", action="append", metavar="NAME",
                         help="discharge only obligations matching NAME (a name or a glob like 'T5.*');"
                              " may be repeated")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"z3 time per obligation before it counts as unknown (default {DEFAULT_TIMEOUT_S:g})")
 
 
 def run(args: argparse.Namespace, obligations: Sequence[Obligation] = OBLIGATIONS) -> int:
-    """Discharge the selected obligations; 0 if all passed, 1 if any failed, 2 if ``--only`` matched none."""
+    """Discharge the selected obligations; 0 if all passed, 1 if any failed; ``--only`` matching none is a
+    ``UsageError`` (exit 2)."""
     try:
         chosen = select(args.only, obligations)
     except KeyError as exc:
-        print(f"kvtable prove: {exc.args[0]}", file=sys.stderr)
-        return 2
+        raise UsageError(exc.args[0]) from None
     start = time.perf_counter()
     if args.json:
         results = prove(chosen, args.timeout)

@@ -74,6 +74,9 @@ class Transcript:
     def note(self, line: str) -> None:
         self.lines.append(line)
 
+    def calling(self, statement: str) -> None:
+        """A call is about to run; a worker's streaming transcript sends it ahead, so it survives a crash."""
+
     def text(self) -> str:
         return "\n".join(self.lines)
 
@@ -126,6 +129,7 @@ class Recorded:
                 statement = f"{runner_name} = {statement}"
             elif attr not in {"replay", "check_write_locs"} | KERNEL_CALLS:
                 statement = f"{'views' if attr == 'capture' else 'out'} = {statement}"
+            self._transcript.calling(statement)
             try:
                 result = value(*args, **kwargs)
             except Exception as err:

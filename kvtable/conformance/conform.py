@@ -3,9 +3,11 @@
     kvtable conform [--backend X] [--profile P] [--examples N] [--seed S] [--json] [--property NAME ...]
 
 ``--backend`` takes a built-in name (``reference``, ``torch``, ``triton``) or ``pkg.mod:factory`` /
-``pkg.mod:object``; without it ``$KVTABLE_BACKEND`` (default ``torch``) decides. Exit status: 0 when
-every property that applies passed, 1 when any failed (the clause is named on the last line), 3 when
-the backend is unavailable here (e.g. triton not importable) and nothing ran.
+``pkg.mod:object``; without it ``$KVTABLE_BACKEND`` (default ``torch``) decides. Exit status
+(``kvtable.exitcodes``): 0 when every property that applies passed, 1 when any failed (the clause is
+named on the last line), 2 for a bad invocation (unknown backend or property, ``--examples`` below 1),
+3 when the backend is unavailable here (e.g. triton not importable) and nothing ran, 130 on Ctrl-C
+(after the table of the properties that finished).
 
 A property that does not apply to the backend is not run and shows as ``N/A`` in the table, with its
 reason under it; it is neither passed nor failed (the ``kernels/*`` properties need the backend to
@@ -18,13 +20,13 @@ import argparse
 import json
 import sys
 
+from kvtable.argtypes import positive_float, positive_int
 from kvtable.backends import BackendUnavailable, default_spec
 from kvtable.backends.profiles import ALIASES, PROFILES
-from kvtable.conformance.properties import select
+from kvtable.conformance.isolation import DEFAULT_TIMEOUT_S
+from kvtable.conformance.preflight import check_backend, checked_properties, isolate_by_default
 from kvtable.conformance.runner import Report, run_conformance
-
-EXIT_FAILED = 1
-EXIT_UNAVAILABLE = 3
+from kvtable.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PASSED, EXIT_SKIPPED, UsageError
 
 
 def add_common(parser: argparse.ArgumentParser, *, examples: int, examples_help: str) -> None:
@@ -34,11 +36,34 @@ def add_common(parser: argparse.ArgumentParser, *, examples: int, examples_help:
                              f"(default: $KVTABLE_BACKEND or {default_spec()!r})")
     parser.add_argument("--profile", default="kvtable", choices=sorted(PROFILES) + sorted(ALIASES),
                         help="engine convention profile the expected values are mapped through (default kvtable)")
-    parser.add_argument("--examples", type=int, default=examples, help=examples_help)
+    parser.add_argument("--examples", type=positive_int, default=examples, help=examples_help)
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed; a run is deterministic for a seed")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("--property", action="append", default=None, metavar="NAME",
                         help="run only this property, or every property tagged with this clause id (repeatable)")
+    add_execution(parser)
+
+
+def add_execution(parser: argparse.ArgumentParser) -> None:
+    """Where properties run: worker processes (crash isolation, ``--workers``) or this process."""
+    parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                        help="run the properties in worker processes, so a crash or hang is that property's "
+                             "CRASH or TIMEOUT verdict and the run goes on (default: on for a backend that is "
+                             "not built-in or runs on CUDA; --no-isolate runs in this process)")
+    parser.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                        help="spread the properties over N worker processes (implies --isolate; default 1)")
+    parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help="with --isolate: a property whose worker gives no sign of life (each backend call "
+                             f"is one) for this long is a TIMEOUT (default {DEFAULT_TIMEOUT_S:g})")
+
+
+def execution(args: argparse.Namespace, spec: str) -> dict[str, object]:
+    """The run's execution options (``isolate``, ``workers``, ``timeout``), the backend checked first."""
+    backend = check_backend(spec)
+    isolate = isolate_by_default(spec, backend) if args.isolate is None else args.isolate
+    if args.workers > 1 and args.isolate is False:
+        raise UsageError("--workers N runs properties in worker processes; it cannot be combined with --no-isolate")
+    return {"isolate": isolate, "workers": args.workers, "timeout": args.timeout}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,21 +83,24 @@ def emit(report: Report, as_json: bool) -> int:
             print(report.details())
         print()
         print(report.summary())
-    return 0 if report.passed else EXIT_FAILED
+    if report.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_PASSED if report.passed else EXIT_FAILED
 
 
 def unavailable(err: BackendUnavailable, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"skipped": True, "reason": str(err)}))
     print(f"SKIPPED: {err}", file=sys.stderr)
-    return EXIT_UNAVAILABLE
+    return EXIT_SKIPPED
 
 
 def run(args: argparse.Namespace) -> int:
     spec = args.backend or default_spec()
+    properties = checked_properties(args.property)
     try:
         report = run_conformance(spec, examples=args.examples, seed=args.seed, profile=args.profile,
-                                 properties=select(args.property))
+                                 properties=properties, **execution(args, spec))
     except BackendUnavailable as err:
         return unavailable(err, args.json)
     return emit(report, args.json)

@@ -25,36 +25,22 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis.database import ExampleDatabase
 
 from kvtable.backends import BackendUnavailable, default_spec
 from kvtable.backends.profiles import Profile
-from kvtable.conformance.conform import add_common, emit, unavailable
-from kvtable.conformance.properties import PROPERTIES, Property, select
+from kvtable.conformance.conform import add_common, emit, execution, unavailable
+from kvtable.conformance.database import open_database
+from kvtable.conformance.preflight import checked_properties
+from kvtable.conformance.properties import PROPERTIES, Property
 from kvtable.conformance.runner import BackendLike, Progress, PropertyResult, Report, run_properties
 
 __all__ = ["DEFAULT_DATABASE", "budget", "fuzz", "open_database"]
 
 DEFAULT_DATABASE = ".hypothesis/kvtable"
 MIN_EXAMPLES = 5
-
-
-def open_database(spec: str | ExampleDatabase | None) -> ExampleDatabase | None:
-    """An example database from a directory, a ``redis://host:port`` URL, ``"none"`` or None."""
-    if spec is None or isinstance(spec, ExampleDatabase):
-        return spec
-    if spec.lower() in ("", "none"):
-        return None
-    if spec.startswith(("redis://", "rediss://")):
-        try:
-            import redis
-            from hypothesis.extra.redis import RedisExampleDatabase
-        except ImportError as err:
-            raise SystemExit(f"--database {spec}: the shared Redis database needs the redis package "
-                             f"(pip install redis): {err}") from err
-        return RedisExampleDatabase(redis.Redis.from_url(spec))
-    return DirectoryBasedExampleDatabase(spec)
 
 
 def budget(examples: int, properties: Sequence[Property]) -> dict[str, int]:
@@ -65,13 +51,16 @@ def budget(examples: int, properties: Sequence[Property]) -> dict[str, int]:
 
 def fuzz(backend: BackendLike, *, examples: int, seed: int, database: str | ExampleDatabase | None = None,
          profile: str | Profile | None = None, properties: Sequence[Property] | None = None,
-         progress: Progress | None = None) -> Report:
-    """Fuzz ``backend`` with ``examples`` examples in all, shared out over the properties by weight."""
+         progress: Progress | None = None, **execution: Any) -> Report:
+    """Fuzz ``backend`` with ``examples`` examples in all, shared out over the properties by weight.
+
+    ``execution``: ``isolate``, ``workers``, ``timeout``, as ``run_properties`` takes them.
+    """
     chosen = PROPERTIES if properties is None else properties
     shares = budget(examples, chosen)
     return run_properties(backend, chosen, examples=lambda p: shares[p.name], seed=seed, profile=profile,
                           database=open_database(database), kind="fuzz", total_examples=examples,
-                          progress=progress)
+                          progress=progress, **execution)
 
 
 def progress_bar(done: int, total: int, result: PropertyResult) -> None:
@@ -92,9 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     spec = args.backend or default_spec()
+    properties = checked_properties(args.property)
+    database = open_database(args.database)
     try:
-        report = fuzz(spec, examples=args.examples, seed=args.seed, database=args.database, profile=args.profile,
-                      properties=select(args.property), progress=None if args.no_progress else progress_bar)
+        report = fuzz(spec, examples=args.examples, seed=args.seed, database=database, profile=args.profile,
+                      properties=properties, progress=None if args.no_progress else progress_bar,
+                      **execution(args, spec))
     except BackendUnavailable as err:
         return unavailable(err, args.json)
     return emit(report, args.json)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,7 +25,9 @@ from hypothesis.stateful import run_state_machine_as_test
 from kvtable.backends import Backend, debug_twin, is_backend, load, spec_of
 from kvtable.backends.profiles import Profile, get_profile
 from kvtable.conformance.checks import Mismatch, Recorded, Transcript
+from kvtable.conformance.database import KeyedDatabase, database_prefix
 from kvtable.conformance.properties import PROPERTIES, Context, Property
+from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
 
 __all__ = ["NOT_APPLICABLE", "PropertyResult", "Report", "make_context", "run_conformance", "run_properties",
@@ -44,7 +46,8 @@ class PropertyResult:
     clause: str
     """The clause the property checks, or, on failure, the clause the backend broke (as ``"T4 live-pages"``)."""
     status: str
-    """``passed``, ``failed`` (the backend broke the clause), ``error`` (the run itself could not proceed)
+    """``passed``, ``failed`` (the backend broke the clause), ``error`` (the run itself could not proceed),
+    ``crash`` or ``timeout`` (the backend took its worker process down or hung: ``kvtable.conformance.isolation``)
     or ``not applicable`` (not run: ``message`` says why)."""
     examples: int
     seconds: float
@@ -81,6 +84,8 @@ class Report:
     """``conform``: examples per property; ``fuzz``: the run's total budget."""
     kind: str = "conform"
     results: list[PropertyResult] = field(default_factory=list)
+    interrupted: bool = False
+    """Ctrl-C stopped the run: ``results`` holds the properties that finished."""
 
     @property
     def passed(self) -> bool:
@@ -118,6 +123,8 @@ class Report:
 
     def summary(self) -> str:
         verdict = "PASS" if self.passed else f"FAIL: {', '.join(self.failed_clauses)}"
+        if self.interrupted:
+            verdict = f"INTERRUPTED after {len(self.results)} properties; {verdict} so far"
         applicable = len(self.results) - len(self.not_applicable)
         skipped = f", {len(self.not_applicable)} not applicable" if self.not_applicable else ""
         return (f"kvtable {self.kind}: backend {self.backend}, profile {self.profile}, seed {self.seed}: "
@@ -159,9 +166,10 @@ def _clause_order(clause_id: str) -> int:
 BackendLike = Backend | str | Callable[..., Backend]
 
 
-def make_context(backend: BackendLike, profile: str | Profile | None = None) -> tuple[Context, str]:
+def make_context(backend: BackendLike, profile: str | Profile | None = None,
+                 transcript: Transcript | None = None) -> tuple[Context, str]:
     """A property context for a backend given as an instance, a ``load`` name, or a factory taking ``debug=``."""
-    transcript = Transcript()
+    transcript = Transcript() if transcript is None else transcript
     debug_factory: Callable[[], Any]
     if isinstance(backend, str):
         spec = backend
@@ -238,6 +246,8 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
             test = _settings(examples, database, shrink)(hypothesis_seed(seed)(given(prop.strategy)(body)))
             test._hypothesis_internal_database_key = f"kvtable:{prop.name}".encode()  # type: ignore[attr-defined]
             test()
+    except UsageError:  # the database failed: infrastructure, not a verdict
+        raise
     except Mismatch as err:
         return PropertyResult(prop.name, clause_label(err.clause), "failed", count[0], time.perf_counter() - start,
                               prop.debug, str(err), _counterexample(ctx, spec, err))
@@ -259,40 +269,65 @@ def _counting_init(base: type, count: list[int]) -> Callable[[Any], None]:
 
 
 def _counterexample(ctx: Context, spec: str, err: BaseException) -> str:
-    debug = "debug_backend" in ctx.transcript.text()
-    verdict = "\n".join(f"# {line}" for line in f"FAILED: {err}".splitlines())
-    return f"{_header(spec, debug)}\n{ctx.transcript.text()}\n{verdict}"
+    return counterexample_text(spec, ctx.transcript.text(), f"FAILED: {err}")
+
+
+def counterexample_text(spec: str, transcript: str, verdict: str) -> str:
+    """A replayable snippet: the imports and backends, the recorded calls, the verdict as a comment."""
+    comment = "\n".join(f"# {line}" for line in verdict.splitlines())
+    return f"{_header(spec, 'debug_backend' in transcript)}\n{transcript}\n{comment}"
 
 
 def run_properties(backend: BackendLike, properties: Sequence[Property], *, examples: Callable[[Property], int],
                    seed: int, profile: str | Profile | None = None, database: ExampleDatabase | None = None,
                    kind: str = "conform", total_examples: int = 0, progress: Progress | None = None,
-                   shrink: bool = True) -> Report:
+                   shrink: bool = True, level: str = "correct", isolate: bool = False, workers: int = 1,
+                   timeout: float | None = None) -> Report:
     """Run ``properties`` against ``backend``; ``examples(prop)`` gives each property's example budget.
 
     ``shrink=False`` reports each failure at the first failing example, unshrunk (the zoo's find runs).
+    The database keeps one entry per (property, backend, profile, level). ``isolate`` (implied by
+    ``workers`` > 1) runs the properties in worker processes (``kvtable.conformance.isolation``): a crash
+    or a silence of ``timeout`` seconds is that property's verdict. Ctrl-C ends the run with the
+    properties finished so far (``report.interrupted``).
     """
     ctx, spec = make_context(backend, profile)
     report = Report(spec, ctx.profile.name, seed, total_examples, kind)
-    for i, prop in enumerate(properties):
-        result = run_property(prop, ctx, examples=examples(prop), seed=seed, spec=spec, database=database,
-                              shrink=shrink)
-        report.results.append(result)
-        if progress is not None:
-            progress(i + 1, len(properties), result)
+    if database is not None:
+        database = KeyedDatabase(database, database_prefix(spec, ctx.profile.name, level))
+    results: Iterator[PropertyResult]
+    if isolate or workers > 1:
+        from kvtable.conformance.isolation import DEFAULT_TIMEOUT_S, WorkerSetup, run_isolated
+
+        setup = WorkerSetup(backend, ctx.profile.name, seed, shrink, database is not None)
+        results = run_isolated(setup, properties, examples, workers=workers, database=database,
+                               timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout)
+    else:
+        results = (run_property(prop, ctx, examples=examples(prop), seed=seed, spec=spec, database=database,
+                                shrink=shrink) for prop in properties)
+    try:
+        for result in results:
+            report.results.append(result)
+            if progress is not None:
+                progress(len(report.results), len(properties), result)
+    except KeyboardInterrupt:
+        report.interrupted = True
+    order = {p.name: i for i, p in enumerate(properties)}
+    report.results.sort(key=lambda r: order[r.property])
     return report
 
 
 def run_conformance(backend: BackendLike, *, examples: int = 100, seed: int = 0,
                     profile: str | Profile | None = None, properties: Sequence[Property] | None = None,
                     database: ExampleDatabase | None = None, progress: Progress | None = None,
-                    shrink: bool = True) -> Report:
+                    shrink: bool = True, **execution: Any) -> Report:
     """Every property (or ``properties``) against ``backend`` with ``examples`` examples each.
 
     ``backend`` is an instance, a ``kvtable.backends.load`` name or a factory taking ``debug=``; the
     debug-only properties run on its ``debug=True`` twin. The report names each failing clause;
-    ``shrink=False`` keeps each failure's first failing example as found (faster, not minimal).
+    ``shrink=False`` keeps each failure's first failing example as found (faster, not minimal);
+    ``execution``: ``isolate``, ``workers``, ``timeout``, as ``run_properties`` takes them.
     """
     return run_properties(backend, PROPERTIES if properties is None else properties, examples=lambda _p: examples,
                           seed=seed, profile=profile, database=database, total_examples=examples,
-                          progress=progress, shrink=shrink)
+                          progress=progress, shrink=shrink, **execution)

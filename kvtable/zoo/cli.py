@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kvtable.argtypes import positive_int
+from kvtable.exitcodes import EXIT_FAILED, EXIT_PASSED, UsageError
 from kvtable.zoo.entries import BY_NAME, ENTRIES, OUTSIDE
 from kvtable.zoo.hunt import Baseline
 from kvtable.zoo.mutants import MUTANTS
@@ -18,7 +20,7 @@ from kvtable.zoo.run import entry_table, judge_entry, judge_mutant, mutant_table
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("names", nargs="*", metavar="BUG", help=f"entries to run (default: all {len(ENTRIES)})")
-    parser.add_argument("--examples", type=int, default=None,
+    parser.add_argument("--examples", type=positive_int, default=None,
                         help="examples per property (default: each entry's own budget, 10 for most)")
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
     parser.add_argument("--full", action="store_true",
@@ -30,11 +32,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="device the mutants run on (default cpu; cuda hands the runners device-side lengths)")
 
 
+def check_device(device: str) -> None:
+    """The mutants' device must exist here: ``--device cuda`` on a machine without CUDA is a usage error."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as err:
+        raise UsageError(f"--device {device}: {err}") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device}: CUDA is not available on this machine")
+    if kind not in ("cpu", "cuda"):
+        raise UsageError(f"--device {device}: expected cpu or cuda[:N]")
+
+
 def run(args: argparse.Namespace) -> int:
     unknown = sorted(set(args.names) - set(BY_NAME))
     if unknown:
-        print(f"kvtable zoo: unknown entries {unknown}; known: {sorted(BY_NAME)}", file=sys.stderr)
-        return 2
+        raise UsageError(f"unknown entries {unknown}; known: {sorted(BY_NAME)}")
+    check_device(args.device)
     entries = [BY_NAME[n] for n in args.names] if args.names else list(ENTRIES)
     baseline = Baseline(args.device)
     verdicts = []
@@ -66,4 +82,4 @@ def run(args: argparse.Namespace) -> int:
     if not args.names:
         print("\nOutside the contract: " + "; ".join(f"#{o.item} {o.issue}" for o in OUTSIDE))
     print(f"\nkvtable zoo: {'; '.join(summary)}: {'PASS' if ok else 'FAIL'}")
-    return 0 if ok else 1
+    return EXIT_PASSED if ok else EXIT_FAILED

@@ -1,0 +1,61 @@
+"""Argument types and up-front checks shared by the subcommands: a bad value is a usage error before any work."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from kvtable.exitcodes import UsageError
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (an example budget, a worker count)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A number of seconds > 0 (a timeout)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why no file can be written in ``folder`` (created if needed), or None: a probe file, so root and
+    read-only file systems are judged as they are, not by permission bits."""
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} exists and is not a directory"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        return f"{folder} is not writable ({err.strerror or err})"
+    return None
+
+
+def writable_folder(folder: Path, option: str) -> Path:
+    """``folder``, created if needed, once a file could be written in it."""
+    if reason := _unwritable(folder):
+        raise UsageError(f"{option} {folder}: {reason}")
+    return folder
+
+
+def writable_file(path: Path, option: str) -> Path:
+    """``path``, once it is not a directory and its folder is writable."""
+    if path.is_dir():
+        raise UsageError(f"{option} {path}: is a directory, not a file")
+    if reason := _unwritable(path.parent):
+        raise UsageError(f"{option} {path}: {reason}")
+    return path

@@ -1,0 +1,106 @@
+"""Example databases for runs: ``open_database`` (a directory, ``redis://``, or none) checked before any work,
+and ``KeyedDatabase``, one entry per (property, backend, profile, level) whose failures are usage errors.
+
+Hypothesis keys a test's saved examples by the test alone; kvtable runs the same property against many
+backends, so a passing run of one backend would delete the failures another saved. ``KeyedDatabase``
+prefixes every key with the run's backend, profile and level, so each keeps its own failures in one
+shared database (a directory, or Redis for many machines). A database that fails while a run uses it
+raises ``DatabaseFailed`` (a ``UsageError``: exit 2), never a verdict on the backend.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+
+from kvtable.argtypes import writable_folder
+from kvtable.exitcodes import UsageError
+
+__all__ = ["DatabaseFailed", "KeyedDatabase", "database_prefix", "open_database"]
+
+URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
+REDIS_SCHEMES = ("redis", "rediss")
+T = TypeVar("T")
+
+
+class DatabaseFailed(UsageError):
+    """The example database failed while a run used it (a server that went away, a disk that filled)."""
+
+
+def open_database(spec: str | Path | ExampleDatabase | None) -> ExampleDatabase | None:
+    """An example database from a directory, a ``redis://host:port`` URL, ``"none"`` or None, checked now:
+    a malformed URL, an unreachable server or a folder that cannot be written is a ``UsageError``."""
+    if spec is None or isinstance(spec, ExampleDatabase):
+        return spec
+    text = str(spec)
+    if text.lower() in ("", "none"):
+        return None
+    scheme = URL_SCHEME.match(text)
+    if scheme is None:
+        return DirectoryBasedExampleDatabase(writable_folder(Path(text), "--database"))
+    if scheme[1].lower() not in REDIS_SCHEMES or not urlsplit(text).hostname or "://" not in text:
+        raise UsageError(f"--database {text}: malformed URL; expected a directory, redis://host:port[/db] or none "
+                         "(write ./NAME for a folder whose name has a colon)")
+    return _redis(text)
+
+
+def _redis(url: str) -> ExampleDatabase:
+    """hypothesis' ``RedisExampleDatabase`` on ``url``, once the server answers a ping."""
+    try:
+        import redis
+        from hypothesis.extra.redis import RedisExampleDatabase
+    except ImportError as err:
+        raise UsageError(f"--database {url}: the shared Redis database needs the redis package "
+                         f"(pip install redis): {err}") from None
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+    try:
+        client.ping()
+    except redis.RedisError as err:
+        raise UsageError(f"--database {url}: cannot reach Redis: {err}") from None
+    return RedisExampleDatabase(client)
+
+
+def database_prefix(backend: str, profile: str, level: str) -> bytes:
+    """The key prefix of one (backend, profile, level): the property's own key follows it."""
+    return f"kvtable[{backend}|{profile}|{level}]:".encode()
+
+
+class KeyedDatabase(ExampleDatabase):
+    """``inner`` seen through a key prefix; any error of ``inner`` is raised as ``DatabaseFailed``."""
+
+    def __init__(self, inner: ExampleDatabase, prefix: bytes) -> None:
+        super().__init__()
+        self.inner = inner
+        self.prefix = prefix
+
+    def __repr__(self) -> str:
+        return f"KeyedDatabase({self.inner!r}, {self.prefix!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KeyedDatabase) and (self.inner, self.prefix) == (other.inner, other.prefix)
+
+    def __hash__(self) -> int:
+        return hash((KeyedDatabase, self.prefix))
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        return list(self._guard(lambda: list(self.inner.fetch(self.prefix + key))))
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self._guard(lambda: self.inner.save(self.prefix + key, value))
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self._guard(lambda: self.inner.delete(self.prefix + key, value))
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self._guard(lambda: self.inner.move(self.prefix + src, self.prefix + dest, value))
+
+    def _guard(self, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except Exception as err:
+            raise DatabaseFailed(f"example database {self.inner!r} failed: {type(err).__name__}: {err}") from err

@@ -1,0 +1,306 @@
+"""Properties in worker processes: a crash or a hang is a verdict for that property, and the run goes on.
+
+A backend's kernel can take its process down: a segfault in a Triton kernel, a CUDA device-side assert
+(the illegal memory access this suite hunts), which poisons every later CUDA call of the process, or
+a hang. ``run_isolated`` runs each property in a worker process (multiprocessing's ``forkserver``
+context: workers are forked from a server that imported kvtable but never touched CUDA; fork from
+the parent, which may have, is unsafe with torch). The worker streams each backend call to the parent
+before making it, so when the worker dies the parent still holds the example being run: the property
+gets a ``crash`` verdict (a ``timeout`` one when no word came for ``timeout`` seconds) with that
+example as its counterexample, and a fresh worker takes the next property. ``workers`` > 1 spreads the
+properties over that many processes by the same mechanism.
+
+The example database stays in the parent: workers reach it through the pipe (``_PipeDatabase``), so
+any database (a directory, Redis, an in-memory one in tests) works with any number of workers, and a
+database failure is raised in the parent as the usage error it is.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from hypothesis.database import ExampleDatabase
+
+from kvtable.conformance.checks import Transcript
+from kvtable.conformance.database import DatabaseFailed
+from kvtable.conformance.properties import BY_NAME, Property
+from kvtable.conformance.runner import PropertyResult, counterexample_text, make_context, run_property
+from kvtable.exitcodes import UsageError
+from kvtable.spec.clauses import clause_label
+
+__all__ = ["CRASH", "DEFAULT_TIMEOUT_S", "TIMEOUT", "WorkerSetup", "run_isolated"]
+
+CRASH = "crash"
+TIMEOUT = "timeout"
+DEFAULT_TIMEOUT_S = 60.0
+"""Seconds a worker may go without a word (each backend call is one) before its property times out."""
+POISONED = ("CUDA error", "device-side assert", "illegal memory access")
+"""An error naming one of these left the worker's CUDA context unusable: a crash, and a fresh worker."""
+_CONTEXT = multiprocessing.get_context("forkserver")
+_CONTEXT.set_forkserver_preload([__name__])
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What a worker builds its property context from (picklable: sent to each new worker)."""
+
+    backend: Any
+    """A ``load`` name, a factory or an instance, as ``make_context`` takes it."""
+    profile: str
+    seed: int
+    shrink: bool
+    database: bool
+    """Whether the parent holds an example database the worker reaches through the pipe."""
+
+
+# -- the worker ---------------------------------------------------------------------------------
+
+
+class _StreamingTranscript(Transcript):
+    """A transcript that sends each example's start and each call to the parent as it happens."""
+
+    def __init__(self, conn: Connection) -> None:
+        super().__init__()
+        self.conn = conn
+
+    def reset(self) -> None:
+        super().reset()
+        self.conn.send(("example",))
+
+    def note(self, line: str) -> None:
+        super().note(line)
+        self.conn.send(("note", line))
+
+    def calling(self, statement: str) -> None:
+        self.conn.send(("calling", statement))
+
+
+class _PipeDatabase(ExampleDatabase):
+    """The parent's example database, reached through the worker's pipe."""
+
+    def __init__(self, conn: Connection) -> None:
+        super().__init__()
+        self.conn = conn
+
+    def _ask(self, op: str, *args: bytes) -> Any:
+        self.conn.send(("db", op, args))
+        ok, value = self.conn.recv()
+        if not ok:
+            raise DatabaseFailed(value)
+        return value
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        return self._ask("fetch", key)
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self._ask("save", key, value)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self._ask("delete", key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self._ask("move", src, dest, value)
+
+
+def _serve(conn: Connection, setup: WorkerSetup) -> None:
+    """A worker: build the context once, then run each property name the parent sends until None."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+    try:
+        ctx, spec = make_context(setup.backend, setup.profile, _StreamingTranscript(conn))
+    except Exception as err:
+        conn.send(("fatal", f"the worker could not load the backend: {type(err).__name__}: {err}"))
+        return
+    database = _PipeDatabase(conn) if setup.database else None
+    conn.send(("ready", spec))
+    while (job := conn.recv()) is not None:
+        name, examples = job
+        try:
+            result = run_property(BY_NAME[name], ctx, examples=examples, seed=setup.seed, spec=spec,
+                                  database=database, shrink=setup.shrink)
+        except UsageError as err:
+            conn.send(("fatal", str(err)))
+            return
+        conn.send(("result", result))
+
+
+# -- the parent ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Job:
+    prop: Property
+    examples: int
+    started: float = 0.0
+
+
+@dataclass
+class _Worker:
+    """One worker process and what the parent knows of the property it is running."""
+
+    process: Any
+    conn: Connection
+    spec: str = ""
+    job: _Job | None = None
+    lines: list[str] = field(default_factory=list)
+    calling: str = ""
+    examples: int = 0
+    heard: float = field(default_factory=time.monotonic)
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.spec)
+
+    def assign(self, job: _Job) -> None:
+        self.job, self.lines, self.calling, self.examples = job, [], "", 0
+        self.heard, job.started = time.monotonic(), time.perf_counter()
+        self.conn.send((job.prop.name, job.examples))
+
+    def stop(self, kill: bool = False) -> None:
+        if not kill and self.process.is_alive():
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+            self.process.join(timeout=2)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+def _start(setup: WorkerSetup) -> _Worker:
+    parent, child = _CONTEXT.Pipe()
+    process = _CONTEXT.Process(target=_serve, args=(child, setup), daemon=True, name="kvtable-worker")
+    process.start()
+    child.close()
+    return _Worker(process, parent)
+
+
+def _lost(worker: _Worker, status: str, why: str, spec: str) -> PropertyResult:
+    """The verdict for a property whose worker died or went silent: the example it was running."""
+    job = worker.job
+    assert job is not None
+    lines = worker.lines + ([worker.calling, f"#   {why}"] if worker.calling else [f"# {why}"])
+    call = worker.calling.partition(" = ")[2] or worker.calling
+    message = (f"the backend {why} during example {max(worker.examples, 1)}"
+               + (f", in {call.partition('(')[0]}(...)" if call else ""))
+    return PropertyResult(job.prop.name, clause_label(job.prop.clause), status, worker.examples,
+                          time.perf_counter() - job.started, job.prop.debug, message,
+                          counterexample_text(spec, "\n".join(lines), f"{status.upper()}: {message}"))
+
+
+def _exit_reason(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed the worker process ({signal.Signals(-exitcode).name})"
+        except ValueError:
+            return f"killed the worker process (signal {-exitcode})"
+    return f"ended the worker process (exit status {exitcode})"
+
+
+class _Pool:
+    """Workers, their jobs and the parent's side of the pipe protocol."""
+
+    def __init__(self, setup: WorkerSetup, size: int, timeout: float, database: ExampleDatabase | None) -> None:
+        self.setup, self.timeout, self.database = setup, timeout, database
+        self.workers = [_start(setup) for _ in range(size)]
+
+    def run(self, jobs: deque[_Job]) -> Iterator[PropertyResult]:
+        while jobs or any(w.job for w in self.workers):
+            for worker in self.workers:
+                if worker.ready and worker.job is None and jobs:
+                    worker.assign(jobs.popleft())
+            wait([w.conn for w in self.workers] + [w.process.sentinel for w in self.workers], timeout=1.0)
+            for i, worker in enumerate(self.workers):
+                result = self._drain(worker)
+                if result is None and worker.job and time.monotonic() - worker.heard > self.timeout:
+                    worker.stop(kill=True)
+                    result = _lost(worker, TIMEOUT, f"gave no sign of life for {self.timeout:g} s (killed)",
+                                   worker.spec)
+                if result is None:
+                    continue
+                worker.job = None
+                if worker.conn.closed or result.status == CRASH:
+                    worker.stop(kill=True)
+                    self.workers[i] = _start(self.setup)
+                yield result
+
+    def _drain(self, worker: _Worker) -> PropertyResult | None:
+        """Read what ``worker`` sent; its result, or a crash verdict if it died while running a property."""
+        try:
+            while worker.conn.poll():
+                message = worker.conn.recv()
+                worker.heard = time.monotonic()
+                result = self._handle(worker, message)
+                if result is not None:
+                    return result
+        except (EOFError, ConnectionResetError):
+            pass
+        if worker.process.is_alive():
+            return None
+        worker.process.join()
+        why = _exit_reason(worker.process.exitcode)
+        if worker.job is None:
+            raise UsageError(f"a worker process died before it could run anything: the backend {why}")
+        worker.conn.close()
+        return _lost(worker, CRASH, why, worker.spec)
+
+    def _handle(self, worker: _Worker, message: tuple[Any, ...]) -> PropertyResult | None:
+        kind = message[0]
+        if kind == "note":
+            worker.lines.append(message[1])
+            worker.calling = ""
+        elif kind == "calling":
+            worker.calling = message[1]
+        elif kind == "example":
+            worker.lines, worker.calling = [], ""
+            worker.examples += 1
+        elif kind == "db":
+            worker.conn.send(self._database(message[1], message[2]))
+        elif kind == "ready":
+            worker.spec = message[1]
+        elif kind == "fatal":
+            raise UsageError(message[1])
+        elif kind == "result":
+            result: PropertyResult = message[1]
+            if not result.passed and any(mark in result.message for mark in POISONED):
+                result.status = CRASH  # the worker's CUDA context is gone: a fresh worker runs the rest
+            return result
+        return None
+
+    def _database(self, op: str, args: tuple[bytes, ...]) -> tuple[bool, Any]:
+        try:
+            value = getattr(self.database, op)(*args)
+            return True, list(value) if op == "fetch" else None
+        except DatabaseFailed as err:
+            return False, str(err)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.stop(kill=worker.job is not None)
+
+
+def run_isolated(setup: WorkerSetup, properties: Sequence[Property], examples: Callable[[Property], int], *,
+                 workers: int = 1, timeout: float = DEFAULT_TIMEOUT_S, database: ExampleDatabase | None = None
+                 ) -> Iterator[PropertyResult]:
+    """Run ``properties`` in ``workers`` worker processes, yielding each result as it finishes (in any order).
+
+    Raises ``UsageError`` when no worker can start or the database fails. The workers are stopped when
+    the iteration ends, early too (Ctrl-C in the caller: the results yielded so far are kept).
+    """
+    unregistered = [p.name for p in properties if BY_NAME.get(p.name) is not p]
+    if unregistered:
+        raise ValueError(f"only registered properties run in worker processes, not {unregistered}")
+    jobs = deque(_Job(p, examples(p)) for p in properties)
+    pool = _Pool(setup, max(1, min(workers, len(jobs))), timeout, database)
+    try:
+        yield from pool.run(jobs)
+    finally:
+        pool.close()

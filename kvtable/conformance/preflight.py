@@ -1,0 +1,35 @@
+"""Checks a ``conform``/``fuzz``/``zoo`` run makes before any work: every bad name is a ``UsageError`` (exit 2)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvtable.backends import BUILTIN, Backend, BackendNotFound, BackendUnavailable, load
+from kvtable.conformance.properties import Property, select
+from kvtable.exitcodes import UsageError
+
+
+def checked_properties(names: Sequence[str] | None) -> tuple[Property, ...]:
+    """The properties ``--property`` names (all by default); an unknown name is a usage error."""
+    try:
+        return select(list(names) if names else None)
+    except KeyError as err:
+        raise UsageError(f"--property: {err.args[0]}") from None
+
+
+def check_backend(spec: str) -> Backend:
+    """Load ``spec`` once: a name that does not resolve, or an object that is no backend or fails to build,
+    is a usage error; a built-in whose dependency is missing raises ``BackendUnavailable`` (skipped, exit 3)."""
+    try:
+        return load(spec, debug=False)
+    except (BackendUnavailable, UsageError):
+        raise
+    except BackendNotFound as err:
+        raise UsageError(str(err)) from None
+    except Exception as err:  # the user's factory itself failed: the run cannot start
+        raise UsageError(f"backend {spec!r} cannot be loaded: {type(err).__name__}: {err}") from None
+
+
+def isolate_by_default(spec: str, backend: Backend) -> bool:
+    """Whether a crash can take the process down: a backend that is not built-in, or one on CUDA."""
+    return spec not in BUILTIN or str(getattr(backend, "device", "cpu")).startswith("cuda")

@@ -1,0 +1,72 @@
+"""Backends that misbehave the way real engines' do, for the run-machinery tests (crash, hang, interrupt, bug)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from kvtable.backends.torch_backend import TorchBackend
+
+
+class DecodeOnePageOn(TorchBackend):
+    """W1: every decode location lands one page further on."""
+
+    def decode_locs(self, table, seq_lens, page_size):
+        return super().decode_locs(table, seq_lens, page_size) + page_size
+
+
+class AbortOnZeroWidth(TorchBackend):
+    """The decode kernel dies (SIGABRT, as a segfaulting kernel would) on a zero-width table."""
+
+    def decode_locs(self, table, seq_lens, page_size):
+        if table.shape[-1] == 0:
+            os.abort()
+        return super().decode_locs(table, seq_lens, page_size)
+
+    def group_locs(self, specs, tables, batch, **kwargs):
+        if batch.mode == "decode" and any(t.dim() == 2 and t.shape[-1] == 0 for t in tables.values()):
+            os.abort()
+        return super().group_locs(specs, tables, batch, **kwargs)
+
+
+class HangOnBs5(TorchBackend):
+    """The verify kernel never returns for a batch of 5 (the largest the strategies draw; bs 7 never comes)."""
+
+    def verify_locs(self, table, seq_lens, page_size, n, *, actual_bs=None):
+        if table.shape[0] == 5:
+            time.sleep(3600)
+        return super().verify_locs(table, seq_lens, page_size, n, actual_bs=actual_bs)
+
+    def group_locs(self, specs, tables, batch, **kwargs):
+        if batch.mode == "verify" and batch.bs == 5:
+            time.sleep(3600)
+        return super().group_locs(specs, tables, batch, **kwargs)
+
+
+class InterruptOnExtend(TorchBackend):
+    """Ctrl-C arrives while extend runs (the process sends itself SIGINT)."""
+
+    def extend_locs(self, table, prefix_lens, extend_lens, page_size):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+        return super().extend_locs(table, prefix_lens, extend_lens, page_size)
+
+
+class RareDecodeBug(TorchBackend):
+    """W1: a rare case (a batch of 4 or more whose last row is longer than 16 tokens) gets the last location off by one;
+    a fresh search needs dozens of examples to find it, a replay from the database one."""
+
+    def decode_locs(self, table, seq_lens, page_size):
+        out = super().decode_locs(table, seq_lens, page_size)
+        if len(seq_lens) >= 4 and int(seq_lens[-1]) > 16:
+            out[-1] += 1
+        return out
+
+
+class DeviceAssertOnDecode(TorchBackend):
+    """A CUDA device-side assert in the decode kernel (raised as torch raises it): the worker's context is gone."""
+
+    def decode_locs(self, table, seq_lens, page_size):
+        raise RuntimeError("CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA` to enable "
+                           "device-side assertions.")

@@ -1,0 +1,68 @@
+"""Crash isolation and workers: a crash or hang is that property's CRASH or TIMEOUT verdict with its example,
+every other property still gets its verdict, and ``--workers N`` gives the verdicts of an in-process run."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis.database import InMemoryExampleDatabase
+
+from kvtable.cli import main
+from kvtable.conformance.properties import select
+from kvtable.conformance.runner import run_conformance
+from kvtable.exitcodes import EXIT_FAILED
+
+PROPS = ["rejects/T1", "decode_locs", "verify_locs", "graph/init"]
+
+
+def _conform(capsys: pytest.CaptureFixture, backend: str, *extra: str) -> tuple[int, str]:
+    argv = ["conform", "--backend", f"runs_backends:{backend}", "--examples", "30", *extra]
+    for name in PROPS:
+        argv += ["--property", name]
+    rc = main(argv)
+    return rc, capsys.readouterr().out
+
+
+def _row(out: str, prop: str) -> list[str]:
+    return next(line.split() for line in out.splitlines() if f" {prop} " in line)
+
+
+def test_a_kernel_that_aborts_is_a_crash_with_its_example(capsys: pytest.CaptureFixture) -> None:
+    rc, out = _conform(capsys, "AbortOnZeroWidth")  # not built-in: isolated by default
+    assert rc == EXIT_FAILED
+    assert _row(out, "rejects/T1")[3] == "CRASH"
+    assert [_row(out, p)[3] for p in ("decode_locs", "verify_locs", "graph/init")] == ["PASSED"] * 3
+    assert "the backend killed the worker process (SIGABRT) during example" in out
+    crash = out[out.index("=== CRASH [T1 table-shape] rejects/T1"):]
+    assert "load('runs_backends:AbortOnZeroWidth', debug=True)" in crash
+    assert ", 0), dtype=torch.int32)" in crash  # the zero-width table it died on, as a replayable call
+    assert out.strip().endswith("FAIL: T1 table-shape")
+
+
+def test_a_kernel_that_hangs_is_a_timeout_with_its_example(capsys: pytest.CaptureFixture) -> None:
+    rc, out = _conform(capsys, "HangOnBs5", "--timeout", "2")
+    assert rc == EXIT_FAILED
+    assert _row(out, "verify_locs")[3] == "TIMEOUT"
+    assert [_row(out, p)[3] for p in ("rejects/T1", "decode_locs", "graph/init")] == ["PASSED"] * 3
+    timeout = out[out.index("=== TIMEOUT [W2 verify-loc] verify_locs"):]
+    assert "gave no sign of life for 2 s (killed)" in timeout
+    assert "out = backend.verify_locs(torch.tensor([[" in timeout  # the batch of 5 it hung on
+    assert "FAIL: W2 verify-loc" in out
+
+
+def test_a_device_side_assert_is_a_crash_and_a_fresh_worker_runs_the_rest() -> None:
+    report = run_conformance("runs_backends:DeviceAssertOnDecode", examples=10, seed=0, isolate=True,
+                             properties=select(["decode_locs", "graph/init"]))
+    assert [(r.property, r.status) for r in report.results] == [("decode_locs", "crash"), ("graph/init", "passed")]
+    assert "device-side assert triggered" in report.results[0].message
+
+
+def test_workers_give_the_in_process_verdicts_and_share_the_database() -> None:
+    properties = select(["decode_locs", "verify_locs", "graph/init", "expand_table"])
+    alone = run_conformance("runs_backends:DecodeOnePageOn", examples=15, seed=1, properties=properties)
+    database = InMemoryExampleDatabase()
+    spread = run_conformance("runs_backends:DecodeOnePageOn", examples=15, seed=1, properties=properties,
+                             workers=2, database=database)
+    assert [(r.property, r.status, r.clause) for r in spread.results] == \
+        [(r.property, r.status, r.clause) for r in alone.results]
+    assert [r.status for r in alone.results] == ["failed", "passed", "passed", "passed"]
+    assert any(values for values in database.data.values())  # the failure was saved through the pipe
