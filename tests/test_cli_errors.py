@@ -30,7 +30,7 @@ BAD_INVOCATIONS = [
     (["conform", "--backend", "nosuch.mod:thing"], "backend 'nosuch.mod:thing': cannot import 'nosuch.mod'"),
     (["fuzz", "--backend", "kvtable"], "backend 'kvtable': expected 'pkg.mod:factory'"),
     (["conform", "--backend", "kvtable:nothing"], "'kvtable' has no attribute 'nothing'"),
-    (["conform", "--backend", "kvtable:__version__"], "backend 'kvtable:__version__' cannot be loaded: TypeError"),
+    (["conform", "--backend", "kvtable:__version__"], "'kvtable:__version__' gave str, which has none"),
     (["fuzz", "--database", "redis:/typo"], "--database redis:/typo: malformed URL"),
     (["fuzz", "--database", "http://host/db"], "--database http://host/db: malformed URL"),
     (["fuzz", "--database", "redis://127.0.0.1:1"], "--database redis://127.0.0.1:1: cannot reach Redis"),
