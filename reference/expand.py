@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from kvtable.errors import ContractViolation
-from kvtable.reference.model import DEFAULT_TAIL_PAD, NULL_PAGE, Table
+from kvtable.reference.model import (
+    DEFAULT_TAIL_PAD,
+    NULL_PAGE,
+    Table,
+    check_actual_bs,
+    check_pad_value,
+    check_page_size,
+    is_int,
+)
 
 
 def page_ratio(block_granularity: int, kernel_page_size: int, *, group: str | None = None) -> int:
     """E1 page-ratio: r = B // K, defined only when B is a positive multiple of K."""
-    if kernel_page_size < 1 or block_granularity < 1 or block_granularity % kernel_page_size:
+    check_page_size(kernel_page_size, group=group)
+    check_page_size(block_granularity, group=group)
+    if block_granularity % kernel_page_size:
         raise ContractViolation("E1", f"block granularity {block_granularity} is not a positive multiple of "
                                 f"kernel page size {kernel_page_size}", group=group)
     return block_granularity // kernel_page_size
@@ -27,13 +37,14 @@ def expand_table(table: Table, ratio: int, *, max_kernel_pages: int | None = Non
 
     Columns past the expanded width take ``tail_pad``; rows ``>= actual_bs`` (dummy rows) stay all 0.
     """
-    if ratio < 1:
-        raise ContractViolation("E1", f"page ratio must be >= 1, got {ratio}")
+    if not is_int(ratio) or ratio < 1:
+        raise ContractViolation("E1", f"page ratio must be an int >= 1, got {ratio!r}")
+    check_pad_value(tail_pad)
     width = len(table[0]) * ratio if table else 0
     out_width = width if max_kernel_pages is None else max_kernel_pages
-    if out_width < 0:
-        raise ContractViolation("E2", f"max_kernel_pages must be >= 0, got {max_kernel_pages}")
-    live = len(table) if actual_bs is None else actual_bs
+    if not is_int(out_width) or out_width < 0:
+        raise ContractViolation("E2", f"max_kernel_pages must be an int >= 0, got {max_kernel_pages!r}")
+    live = len(table) if actual_bs is None else check_actual_bs(actual_bs, len(table))
     expanded: Table = []
     for r, row in enumerate(table):
         if r >= live:

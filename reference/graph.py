@@ -9,18 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from kvtable.errors import ContractViolation, StaleGraphState
 from kvtable.reference.expand import expand_entry, page_ratio
-from kvtable.reference.model import DEFAULT_TAIL_PAD, NULL_PAGE, Table, check_actual_bs, is_int
+from kvtable.reference.model import (
+    DEFAULT_TAIL_PAD,
+    NULL_PAGE,
+    SHORT_ROWS,
+    Batch,
+    ShortRows,
+    Table,
+    check_actual_bs,
+    check_pad_value,
+    is_int,
+    unclamped_positions,
+)
 from kvtable.reference.slots import row_slots
 from kvtable.reference.tables import Specs, as_table, specs_by_id
-
-ShortRows = Literal["refuse", "sink", "clamp"]
-SHORT_ROWS: tuple[ShortRows, ...] = ("refuse", "sink", "clamp")
-"""What replay does with a live row shorter than N (or of length 0): refuse it (T9 / W2, like the eager
-reference), send its negative positions to the sink (slot 0 of page 0), or clamp them at 0 (tokenspeed)."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,7 @@ class GraphModel:
         if not all(is_int(v) and v >= 1 for v in (max_bs, max_kernel_pages, spec_n)):
             raise ContractViolation("G1", f"max_bs {max_bs!r}, max_kernel_pages {max_kernel_pages!r} and spec_n "
                                     f"{spec_n!r} must all be ints >= 1")
-        if tail_pad not in (-1, 0):
-            raise ContractViolation("T3", f"the tail pad is -1 or 0, got {tail_pad}")
+        check_pad_value(tail_pad)
         if short_rows not in SHORT_ROWS:
             raise ValueError(f"short_rows is one of {SHORT_ROWS}, got {short_rows!r}")
         self.short_rows = short_rows
@@ -188,10 +193,10 @@ class GraphModel:
         """One group's replay locations: positions ``seq - N + t`` (sunk or clamped below 0) in its rows."""
         page_size = self.groups[gid].page_size
         locs: list[int] = []
+        batch = Batch(tuple(lengths), mode="verify", n=n)
         for row, seq in enumerate(lengths):
             slots = row_slots(rows[row], page_size)
-            for t in range(n):
-                pos = seq - n + t
+            for pos in unclamped_positions(batch, row):
                 if pos < 0 and row < live and self.short_rows == "sink":
                     locs.append(NULL_PAGE * page_size)
                     continue

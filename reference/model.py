@@ -6,6 +6,8 @@ give them meaning (a batch's well-formedness, its write and read positions) are 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from kvtable.contract import (
     DEFAULT_TAIL_PAD,
     INT32_MAX,
@@ -21,11 +23,17 @@ from kvtable.contract import (
 
 __all__ = [
     "DEFAULT_TAIL_PAD", "INT32_MAX", "INT32_MIN", "MODES", "NULL_PAGE", "Batch", "Family", "GroupSpec", "Mode",
-    "Table", "check_actual_bs", "check_batch_form", "check_group_spec", "first_query", "is_int", "read_start",
-    "write_positions",
+    "SHORT_ROWS", "ShortRows", "Table", "check_actual_bs", "check_batch_form", "check_group_spec", "check_pad_value",
+    "check_page_size",
+    "first_query", "is_int", "read_start", "unclamped_positions", "write_positions",
 ]
 
 Table = list[list[int]]
+
+ShortRows = Literal["refuse", "sink", "clamp"]
+SHORT_ROWS: tuple[ShortRows, ...] = ("refuse", "sink", "clamp")
+"""What a runner does with a live row shorter than N (in graph replay, also of length 0): refuse it (T9 / W2),
+send its negative positions to the sink (slot 0 of page 0), or clamp them at 0 (tokenspeed)."""
 
 
 def is_int(value: object) -> bool:
@@ -40,6 +48,18 @@ def check_actual_bs(actual_bs: int, bs: int | None) -> int:
     return actual_bs
 
 
+def check_pad_value(tail_pad: object) -> None:
+    """T3 tail-pad: the tail pad is -1, or 0 for a backend whose kernels need full-width tables."""
+    if not is_int(tail_pad) or tail_pad not in (-1, 0):
+        raise ContractViolation("T3", f"the tail pad is -1 or 0, got {tail_pad!r}")
+
+
+def check_page_size(page_size: object, *, group: str | None = None) -> None:
+    """E1 page-ratio: a page holds a positive whole number of tokens (an int, not a bool)."""
+    if not is_int(page_size) or page_size < 1:
+        raise ContractViolation("E1", f"page size must be a positive int, got {page_size!r}", group=group)
+
+
 def check_group_spec(spec: GroupSpec) -> None:
     """A declared group: a known family; E1 page-ratio for a non-state group's block granularity; a window
     for a sliding group, and none for a full-attention one."""
@@ -47,10 +67,7 @@ def check_group_spec(spec: GroupSpec) -> None:
         raise ValueError(f"group {spec.group_id!r}: unknown family {spec.family!r}")
     if spec.is_state:
         return
-    granularity = spec.block_granularity
-    if not is_int(granularity) or granularity < 1:
-        raise ContractViolation("E1", f"block granularity must be a positive int, got {granularity!r}",
-                                group=spec.group_id)
+    check_page_size(spec.block_granularity, group=spec.group_id)
     if spec.family == "sliding" and (not isinstance(spec.window, int) or spec.window < 1):
         raise ValueError(f"sliding group {spec.group_id!r} needs a window >= 1, got {spec.window!r}")
     if spec.family == "full" and spec.window is not None:
@@ -59,26 +76,35 @@ def check_group_spec(spec: GroupSpec) -> None:
 
 
 def check_batch_form(batch: Batch) -> None:
-    """A batch the reference can read: a known mode, prefix lengths for extend, n = 1 for decode, and
-    (T9) ``actual_bs`` within ``[0, bs]``."""
+    """A batch the reference can read: a known mode, prefix lengths for extend, n = 1 for decode, an int
+    n >= 1 for verify (W2) and re-anchor (W4), and (T9) ``actual_bs`` within ``[0, bs]``."""
     if batch.mode not in MODES:
         raise ValueError(f"unknown mode {batch.mode!r}; expected one of {MODES}")
     if batch.mode == "extend" and batch.prefix_lens is None:
         raise ValueError("an extend batch needs prefix_lens")
     if batch.mode == "decode" and batch.n != 1:
         raise ValueError(f"decode writes one token per request, got n={batch.n}; use mode='verify'")
+    if batch.mode in ("verify", "reanchor") and (not is_int(batch.n) or batch.n < 1):
+        raise ContractViolation("W2" if batch.mode == "verify" else "W4",
+                                f"tokens per request must be an int >= 1, got {batch.n!r}")
     if batch.actual_bs is not None:
         check_actual_bs(batch.actual_bs, batch.bs)
 
 
 def write_positions(batch: Batch, row: int) -> list[int]:
     """The token positions row ``row`` writes, in output order (clamped at 0 where the mode clamps)."""
+    if batch.mode == "extend":
+        return unclamped_positions(batch, row)
+    return [max(pos, 0) for pos in unclamped_positions(batch, row)]
+
+
+def unclamped_positions(batch: Batch, row: int) -> list[int]:
+    """The positions before W2 / W4's clamp: ``seq_len - N + t`` (may be negative), or extend's range."""
     seq = batch.seq_lens[row]
     if batch.mode == "extend":
         assert batch.prefix_lens is not None
         return list(range(batch.prefix_lens[row], seq))
-    first = seq - batch.tokens_per_row
-    return [max(first + t, 0) for t in range(batch.tokens_per_row)]
+    return [seq - batch.tokens_per_row + t for t in range(batch.tokens_per_row)]
 
 
 def first_query(batch: Batch, row: int) -> int | None:

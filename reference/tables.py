@@ -10,17 +10,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kvtable.errors import ContractViolation
-from kvtable.reference.locs import check_int32_range, check_table_shape
 from kvtable.reference.model import (
     DEFAULT_TAIL_PAD,
     INT32_MAX,
     NULL_PAGE,
     Batch,
     GroupSpec,
+    ShortRows,
     Table,
     check_batch_form,
     check_group_spec,
+    check_pad_value,
+    check_page_size,
     first_query,
+    is_int,
     read_start,
     write_positions,
 )
@@ -64,12 +67,25 @@ def as_table(obj: Any, *, group: str | None = None) -> Table:
     return rows
 
 
-def check_lengths(batch: Batch) -> None:
-    """T9 lengths (and W2's seq_len >= N for real verify rows)."""
+def check_table_shape(table: Table, batch: Batch, *, group: str | None = None) -> None:
+    """T1 table-shape: at least one row per batch row and at least one column."""
+    if len(table) < batch.bs:
+        raise ContractViolation("T1", f"table has {len(table)} rows for a batch of {batch.bs}", group=group)
+    if batch.bs and not table[0]:
+        raise ContractViolation("T1", "table has no columns; col 0 must exist for dummy rows", group=group)
+
+
+def check_lengths(batch: Batch, *, short_rows: ShortRows = "refuse") -> None:
+    """T9 lengths, and W2's ``seq_len >= N`` for real verify rows (unless ``short_rows`` clamps or sinks them).
+
+    The one place the reference checks lengths: batches and lone calls alike come here.
+    """
     check_batch_form(batch)
     if batch.prefix_lens is not None and len(batch.prefix_lens) != batch.bs:
         raise ContractViolation("T9", f"{len(batch.prefix_lens)} prefix lengths for {batch.bs} rows")
     for row, seq in enumerate(batch.seq_lens):
+        if not is_int(seq) or (batch.prefix_lens is not None and not is_int(batch.prefix_lens[row])):
+            raise ContractViolation("T9", f"lengths are ints, got seq_len {seq!r}", row=row)
         if batch.mode == "extend":
             assert batch.prefix_lens is not None
             prefix = batch.prefix_lens[row]
@@ -78,8 +94,9 @@ def check_lengths(batch: Batch) -> None:
                                         row=row)
         elif seq < 1:
             raise ContractViolation("T9", f"seq_len must be >= 1, got {seq}", row=row)
-        if batch.mode == "verify" and not batch.is_dummy(row) and seq < batch.n:
-            raise ContractViolation("W2", f"real row has seq_len {seq} < N={batch.n}", row=row)
+        if batch.mode == "verify" and not batch.is_dummy(row) and seq < batch.n and short_rows == "refuse":
+            raise ContractViolation("W2", f"real row has seq_len {seq} < N={batch.n}: clamped positions would "
+                                    "write the slot of position 0 more than once", row=row)
 
 
 def check_dummy_rows(table: Table, batch: Batch, *, group: str | None = None) -> None:
@@ -114,53 +131,76 @@ def check_width(table: Table, batch: Batch, spec: GroupSpec) -> None:
                                     group=spec.group_id, row=row, col=cols[-1])
 
 
-def check_row_layout(table: Table, batch: Batch, spec: GroupSpec, tail_pad: int) -> None:
-    """T3 tail-pad and T4 live-pages: rows read ``holes, real pages, tail pad`` and needed columns are real."""
+def check_live_pages(table: Table, batch: Batch, spec: GroupSpec) -> None:
+    """T4 live-pages: every column a live row needs holds a real page (a front hole too, in a sliding row)."""
     gid = spec.group_id
     for row in range(batch.live_rows):
-        entries = table[row]
         for col in needed_columns(batch, row, spec):
-            page = entries[col]
+            page = table[row][col]
             if page < 0:
                 raise ContractViolation("T4", f"tail pad {page} inside the live length "
                                         f"(seq_len {batch.seq_lens[row]})", group=gid, row=row, col=col)
             if page == NULL_PAGE and spec.family == "full":
                 raise ContractViolation("T4", "null page 0 inside the live length; full-attention rows have "
                                         "no holes", group=gid, row=row, col=col)
-        _check_grammar(entries, spec, tail_pad, row)
 
 
-def _check_grammar(entries: list[int], spec: GroupSpec, tail_pad: int, row: int) -> None:
-    seen_real = seen_pad = False
-    for col, page in enumerate(entries):
-        if page > 0 and not seen_pad:
-            seen_real = True
-            continue
-        if page == tail_pad and (seen_real or page < 0):
-            seen_pad = True
-            continue
-        if page == NULL_PAGE and not seen_real and not seen_pad:
-            continue  # a front hole (sliding) or col 0 of a row whose needed columns start later
-        if page == NULL_PAGE and spec.family == "sliding" and not seen_pad:
-            raise ContractViolation("T5", "hole (page 0) after a real page; holes sit only at the front",
-                                    group=spec.group_id, row=row, col=col)
-        what = "a real page" if page > 0 else f"{page}"
-        raise ContractViolation("T3", f"{what} where only the tail pad {tail_pad} may follow",
-                                group=spec.group_id, row=row, col=col)
+def check_tail_pad(table: Table, batch: Batch, spec: GroupSpec, tail_pad: int) -> None:
+    """T3 tail-pad: a live row reads ``front holes, real pages, tail pad``; no real page follows a pad.
+
+    A sliding row's hole after a real page (and before the pad) is T5's to report (``check_swa_holes``).
+    """
+    sliding = spec.family == "sliding"
+    for row in range(batch.live_rows):
+        seen_real = seen_pad = False
+        for col, page in enumerate(table[row]):
+            if page > 0 and not seen_pad:
+                seen_real = True
+            elif page == tail_pad and (seen_real or page < 0):
+                seen_pad = True
+            elif page != NULL_PAGE or seen_pad or (seen_real and not sliding):
+                what = "a real page" if page > 0 else f"{page}"
+                raise ContractViolation("T3", f"{what} where only the tail pad {tail_pad} may follow",
+                                        group=spec.group_id, row=row, col=col)
 
 
-def check_swa_holes(table: Table, batch: Batch, spec: GroupSpec) -> None:
-    """T5 swa-front-holes: no hole covers a column that a write or an in-window read needs."""
+def check_swa_holes(table: Table, batch: Batch, spec: GroupSpec, tail_pad: int = DEFAULT_TAIL_PAD) -> None:
+    """T5 swa-front-holes: a sliding row's holes sit before its first real page and cover no needed column.
+
+    With ``tail_pad`` 0 a 0 after a real page is the pad, so then only the needed columns are checked.
+    """
     if spec.family != "sliding":
         return
     for row in range(batch.live_rows):
         for col in needed_columns(batch, row, spec):
             if table[row][col] == NULL_PAGE:
-                first = first_query(batch, row)
                 raise ContractViolation(
-                    "T5", f"hole covers a needed column: queries from position {first} with window "
-                    f"{spec.window} read from position {read_start(batch, row, spec.window)}",
+                    "T5", f"hole covers a needed column: queries from position {first_query(batch, row)} with "
+                    f"window {spec.window} read from position {read_start(batch, row, spec.window)}",
                     group=spec.group_id, row=row, col=col)
+        if tail_pad < 0:
+            _check_holes_in_front(table[row], spec, row, tail_pad)
+
+
+def _check_holes_in_front(entries: list[int], spec: GroupSpec, row: int, tail_pad: int) -> None:
+    """T5: no hole between a row's first real page and its tail pad."""
+    seen_real = False
+    for col, page in enumerate(entries):
+        if page == tail_pad:
+            return
+        if page == NULL_PAGE and seen_real:
+            raise ContractViolation("T5", "hole (page 0) after a real page; holes sit only at the front",
+                                    group=spec.group_id, row=row, col=col)
+        seen_real = seen_real or page > 0
+
+
+def check_int32_range(table: Table, page_size: int, *, group: str | None = None) -> None:
+    """W5 int32-locs: every slot of every real page in the table is an int32 location."""
+    for r, row in enumerate(table):
+        for c, page in enumerate(row):
+            if page > 0 and (page + 1) * page_size - 1 > INT32_MAX:
+                raise ContractViolation("W5", f"page {page} at page size {page_size} has slots past "
+                                        f"2^31 - 1", group=group, row=r, col=c)
 
 
 def check_page_sharing(table: Table, batch: Batch, spec: GroupSpec) -> None:
@@ -194,10 +234,34 @@ def check_group_table(table_like: Any, batch: Batch, spec: GroupSpec, *, tail_pa
     check_table_shape(table, batch, group=spec.group_id)
     check_dummy_rows(table, batch, group=spec.group_id)
     check_width(table, batch, spec)
-    check_swa_holes(table, batch, spec)
-    check_row_layout(table, batch, spec, tail_pad)
+    check_swa_holes(table, batch, spec, tail_pad)
+    check_live_pages(table, batch, spec)
+    check_tail_pad(table, batch, spec, tail_pad)
     check_page_sharing(table, batch, spec)
     check_int32_range(table, spec.block_granularity, group=spec.group_id)
+    return table
+
+
+LONE_GROUP = "table"
+"""The group a lone table (a call without group specs) goes by in errors."""
+
+
+def check_lone_table(table_like: Any, batch: Batch, page_size: int, *, short_rows: ShortRows = "refuse") -> Table:
+    """A lone call's table, validated like a batch's: every clause a table without family or tail pad can break.
+
+    A lone call declares neither the group's family nor its tail pad, and decode and re-anchor calls do not
+    say which rows are padding; so the table is read as a sliding group of window 1 (it needs exactly the
+    columns it writes) whose pad may be -1 or 0, and page 0 at a written column is a dummy row writing the
+    sink. The tail-pad grammar (T3), T5, page sharing (T7) and W5 are left to the batch call.
+    """
+    check_page_size(page_size, group=LONE_GROUP)
+    check_lengths(batch, short_rows=short_rows)
+    spec = GroupSpec(LONE_GROUP, "sliding", page_size, window=1)
+    table = as_table(table_like, group=LONE_GROUP)
+    check_table_shape(table, batch, group=LONE_GROUP)
+    check_dummy_rows(table, batch, group=LONE_GROUP)
+    check_width(table, batch, spec)
+    check_live_pages(table, batch, spec)
     return table
 
 
@@ -207,8 +271,7 @@ def check_tables(specs: Specs, tables: Mapping[str, Any], batch: Batch, *,
 
     Raises ``ContractViolation`` naming the clause, group, row and column of the first breach.
     """
-    if tail_pad not in (-1, 0):
-        raise ContractViolation("T3", f"the tail pad is -1 or 0, got {tail_pad}")
+    check_pad_value(tail_pad)
     by_id = specs_by_id(specs)
     check_lengths(batch)
     live = shed_state_groups(by_id, tables)

@@ -27,12 +27,12 @@ class Clause:
 CLAUSES: tuple[Clause, ...] = (
     # Tables ------------------------------------------------------------------------------------------
     Clause("T1", "table-shape", "one int32 [rows >= bs, width >= 1] table per non-state group",
-           "locs.check_table_shape"),
+           "tables.check_table_shape"),
     Clause("T2", "dummy-row", "padded rows (row >= actual_bs) are all page 0", "tables.check_dummy_rows"),
     Clause("T3", "tail-pad", "after a row's last real page only the tail pad (-1, or 0) follows",
-           "tables.check_row_layout"),
+           "tables.check_tail_pad"),
     Clause("T4", "live-pages", "every column a live position maps to holds a real page (> 0) or a front hole",
-           "tables.check_row_layout"),
+           "tables.check_live_pages"),
     Clause("T5", "swa-front-holes", "holes (page 0) only at a sliding row's front, never covering a needed page",
            "tables.check_swa_holes"),
     Clause("T6", "state-shed", "state-family groups are shed before location math, capture and checks",
@@ -54,7 +54,7 @@ CLAUSES: tuple[Clause, ...] = (
     Clause("W4", "reanchor-loc", "a draft chain re-anchored to frontier f writes f-N .. f-1 (clamped at 0)",
            "locs.reanchor_locs"),
     Clause("W5", "int32-locs", "locations are int32: every page id p of a group satisfies (p+1)*ps <= 2^31",
-           "locs.check_int32_range"),
+           "tables.check_int32_range"),
     # Heterogeneous page sizes ------------------------------------------------------------------------
     Clause("E1", "page-ratio", "block granularity B is a positive multiple of kernel page size K; r = B // K",
            "expand.page_ratio"),

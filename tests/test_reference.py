@@ -23,6 +23,7 @@ from kvtable.reference import (
     shed_state_groups,
     verify_locs,
 )
+from kvtable.reference.tables import check_tail_pad
 
 TABLES = {"sliding_attention": SLIDING, "full_attention": FULL}
 
@@ -327,3 +328,67 @@ def test_graph_replay_refuses_a_negative_actual_bs_and_boolean_sizes() -> None:
         graph.replay(True, TABLES, [5])
     with pytest.raises(ContractViolation, match=r"\[G1 graph-init\]"):
         GraphModel(SPECS, max_bs=True, max_kernel_pages=4, kernel_page_size=2)
+
+
+LONE_CALLS = [
+    ("decode", lambda table, ps: decode_locs(table, [5, 4], ps)),
+    ("verify", lambda table, ps: verify_locs(table, [5, 4], ps, 2)),
+    ("reanchor", lambda table, ps: reanchor_locs(table, [5, 4], ps, 2)),
+    ("extend", lambda table, ps: extend_locs(table, [2, 0], [3, 2], ps)),
+]
+
+
+@pytest.mark.parametrize("page_size", [0, -2, True, 2.0])
+@pytest.mark.parametrize(("mode", "call"), LONE_CALLS, ids=[m for m, _ in LONE_CALLS])
+def test_every_lone_call_refuses_a_page_size_below_1_as_e1(mode, call, page_size) -> None:
+    with pytest.raises(ContractViolation, match=r"\[E1 page-ratio\] group 'table': page size must be a positive"):
+        call(FULL, page_size)
+
+
+def test_booleans_are_not_token_counts_or_lengths() -> None:
+    with pytest.raises(ContractViolation, match=r"\[W2 verify-loc\].*got True"):
+        verify_locs(FULL, [5, 4], 2, True)
+    with pytest.raises(ContractViolation, match=r"\[W4 reanchor-loc\].*got True"):
+        reanchor_locs(FULL, [5, 4], 2, True)
+    with pytest.raises(ContractViolation, match=r"\[T9 lengths\] row 1: lengths are ints, got seq_len True"):
+        decode_locs(FULL, [5, True], 2)
+    with pytest.raises(ContractViolation, match=r"\[E1 page-ratio\]"):
+        page_ratio(True, 1)
+
+
+def test_a_lone_verify_call_checks_its_dummy_rows_like_a_batch() -> None:
+    with pytest.raises(ContractViolation, match=r"\[T2 dummy-row\] group 'table' row 1 col 0: dummy row holds 5"):
+        verify_locs([[11, 12], [5, 0]], [65, 1], 64, 4, actual_bs=1)
+
+
+def test_a_lone_call_accepts_either_tail_pad_and_reads_page_0_as_a_dummy_row() -> None:
+    assert decode_locs([[0, 5, 7, 0]], [5], 2) == decode_locs([[0, 5, 7, -1]], [5], 2) == [14]
+    assert decode_locs([[3, 5], [0, 0]], [3, 1], 2) == [10, 0]  # row 1 writes the sink
+    with pytest.raises(ContractViolation, match=r"\[T4 live-pages\] group 'table' row 0 col 1"):
+        decode_locs([[3, -1]], [3], 2)
+
+
+def test_short_verify_rows_clamp_or_sink_where_an_engine_does() -> None:
+    table = [[11, 12], [13, -1]]
+    assert verify_locs(table, [65, 3], 64, 4, short_rows="clamp") == [765, 766, 767, 768, 832, 832, 833, 834]
+    assert verify_locs(table, [65, 3], 64, 4, short_rows="sink") == [765, 766, 767, 768, 0, 832, 833, 834]
+
+
+def test_expand_table_refuses_what_impl_refuses() -> None:
+    with pytest.raises(ContractViolation, match=r"\[T9 lengths\].*actual_bs 3 outside \[0, 2\]"):
+        expand_table([[1], [2]], 2, actual_bs=3)
+    with pytest.raises(ContractViolation, match=r"\[T3 tail-pad\].*got 5"):
+        expand_table([[1], [2]], 2, tail_pad=5)
+    with pytest.raises(ContractViolation, match=r"\[E1 page-ratio\].*got True"):
+        expand_table([[1], [2]], True)
+
+
+def test_t5_names_a_sliding_hole_after_a_real_page_and_t3_leaves_it_alone() -> None:
+    spec = GroupSpec("sliding", "sliding", 2, window=2)
+    table = [[5, 0, 7, -1]]  # the hole at col 1 is outside the window of seq_len 6 (reads from position 4)
+    batch = Batch((6,))
+    err = _violation({"sliding": table}, batch, specs=(spec,))
+    assert (err.clause_id, err.row, err.col) == ("T5", 0, 1)
+    check_tail_pad(table, batch, spec, -1)  # no T3: the hole is T5's
+    with pytest.raises(ContractViolation, match=r"\[T3 tail-pad\] group 'sliding' row 0 col 2"):
+        check_tail_pad([[5, -1, 7, -1]], batch, spec, -1)

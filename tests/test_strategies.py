@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from kvtable import ContractViolation
 from kvtable.reference import GraphModel, check_tables, expand_table
 from kvtable.reference import tables as ref_tables
-from kvtable.reference.locs import check_int32_range
+from kvtable.reference.tables import check_int32_range
 from kvtable.strategies import (
     CORRUPTIONS,
     VARIANTS,
@@ -90,8 +90,9 @@ def _group_checks(table: list[list[int]], case: Case, gid: str) -> list:
     return [
         lambda: ref_tables.check_dummy_rows(table, case.batch, group=gid),
         lambda: ref_tables.check_width(table, case.batch, spec),
-        lambda: ref_tables.check_swa_holes(table, case.batch, spec),
-        lambda: ref_tables.check_row_layout(table, case.batch, spec, case.tail_pad),
+        lambda: ref_tables.check_swa_holes(table, case.batch, spec, case.tail_pad),
+        lambda: ref_tables.check_live_pages(table, case.batch, spec),
+        lambda: ref_tables.check_tail_pad(table, case.batch, spec, case.tail_pad),
         lambda: ref_tables.check_page_sharing(table, case.batch, spec),
         lambda: check_int32_range(table, spec.block_granularity),
     ]

@@ -123,11 +123,8 @@ class Profile:
 
     def verify_locs(self, table: Table, seq_lens: Sequence[int], page_size: int, n: int,
                     actual_bs: int | None = None) -> list[int]:
-        if self.clamp_short_verify:
-            reference.verify_locs(table, seq_lens, page_size, n, actual_bs=0)  # every check but W2's
-            locs = reference.batch_locs(table, Batch(tuple(seq_lens), "verify", n, actual_bs=actual_bs), page_size)
-        else:
-            locs = reference.verify_locs(table, seq_lens, page_size, n, actual_bs=actual_bs)
+        short_rows = "clamp" if self.clamp_short_verify else "refuse"
+        locs = reference.verify_locs(table, seq_lens, page_size, n, actual_bs=actual_bs, short_rows=short_rows)
         live = len(seq_lens) if actual_bs is None else actual_bs
         return self.pad_rows(locs, live, n)
 
