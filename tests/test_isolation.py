@@ -66,3 +66,11 @@ def test_workers_give_the_in_process_verdicts_and_share_the_database() -> None:
         [(r.property, r.status, r.clause) for r in alone.results]
     assert [r.status for r in alone.results] == ["failed", "passed", "passed", "passed"]
     assert any(values for values in database.data.values())  # the failure was saved through the pipe
+
+
+def test_zoo_workers_give_the_entries_verdicts_in_order(capsys: pytest.CaptureFixture) -> None:
+    assert main(["zoo", "vllm-13418", "vllm-1486", "--workers", "2", "--quiet", "--no-shrink"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("vllm-13418  ") < out.index("vllm-1486  ")
+    assert "G2 capture-views (graph/capture)" in out and "W5 int32-locs (rejects/W5)" in out
+    assert out.strip().endswith("2/2 entries caught by the clause they name: PASS")

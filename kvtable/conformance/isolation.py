@@ -22,6 +22,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -35,7 +36,7 @@ from kvtable.conformance.runner import PropertyResult, counterexample_text, make
 from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
 
-__all__ = ["CRASH", "DEFAULT_TIMEOUT_S", "TIMEOUT", "WorkerSetup", "run_isolated"]
+__all__ = ["CRASH", "DEFAULT_TIMEOUT_S", "TIMEOUT", "WorkerSetup", "process_pool", "run_isolated", "start_server"]
 
 CRASH = "crash"
 TIMEOUT = "timeout"
@@ -304,3 +305,17 @@ def run_isolated(setup: WorkerSetup, properties: Sequence[Property], examples: C
         yield from pool.run(jobs)
     finally:
         pool.close()
+
+
+def process_pool(workers: int) -> ProcessPoolExecutor:
+    """A pool of ``workers`` processes from the same forkserver context, for jobs that are not properties
+    (the zoo spreads its entries over it)."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_CONTEXT)
+
+
+def start_server() -> None:
+    """Start the forkserver now and wait until it has imported kvtable (once per process, like an import), so
+    a timed run does not pay for it."""
+    process = _CONTEXT.Process(target=int, name="kvtable-warm-up")
+    process.start()
+    process.join()

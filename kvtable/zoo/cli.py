@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 
 from kvtable.argtypes import positive_int
 from kvtable.exitcodes import EXIT_FAILED, EXIT_PASSED, UsageError
-from kvtable.zoo.entries import BY_NAME, ENTRIES, OUTSIDE
+from kvtable.zoo.entries import BY_NAME, ENTRIES, OUTSIDE, Entry
 from kvtable.zoo.hunt import Baseline
 from kvtable.zoo.mutants import MUTANTS
-from kvtable.zoo.run import entry_table, judge_entry, judge_mutant, mutant_table
+from kvtable.zoo.run import Verdict, entry_table, judge_entry, judge_mutant, mutant_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-shrink", action="store_true", help="skip shrinking (faster; raw counterexamples)")
     parser.add_argument("--mutants", action="store_true", help="also run the source-level mutants of impl/")
     parser.add_argument("--quiet", action="store_true", help="tables only, no counterexamples")
+    parser.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                        help="spread the entries over N worker processes (default 1: this process)")
     parser.add_argument("--device", default="cpu",
                         help="device the mutants run on (default cpu; cuda hands the runners device-side lengths)")
 
@@ -46,6 +49,20 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: expected cpu or cuda[:N]")
 
 
+def _judge_entries(entries: list[Entry], args: argparse.Namespace, baseline: Baseline) -> Iterator[Verdict]:
+    """Each entry's verdict in order: here, or spread over ``--workers`` processes (each its own baseline)."""
+    options = {"seed": args.seed, "examples": args.examples, "full": args.full, "shrink": not args.no_shrink,
+               "device": args.device}
+    if args.workers == 1:
+        yield from (judge_entry(entry, baseline=baseline, **options) for entry in entries)
+        return
+    from kvtable.conformance.isolation import process_pool
+
+    with process_pool(args.workers) as pool:
+        futures = [pool.submit(judge_entry, entry, **options) for entry in entries]
+        yield from (future.result() for future in futures)
+
+
 def run(args: argparse.Namespace) -> int:
     unknown = sorted(set(args.names) - set(BY_NAME))
     if unknown:
@@ -54,10 +71,9 @@ def run(args: argparse.Namespace) -> int:
     entries = [BY_NAME[n] for n in args.names] if args.names else list(ENTRIES)
     baseline = Baseline(args.device)
     verdicts = []
-    for entry in entries:
-        verdicts.append(judge_entry(entry, seed=args.seed, examples=args.examples, full=args.full,
-                                    shrink=not args.no_shrink, baseline=baseline, device=args.device))
-        print(f"  {entry.name}: {'caught' if verdicts[-1].caught else 'NOT CAUGHT'}", file=sys.stderr, flush=True)
+    for entry, verdict in zip(entries, _judge_entries(entries, args, baseline), strict=True):
+        verdicts.append(verdict)
+        print(f"  {entry.name}: {'caught' if verdict.caught else 'NOT CAUGHT'}", file=sys.stderr, flush=True)
     print(entry_table(entries, verdicts))
     if not args.quiet:
         for entry, v in zip(entries, verdicts, strict=True):
