@@ -98,14 +98,6 @@ class TorchKernels:
 
     name = "torch"
 
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        """A subclass that overrides ``stacked_locs`` or ``stacked_extend_locs`` gets it called: the fast
-        path that would bypass it is dropped (unless the subclass provides its own)."""
-        super().__init_subclass__(**kwargs)
-        for stacked, grouped in (("stacked_locs", "grouped_locs"), ("stacked_extend_locs", "grouped_extend_locs")):
-            if stacked in vars(cls) and grouped not in vars(cls):
-                setattr(cls, grouped, None)
-
     def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                      seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
         total = bs * n

@@ -86,6 +86,8 @@ def test_each_group_at_its_own_granularity() -> None:
 class OffByKernels(TorchKernels):
     """A broken location kernel: every extend location shifted by ``shift`` slots."""
 
+    grouped_extend_locs = None  # the optional fast path would bypass the stacked kernel this class changes
+
     def __init__(self, shift: int) -> None:
         self.shift = shift
 

@@ -7,13 +7,12 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from kvtable.errors import ContractViolation
-from kvtable.impl import validate
 from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.kernels import Kernels
-from kvtable.impl.locs import LONE, extend_group_locs, fixed_group_locs, lone_spec
-from kvtable.impl.torch_kernels import TorchKernels, _gather_locs
-from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec, Mode
-from kvtable.reference.tables import check_group_ids, shed_state_groups, specs_by_id
+from kvtable.impl.locs import extend_group_locs, fixed_group_locs
+from kvtable.impl.torch_kernels import TorchKernels
+from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec
+from kvtable.reference.tables import shed_state_groups, specs_by_id
 from kvtable.zoo.base import ZooBackend
 
 
@@ -22,6 +21,9 @@ class MutantLocKernels(TorchKernels):
     ``clamp_positions`` is off."""
 
     clamp_positions = True
+    grouped_locs = None
+    grouped_extend_locs = None
+    """No fast paths: every location goes through the mutated ``locs``."""
 
     @staticmethod
     def locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor, rows: torch.Tensor,
@@ -60,7 +62,13 @@ class PythonIndexKernels(MutantLocKernels):
     @staticmethod
     def locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor, rows: torch.Tensor,
              positions: torch.Tensor) -> torch.Tensor:
-        return _gather_locs(tables, widths, page_sizes, rows, positions).to(torch.int32)
+        ps = page_sizes[: tables.shape[0]].to(torch.int64).unsqueeze(1)
+        pos = positions.to(torch.int64).unsqueeze(0)
+        col = pos // ps  # -1 for position -1: torch indexing reads the row's last column, as Python does
+        inside = col < widths[: tables.shape[0]].to(torch.int64).unsqueeze(1)
+        g = torch.arange(tables.shape[0], device=tables.device).unsqueeze(1)
+        page = tables[g, rows.to(torch.int64).unsqueeze(0), torch.where(inside, col, 0)].to(torch.int64)
+        return (torch.where(inside, page, -1).clamp_min(0) * ps + pos % ps).to(torch.int32)
 
 
 class Vllm43810(ZooBackend):
@@ -95,14 +103,19 @@ class UnguardedBlockTableKernels(MutantLocKernels):
 class TrustingRunner(GroupGraphBuffers):
     """vllm #53982: the replay trusts seq_lens (a device kernel never sees the CPU mirror)."""
 
-    def _check_reach(self, lengths: Sequence[int], n: int, tables: Mapping[str, torch.Tensor],
-                     live: Mapping[str, int]) -> None:
+    def check_reach(self, lengths: Sequence[int], n: int, tables: Mapping[str, torch.Tensor],
+                    live: Mapping[str, int]) -> None:
         return None
 
 
 class Vllm53982(ZooBackend):
-    """vllm #53982: every cheap check runs except the width one (T8), and the kernel has no width mask,
-    so a seq_len past a group's width reads the next row's block instead of being refused."""
+    """vllm #53982: the host has no width check (T8) and the kernel no width mask, so a seq_len past a group's
+    width reads the next row's block instead of being refused.
+
+    Every call goes through the conforming backend on a view of each table that runs on into the next
+    rows' pages (the row-major memory an unmasked load reads), so the width check sees room that is not
+    the row's own.
+    """
 
     name = "vllm-53982"
     runner = TrustingRunner
@@ -111,41 +124,33 @@ class Vllm53982(ZooBackend):
         return UnguardedBlockTableKernels()
 
     def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
-        return self._lone(table, seq_lens, page_size, 1, "decode")
+        return super().decode_locs(_run_on(table), seq_lens, page_size)
 
     def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
                     *, actual_bs: int | None = None) -> torch.Tensor:
-        return self._lone(table, seq_lens, page_size, n, "verify", actual_bs)
+        return super().verify_locs(_run_on(table), seq_lens, page_size, n, actual_bs=actual_bs)
 
     def reanchor_locs(self, table: torch.Tensor, frontier: torch.Tensor, page_size: int, n: int
                       ) -> torch.Tensor:
-        return self._lone(table, frontier, page_size, n, "reanchor")
+        return super().reanchor_locs(_run_on(table), frontier, page_size, n)
 
     def extend_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int],
                     page_size: int) -> torch.Tensor:
-        batch = Batch.extend(prefix_lens, extend_lens)
-        return self.group_locs([lone_spec(page_size)], {LONE: table}, batch)[LONE]
+        return super().extend_locs(_run_on(table), prefix_lens, extend_lens, page_size)
 
     def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch,
                    *, tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
-        validate.check_batch(batch)
-        by_id = specs_by_id(specs)
-        live = shed_state_groups(by_id, tables)
-        check_group_ids(by_id, live)
-        for gid in sorted(live):
-            validate.check_table(live[gid], batch.bs, group=gid)
-        sizes = {gid: by_id[gid].block_granularity for gid in live}
-        locs = _locs_at(live, sizes, batch, self.kernels)
-        if validate.debug_enabled(self.debug):
-            validate.debug_check(by_id, live, batch, locs, tail_pad=tail_pad)
-        return locs
+        return super().group_locs(specs, {gid: _run_on(t) for gid, t in tables.items()}, batch, tail_pad=tail_pad)
 
-    def _lone(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int, mode: Mode,
-              actual_bs: int | None = None) -> torch.Tensor:
-        validate.check_n(n, "W4" if mode == "reanchor" else "W2")
-        validate.check_seq_tensor(seq_lens)
-        batch = Batch(tuple(seq_lens.tolist()), mode=mode, n=n, actual_bs=actual_bs)
-        return self.group_locs([lone_spec(page_size)], {LONE: table}, batch)[LONE]
+
+def _run_on(table: object) -> object:
+    """A ``[rows, rows * width]`` view whose row r reads the table row-major from row r on (then zeros): what a
+    load without a column mask sees. Anything but a non-empty 2-D tensor is passed on as it is."""
+    if not isinstance(table, torch.Tensor) or table.dim() != 2 or table.numel() == 0:
+        return table
+    rows, width = table.shape
+    memory = torch.cat([table.reshape(-1), table.new_zeros(rows * width)])
+    return memory.as_strided((rows, rows * width), (width, 1))
 
 
 def _locs_at(tables: Mapping[str, torch.Tensor], sizes: Mapping[str, int], batch: Batch, kernels: Kernels

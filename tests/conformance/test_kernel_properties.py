@@ -55,6 +55,8 @@ def test_place_builds_a_pitched_strided_view() -> None:
 class SpillingKernels(TorchKernels):
     """G4: the location kernel also zeroes ``out[g, bs*n:]``, which it must leave alone."""
 
+    grouped_locs = None  # no fast path: the stacked kernel is the one under test
+
     def stacked_locs(self, tables, widths, page_sizes, seq_lens, out, bs, n):
         super().stacked_locs(tables, widths, page_sizes, seq_lens, out, bs, n)
         out[:, bs * n:] = 0
@@ -62,6 +64,8 @@ class SpillingKernels(TorchKernels):
 
 class ContiguousOutKernels(TorchKernels):
     """W3: the extend kernel writes a contiguous copy of ``out``, so a strided view never sees the values."""
+
+    grouped_extend_locs = None  # no fast path: the stacked kernel is the one under test
 
     def stacked_extend_locs(self, tables, widths, page_sizes, rows, positions, out):
         super().stacked_extend_locs(tables, widths, page_sizes, rows, positions, out.contiguous())
