@@ -1,73 +1,102 @@
-"""D1-D2: the strong debug write checker, vectorized in torch (eager only: reporting a breach syncs).
+"""D1-D2: the strong debug write checker, vectorized in torch; its verdict is read back with the table checks'.
 
 Each live token's location must be slot ``pos % ps`` of the real page at column ``pos // ps`` of its
-own row, and no two tokens may share a slot. The first bad token, in output order, is reported with
-the same clause and precedence as ``kvtable.reference.check_write_locs``.
+own row, and no two tokens may share a slot. The first bad token, in output order, is reported; for one
+token a write into page 0 comes before a foreign page, a foreign page before a wrong offset, and that
+before a slot already written.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
 from kvtable.contract import NULL_PAGE, Batch
 from kvtable.errors import ContractViolation
+from kvtable.impl import validate
+from kvtable.impl.findings import Finding, first_entry, raise_first
 from kvtable.impl.tokens import batch_tokens
+
+_NULL, _FOREIGN, _SHIFTED, _REPEATED = range(4)
 
 
 def check_write_locs(table: torch.Tensor, locs: torch.Tensor, batch: Batch, page_size: int,
                      *, group: str | None = None) -> None:
     """D1 own-page-write and D2 unique-slots for one group's eager (unpadded) write locations."""
+    validate.check_batch_form(batch)
+    page_size = validate.check_page_size(page_size, group=group)
+    validate.check_table(table, batch.bs, group=group)
     rows, positions = batch_tokens(batch, table.device)
+    raise_first(write_findings(table, locs, rows, positions, page_size, batch.live_rows, group=group))
+
+
+def write_findings(table: torch.Tensor, locs: object, rows: torch.Tensor, positions: torch.Tensor, page_size: int,
+                   live_rows: int, *, group: str | None = None) -> list[Finding]:
+    """D1/D2 for the tokens ``(rows, positions)`` of the live rows, as findings on the table's device (nothing
+    read back)."""
+    if not isinstance(locs, torch.Tensor) or locs.dtype.is_floating_point or locs.dtype.is_complex \
+            or locs.dtype == torch.bool:
+        what = locs.dtype if isinstance(locs, torch.Tensor) else type(locs).__name__
+        raise ContractViolation("D1", f"write locations are an integer tensor, got {what}", group=group)
     if locs.numel() != rows.numel():
         raise ContractViolation("D1", f"{locs.numel()} write locations for {rows.numel()} tokens", group=group)
     if not rows.numel():
-        return
+        return []
     loc = locs.reshape(-1).to(device=table.device, dtype=torch.int64)
     col = positions // page_size
-    if int(col.max()) >= table.shape[1]:
-        token = int(torch.nonzero(col >= table.shape[1])[0])
-        raise ContractViolation("D1", f"position {int(positions[token])} needs column {int(col[token])} past "
-                                f"the table's {table.shape[1]}", group=group, row=int(rows[token]),
-                                col=int(col[token]))
+    past = col >= table.shape[1]
+
+    def explain_past(token: int, values: Sequence[int]) -> ContractViolation:
+        row, pos, at = values
+        return ContractViolation("D1", f"position {pos} needs column {at} past the table's {table.shape[1]}",
+                                 group=group, row=row, col=at)
+
+    own = table[rows, col.clamp_max(table.shape[1] - 1)].to(torch.int64)
     page, offset = loc // page_size, loc % page_size
-    own = table[rows, col].to(torch.int64)
     null = (loc < 0) | (page == NULL_PAGE)
-    foreign = ~null & (page != own)
-    shifted = ~null & ~foreign & (offset != positions % page_size)
-    repeated = _repeats(loc)
-    bad = null | foreign | shifted | repeated
-    if not bool(bad.any()):
-        return
-    k = int(torch.nonzero(bad)[0])
-    row, pos, at, slot = int(rows[k]), int(positions[k]), int(col[k]), int(loc[k])
-    if bool(null[k]):
-        raise ContractViolation("D1", f"position {pos} writes location {slot}, in the null page 0",
-                                group=group, row=row, col=at)
-    if bool(foreign[k]):
-        raise ContractViolation("D1", f"position {pos} writes page {int(page[k])} ({_owner(table, batch, page[k])}),"
-                                f" its own page is {int(own[k])}", group=group, row=row, col=at)
-    if bool(shifted[k]):
-        raise ContractViolation("D1", f"position {pos} writes offset {int(offset[k])} of page {int(page[k])}, "
-                                f"expected {pos % page_size}", group=group, row=row, col=at)
-    first = int(torch.nonzero(loc[:k] == loc[k])[0])
-    raise ContractViolation("D2", f"location {slot} written by row {int(rows[first])} position "
-                            f"{int(positions[first])} and by position {pos}", group=group, row=row, col=at)
+    foreign = page != own
+    shifted = offset != positions % page_size
+    first_writer = _first_writer(loc)
+    kind = torch.where(null, _NULL, torch.where(foreign, _FOREIGN, torch.where(shifted, _SHIFTED, _REPEATED)))
+    bad = null | foreign | shifted | (first_writer != torch.arange(loc.numel(), device=loc.device))
+    owner = _owner(table[:live_rows], page)
+    probe = first_entry(bad, kind, rows, positions, col, loc, page, offset, own, rows[first_writer],
+                        positions[first_writer], owner)
+
+    def explain(token: int, values: Sequence[int]) -> ContractViolation:
+        what, row, pos, at, slot, written, off, mine, other_row, other_pos, where = values
+        if what == _NULL:
+            message = f"position {pos} writes location {slot}, in the null page 0"
+        elif what == _FOREIGN:
+            whose = "no live row" if where < 0 else f"row {where // table.shape[1]} col {where % table.shape[1]}"
+            message = f"position {pos} writes page {written} ({whose}), its own page is {mine}"
+        elif what == _SHIFTED:
+            message = f"position {pos} writes offset {off} of page {written}, expected {pos % page_size}"
+        else:
+            return ContractViolation("D2", f"location {slot} written by row {other_row} position {other_pos} and "
+                                     f"by position {pos}", group=group, row=row, col=at)
+        return ContractViolation("D1", message, group=group, row=row, col=at)
+
+    return [Finding(first_entry(past, rows, positions, col), explain_past), Finding(probe, explain)]
 
 
-def _repeats(loc: torch.Tensor) -> torch.Tensor:
-    """True for every token whose location an earlier token already wrote."""
+def _first_writer(loc: torch.Tensor) -> torch.Tensor:
+    """For each token, the earliest token (in output order) writing the same location."""
     order = torch.sort(loc, stable=True).indices
     ordered = loc[order]
-    later = torch.zeros_like(loc, dtype=torch.bool)
-    later[1:] = ordered[1:] == ordered[:-1]
-    repeated = torch.zeros_like(later)
-    repeated[order] = later
-    return repeated
+    index = torch.arange(loc.numel(), device=loc.device)
+    starts = torch.where(torch.cat([ordered.new_ones(1, dtype=torch.bool), ordered[1:] != ordered[:-1]]), index, 0)
+    first = torch.empty_like(order)
+    first[order] = order[starts.cummax(0).values]
+    return first
 
 
-def _owner(table: torch.Tensor, batch: Batch, page: torch.Tensor) -> str:
-    """Where ``page`` sits among the live rows, for the error message."""
-    hits = torch.nonzero(table[: batch.live_rows] == page)
-    if not hits.numel():
-        return "no live row"
-    return f"row {int(hits[0, 0])} col {int(hits[0, 1])}"
+def _owner(live_table: torch.Tensor, page: torch.Tensor) -> torch.Tensor:
+    """For each page, the row-major flat index of its first occurrence among the live rows, or -1."""
+    flat = live_table.reshape(-1).to(torch.int64)
+    if flat.numel() == 0:
+        return torch.full_like(page, -1)
+    ordered, order = torch.sort(flat, stable=True)
+    at = torch.searchsorted(ordered, page).clamp_max(flat.numel() - 1)
+    return torch.where(ordered[at] == page, order[at], -1)

@@ -29,15 +29,16 @@ def expand_table(table: torch.Tensor, ratio: int, *, max_kernel_pages: int | Non
     nothing else of ``out`` is touched.
     """
     validate.check_table(table, 0, group=None)
+    validate.check_tail_pad(tail_pad)
+    kernels = kernels or TORCH_KERNELS
     if not isinstance(ratio, int) or isinstance(ratio, bool) or ratio < 1:
         raise ContractViolation("E1", f"page ratio must be an int >= 1, got {ratio!r}")
     rows, width = table.shape
     columns = width * ratio if max_kernel_pages is None else max_kernel_pages
     if columns < 0:
         raise ContractViolation("E2", f"max_kernel_pages must be >= 0, got {max_kernel_pages}")
+    validate.check_actual_bs(actual_bs, rows)
     live = rows if actual_bs is None else actual_bs
-    if not 0 <= live <= rows:
-        raise ContractViolation("T9", f"actual_bs {actual_bs} outside [0, {rows}]")
     target = _target(out, table, rows, columns)
     dst = target.unsqueeze(0) if target.is_contiguous() else torch.empty_like(target).unsqueeze(0)
     meta = upload(torch.tensor([[0, width, ratio]], dtype=torch.int32), table.device)

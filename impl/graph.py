@@ -14,10 +14,10 @@ import torch
 from kvtable.contract import DEFAULT_TAIL_PAD, GroupSpec
 from kvtable.errors import ContractViolation, StaleGraphState
 from kvtable.impl import validate
+from kvtable.impl.groups import specs_by_id
 from kvtable.impl.kernels import Kernels
 from kvtable.impl.tokens import upload
 from kvtable.impl.torch_kernels import TORCH_KERNELS
-from kvtable.reference.tables import specs_by_id
 
 Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
 
@@ -31,8 +31,7 @@ class GroupGraphBuffers:
         if max_bs < 1 or max_kernel_pages < 1 or spec_n < 1:
             raise ContractViolation("G1", f"max_bs {max_bs}, max_kernel_pages {max_kernel_pages} and spec_n "
                                     f"{spec_n} must all be >= 1")
-        if tail_pad not in (-1, 0):
-            raise ContractViolation("T3", f"the tail pad is -1 or 0, got {tail_pad}")
+        validate.check_tail_pad(tail_pad)
         by_id = specs_by_id(specs)
         self.max_bs, self.spec_n, self.tail_pad = max_bs, spec_n, tail_pad
         self.device = torch.device(device)
@@ -89,7 +88,7 @@ class GroupGraphBuffers:
         live = {gid: min(t.shape[0], cap) for gid, t in live_tables.items()}
         lengths = validate.cpu_lengths(seq_lens)
         if lengths is not None:
-            self._check_reach(lengths[:bs], tokens_per_req, live_tables, live)
+            self.check_reach(lengths[:bs], tokens_per_req, live_tables, live)
         self._fill(bs, live_tables, live)
         self.kernels.stacked_locs(self.table_stack, self._widths, self._page_sizes, seq, self.loc_stack, bs,
                                   tokens_per_req)
@@ -135,8 +134,8 @@ class GroupGraphBuffers:
             raise ContractViolation("G4", f"{seq_lens.shape[0]} seq_lens for a replay at bs={bs}")
         return upload(seq_lens, self.device)
 
-    def _check_reach(self, lengths: Sequence[int], n: int, tables: Mapping[str, torch.Tensor],
-                     live: Mapping[str, int]) -> None:
+    def check_reach(self, lengths: Sequence[int], n: int, tables: Mapping[str, torch.Tensor],
+                    live: Mapping[str, int]) -> None:
         """T8 / T4 on CPU lengths: no position reaches past a buffer's width or (tail pad -1) onto its tail.
 
         Reports the first such position of the first such row of the first such group, as the

@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from kvtable.contract import DEFAULT_TAIL_PAD, Batch, GroupSpec, Mode
-from kvtable.errors import ContractViolation
 from kvtable.impl import validate
+from kvtable.impl.debug import debug_check, debug_check_device
+from kvtable.impl.groups import check_group_ids, shed_state_groups, specs_by_id
 from kvtable.impl.kernels import Kernels
 from kvtable.impl.tokens import extend_tokens, upload
 from kvtable.impl.torch_kernels import INT32_END, TORCH_KERNELS
-from kvtable.reference.tables import check_group_ids, shed_state_groups, specs_by_id
 
 Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
 LONE = "table"
@@ -113,11 +113,13 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
                tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
     """W1-W4 for every non-state group of ``batch`` at its own block granularity (T6: state groups shed).
 
-    ``tail_pad`` is the pad value the debug-mode contract check accepts.
+    ``tail_pad`` is the pad value the debug-mode contract check accepts; ``kernels=None`` means the torch ones.
     """
+    kernels = kernels or TORCH_KERNELS
+    validate.check_tail_pad(tail_pad)
     validate.check_batch(batch)
     by_id, live = _live_tables(specs, tables, batch.bs)
-    sizes = {gid: by_id[gid].block_granularity for gid in live}
+    sizes = validate.check_group_page_sizes(by_id, live)
     validate.check_width(batch, {gid: t.shape[1] for gid, t in live.items()}, sizes)
     if batch.mode == "extend":
         assert batch.prefix_lens is not None
@@ -127,7 +129,7 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
         locs = fixed_group_locs(live, sizes, upload(batch.seq_lens, "cpu"),
                                 batch.tokens_per_row, kernels=kernels)
     if validate.debug_enabled(debug):
-        validate.debug_check(by_id, live, batch, locs, tail_pad=tail_pad)
+        debug_check(by_id, live, batch, locs, tail_pad=tail_pad)
     return locs
 
 
@@ -136,25 +138,32 @@ def group_seq_locs(specs: Specs, tables: Mapping[str, torch.Tensor], seq_lens: t
                    debug: bool | None = None, tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
     """W1/W2/W4 of every non-state group from a lengths tensor, which may live on the device.
 
-    CPU lengths (or debug mode, which reads them back) go through ``group_locs`` and all its checks;
-    device lengths get only the shape checks, and the kernels sink what those cannot see.
+    CPU lengths go through ``group_locs`` and all its checks; device lengths get only the shape checks
+    (the kernels sink what those cannot see), and in debug mode the device-side validator, which checks
+    them along with the tables in its one readback.
     """
-    if mode == "extend":
-        raise ValueError("extend lengths are CPU mirrors; use group_locs with Batch.extend")
+    if mode not in ("decode", "verify", "reanchor"):
+        raise ValueError(f"mode {mode!r}: extend lengths are CPU mirrors; use group_locs with Batch.extend")
     validate.check_n(n, "W4" if mode == "reanchor" else "W2")
     validate.check_seq_tensor(seq_lens)
     bs = seq_lens.shape[0]
+    validate.check_actual_bs(actual_bs, bs)
     lengths = validate.cpu_lengths(seq_lens)
-    if lengths is None and validate.debug_enabled(debug):
-        lengths = seq_lens.tolist()
     if lengths is not None:
         batch = Batch(tuple(lengths), mode=mode, n=n, actual_bs=actual_bs)
         return group_locs(specs, tables, batch, kernels=kernels, debug=debug, tail_pad=tail_pad)
-    if actual_bs is not None and not 0 <= actual_bs <= bs:
-        raise ContractViolation("T9", f"actual_bs {actual_bs} outside [0, {bs}]")
+    if mode == "decode" and n != 1:
+        raise ValueError(f"decode writes one token per request, got n={n}; use mode='verify'")
+    validate.check_tail_pad(tail_pad)
     by_id, live = _live_tables(specs, tables, bs)
-    sizes = {gid: by_id[gid].block_granularity for gid in live}
-    return fixed_group_locs(live, sizes, seq_lens, n, kernels=kernels)
+    if live:
+        validate.check_same_device(seq_lens, validate.one_device(live))
+    sizes = validate.check_group_page_sizes(by_id, live)
+    locs = fixed_group_locs(live, sizes, seq_lens, n, kernels=kernels or TORCH_KERNELS)
+    if validate.debug_enabled(debug):
+        live_rows = bs if actual_bs is None else actual_bs
+        debug_check_device(by_id, live, seq_lens, mode, n, live_rows, locs, tail_pad=tail_pad)
+    return locs
 
 
 def decode_locs(table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, *,
@@ -187,7 +196,7 @@ def extend_locs(table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Se
                 ) -> torch.Tensor:
     """W3 extend-loc: int32 ``[sum(extend_lens)]`` in request order; the lengths are CPU mirrors."""
     spec = lone_spec(page_size)
-    return group_locs([spec], {LONE: table}, Batch.extend(prefix_lens, extend_lens), kernels=kernels,
+    return group_locs([spec], {LONE: table}, validate.extend_batch(prefix_lens, extend_lens), kernels=kernels,
                       debug=debug)[LONE]
 
 
@@ -196,16 +205,15 @@ def lone_spec(page_size: int) -> GroupSpec:
 
     (Window 1 makes the debug check demand real pages at the written columns and nothing before them.)
     """
-    validate.check_page_size(page_size, group=LONE)
-    return GroupSpec(LONE, "sliding", page_size, window=1)
+    return GroupSpec(LONE, "sliding", validate.check_page_size(page_size, group=LONE), window=1)
 
 
 def _live_tables(specs: Specs, tables: Mapping[str, torch.Tensor], bs: int
                  ) -> tuple[dict[str, GroupSpec], dict[str, torch.Tensor]]:
     """T6 then T1: the specs by id and the non-state tables, each an int32 2-D tensor on one device."""
     by_id = specs_by_id(specs)
+    check_group_ids(by_id, tables)
     live = shed_state_groups(by_id, tables)
-    check_group_ids(by_id, live)
     for gid in sorted(live):
         validate.check_table(live[gid], bs, group=gid)
     if live:

@@ -15,16 +15,15 @@ from typing import ClassVar, TypeVar
 
 import torch
 
-from kvtable.contract import Batch, GroupSpec
+from kvtable.contract import GroupSpec
 from kvtable.errors import StaleGraphState
 from kvtable.impl import validate
 from kvtable.impl.expand import expand_table
 from kvtable.impl.graph import GroupGraphBuffers
+from kvtable.impl.groups import select_group, select_locs, shed_state_groups, specs_by_id
 from kvtable.impl.kernels import Kernels
-from kvtable.impl.locs import fixed_group_locs, group_locs, group_seq_locs
+from kvtable.impl.locs import group_locs, group_seq_locs
 from kvtable.impl.torch_kernels import TORCH_KERNELS
-from kvtable.reference.groups import select_group, select_locs
-from kvtable.reference.tables import shed_state_groups, specs_by_id
 
 T = TypeVar("T")
 Tables = Mapping[str, torch.Tensor]
@@ -128,7 +127,7 @@ class CacheGroupsMixin:
                              extend_lens: Sequence[int]) -> GroupMetadata:
         """W3 locations from the CPU mirrors of the lengths, then the kernel-unit tables."""
         live = self.shed_state_groups(tables)
-        batch = Batch.extend(prefix_lens, extend_lens)
+        batch = validate.extend_batch(prefix_lens, extend_lens)
         locs = None if live is None else group_locs(self.cache_group_specs, live, batch, kernels=self.kernels,
                                                     debug=self.cache_debug)
         seq = torch.tensor(batch.seq_lens, dtype=torch.int32)
@@ -138,18 +137,19 @@ class CacheGroupsMixin:
         """W4 reanchor-loc: a draft chain re-anchored to ``frontier`` writes frontier-N .. frontier-1.
 
         Recomputed over the metadata's kernel-unit tables at each group's consumer page size (the
-        units those tables are in), with N = ``spec_num_tokens``; nothing is read back from the device.
+        units those tables are in), with N = ``spec_num_tokens`` and the checks ``reanchor_locs`` makes (the
+        frontier's T9 and T8 on CPU mirrors, the full table contract in debug mode); nothing is read back
+        from the device outside debug mode.
         """
         md = self.forward_metadata
         if md is None:
             raise RuntimeError("update_draft_forward_metadata needs forward metadata; run an init first")
         locs = md.out_cache_locs
         if locs is not None and md.page_tables is not None:
-            validate.check_seq_tensor(frontier)
-            for gid, table in md.page_tables.items():
-                validate.check_table(table, frontier.shape[0], group=gid)
-            sizes = {gid: self.consumer_page_size(gid) for gid in md.page_tables}
-            locs = fixed_group_locs(md.page_tables, sizes, frontier, self.spec_num_tokens, kernels=self.kernels)
+            specs = {gid: replace(self.cache_group_specs[gid], block_granularity=self.consumer_page_size(gid))
+                     for gid in md.page_tables}
+            locs = group_seq_locs(specs, md.page_tables, frontier, self.spec_num_tokens, mode="reanchor",
+                                  kernels=self.kernels, debug=self.cache_debug, tail_pad=self.table_tail_pad)
         self.forward_metadata = replace(md, seq_lens=frontier, out_cache_locs=locs,
                                         tokens_per_req=self.spec_num_tokens)
         return self.forward_metadata

@@ -1,29 +1,34 @@
-"""Input checks for impl/: the cheap ones that need no device sync, and the debug-mode full check.
+"""Input checks for impl/: the cheap ones that need no device sync, and debug mode's full check.
 
-The cheap checks read only shapes, dtypes, python ints and CPU tensors. What they cannot see (page
+The cheap checks read only shapes, dtypes, python ints and the CPU mirrors of the lengths, with a few
+C-level passes (``min``, ``map``) per call and no Python loop over rows. What they cannot see (page
 contents, lengths that live on the device) the kernels turn into null-page sink writes; debug mode
-(``KVTABLE_DEBUG=1`` or ``debug=True``) reads everything back and runs the full contract check and
-the strong write checker.
+(``KVTABLE_DEBUG=1`` or ``debug=True``) runs impl's own vectorized table validator and the strong write
+checker on the tables' device and reads every verdict back in one transfer.
 """
 
 from __future__ import annotations
 
+import numbers
+import operator
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress, repeat
 
 import torch
 
-from kvtable.contract import DEFAULT_TAIL_PAD, Batch, GroupSpec
+from kvtable.contract import INT32_MAX, MODES, Batch, GroupSpec
 from kvtable.errors import ContractViolation
-from kvtable.reference.expand import page_ratio
-from kvtable.reference.tables import check_lengths, check_tables, specs_by_id
 
 __all__ = [
-    "DEBUG_ENV", "check_batch", "check_n", "check_page_size", "check_seq_tensor", "check_table",
-    "check_width", "cpu_lengths", "debug_check", "debug_enabled", "one_device", "page_ratio",
+    "DEBUG_ENV", "check_actual_bs", "check_batch", "check_batch_form", "check_group_page_sizes", "check_lengths",
+    "check_n", "check_page_size", "check_same_device", "check_seq_tensor", "check_table", "check_tail_pad",
+    "check_width", "cpu_lengths", "debug_enabled", "extend_batch", "host_lengths", "one_device", "page_ratio",
 ]
 
 DEBUG_ENV = "KVTABLE_DEBUG"
+_MAX_PAGE_SIZE = (INT32_MAX + 1) // 2
+"""W5: the largest page size whose page 1 still has int32 slots (``(1 + 1) * ps <= 2^31``)."""
 
 
 def debug_enabled(debug: bool | None = None) -> bool:
@@ -33,8 +38,17 @@ def debug_enabled(debug: bool | None = None) -> bool:
     return os.environ.get(DEBUG_ENV) == "1"
 
 
+def _is_int(value: object) -> bool:
+    """A python or numpy integer, never a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def check_table(table: object, bs: int, *, group: str | None = None) -> None:
-    """T1 table-shape: an int32 2-D tensor with at least ``bs`` rows and (for a non-empty batch) a column."""
+    """T1 table-shape: an int32 2-D tensor with at least ``bs`` rows and (for a non-empty batch) a column.
+
+    A table on the meta device passes: like any torch op, the result is then a meta tensor of the right
+    shape (shape inference); only debug mode, which reads page ids, refuses it.
+    """
     if not isinstance(table, torch.Tensor):
         raise ContractViolation("T1", f"a table is an int32 torch tensor, got {type(table).__name__}",
                                 group=group)
@@ -57,16 +71,42 @@ def one_device(tables: Mapping[str, torch.Tensor]) -> torch.device:
     return next(iter(devices.values()))
 
 
-def check_page_size(page_size: object, *, group: str | None = None) -> None:
-    """E1 page-ratio: a page holds a positive whole number of tokens."""
-    if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+def check_page_size(page_size: object, *, group: str | None = None) -> int:
+    """E1 page-ratio (a positive int; a numpy integer is one) and W5 int32-locs (page 1's last slot,
+    ``2 * ps - 1``, is an int32); returns it as a python int."""
+    if not _is_int(page_size) or page_size < 1:
         raise ContractViolation("E1", f"page size must be a positive int, got {page_size!r}", group=group)
+    if page_size > _MAX_PAGE_SIZE:
+        raise ContractViolation("W5", f"page size {page_size} leaves no real page int32 slots (page 1 ends at "
+                                f"{2 * page_size - 1} > 2^31 - 1)", group=group)
+    return int(page_size)
+
+
+def page_ratio(block_granularity: object, kernel_page_size: object, *, group: str | None = None) -> int:
+    """E1 page-ratio: r = B // K, defined only when B is a positive multiple of K."""
+    if not (_is_int(block_granularity) and _is_int(kernel_page_size)) or kernel_page_size < 1 \
+            or block_granularity < 1 or block_granularity % kernel_page_size:
+        raise ContractViolation("E1", f"block granularity {block_granularity!r} is not a positive multiple of "
+                                f"kernel page size {kernel_page_size!r}", group=group)
+    return int(block_granularity) // int(kernel_page_size)
 
 
 def check_n(n: object, clause: str) -> None:
     """W2 / W4: tokens per request is an int >= 1."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+    if not _is_int(n) or n < 1:
         raise ContractViolation(clause, f"tokens per request must be an int >= 1, got {n!r}")
+
+
+def check_actual_bs(actual_bs: object, bs: int) -> None:
+    """T9 lengths: ``actual_bs`` (None: every row is live) is an int in ``[0, bs]``."""
+    if actual_bs is not None and (not _is_int(actual_bs) or not 0 <= actual_bs <= bs):
+        raise ContractViolation("T9", f"actual_bs {actual_bs!r} outside [0, {bs}]")
+
+
+def check_tail_pad(tail_pad: object) -> None:
+    """T3 tail-pad: the pad is -1 or 0."""
+    if not _is_int(tail_pad) or tail_pad not in (-1, 0):
+        raise ContractViolation("T3", f"the tail pad is -1 or 0, got {tail_pad!r}")
 
 
 def check_seq_tensor(seq_lens: object, clause: str = "T9") -> None:
@@ -78,52 +118,120 @@ def check_seq_tensor(seq_lens: object, clause: str = "T9") -> None:
         raise ContractViolation(clause, f"lengths are integers, got dtype {seq_lens.dtype}")
 
 
+def check_same_device(seq_lens: torch.Tensor, device: torch.device, clause: str = "T9") -> None:
+    """T9 lengths: lengths on the meta device hold no values, so they serve only tables on the meta device."""
+    if seq_lens.is_meta and device.type != "meta":
+        raise ContractViolation(clause, f"lengths on the meta device hold no values for tables on {device}")
+
+
 def cpu_lengths(seq_lens: torch.Tensor) -> list[int] | None:
     """The lengths as python ints when reading them costs no sync (a CPU tensor), else None."""
     return seq_lens.tolist() if seq_lens.device.type == "cpu" else None
 
 
-def check_batch(batch: Batch) -> None:
-    """T9 lengths and W2's seq_len >= N for real verify rows, on the batch's CPU mirrors."""
+def host_lengths(values: object, what: str = "lengths") -> tuple[int, ...]:
+    """T9 lengths: CPU mirrors as a tuple of ints (any iterable of ints, read once; no bools, no floats)."""
+    if isinstance(values, torch.Tensor):
+        check_seq_tensor(values)
+        values = values.tolist()
+    if not isinstance(values, Iterable) or isinstance(values, (str, bytes)):
+        raise ContractViolation("T9", f"{what} are a sequence of ints, got {type(values).__name__}")
+    items = tuple(values)
+    _check_ints(items, what)
+    return items
+
+
+def _check_ints(items: Sequence[object], what: str) -> None:
+    kinds = set(map(type, items))
+    if kinds - {int}:
+        bad = next((k for k in kinds if issubclass(k, bool) or not issubclass(k, numbers.Integral)), None)
+        if bad is not None:
+            row = list(map(type, items)).index(bad)
+            raise ContractViolation("T9", f"{what} are ints, got {items[row]!r} ({bad.__name__})", row=row)
+
+
+def check_batch_form(batch: object) -> None:
+    """A batch impl can read: a known mode, prefix lengths for extend, n = 1 for decode, int lengths and
+    (T9) ``actual_bs`` within ``[0, bs]``."""
+    if not isinstance(batch, Batch):
+        raise ContractViolation("T9", f"a batch is a kvtable Batch, got {type(batch).__name__}")
+    if batch.mode not in MODES:
+        raise ValueError(f"unknown mode {batch.mode!r}; expected one of {MODES}")
+    if batch.mode == "extend" and batch.prefix_lens is None:
+        raise ValueError("an extend batch needs prefix_lens")
+    if batch.mode == "decode" and batch.n != 1:
+        raise ValueError(f"decode writes one token per request, got n={batch.n}; use mode='verify'")
     if batch.mode in ("verify", "reanchor"):
         check_n(batch.n, "W2" if batch.mode == "verify" else "W4")
+    for values, what in ((batch.seq_lens, "seq_lens"), (batch.prefix_lens, "prefix_lens")):
+        if values is not None and not isinstance(values, tuple):
+            raise ContractViolation("T9", f"{what} are a sequence of ints, got {type(values).__name__}")
+        _check_ints(values or (), what)
+    check_actual_bs(batch.actual_bs, batch.bs)
+
+
+def check_lengths(batch: Batch) -> None:
+    """T9 lengths (seq_len >= 1; extend: 0 <= prefix <= seq_len) and W2 (a real verify row has seq_len >= N),
+    the first row breaching either reported (T9 first within a row)."""
+    seq = batch.seq_lens
+    if batch.mode == "extend":
+        prefix = batch.prefix_lens or ()
+        if len(prefix) != len(seq):
+            raise ContractViolation("T9", f"{len(prefix)} prefix lengths for {len(seq)} rows")
+        if seq and (min(prefix) < 0 or min(map(operator.sub, seq, prefix)) < 0):
+            broken = map(operator.or_, map(operator.lt, prefix, repeat(0)), map(operator.lt, seq, prefix))
+            row = list(broken).index(True)
+            raise ContractViolation("T9", f"prefix {prefix[row]} and extend {seq[row] - prefix[row]} must be >= 0",
+                                    row=row)
+        return
+    t9 = _first_below(seq, 1)
+    w2 = _first_below(seq[: batch.live_rows], batch.n) if batch.mode == "verify" else None
+    if t9 is not None and (w2 is None or t9 <= w2):
+        raise ContractViolation("T9", f"seq_len must be >= 1, got {seq[t9]}", row=t9)
+    if w2 is not None:
+        raise ContractViolation("W2", f"real row has seq_len {seq[w2]} < N={batch.n}", row=w2)
+
+
+def _first_below(values: Sequence[int], bound: int) -> int | None:
+    """The first index whose value is below ``bound``, or None (C-level passes only)."""
+    if not values or min(values) >= bound:
+        return None
+    return list(map(operator.lt, values, repeat(bound))).index(True)
+
+
+def extend_batch(prefix_lens: object, extend_lens: object) -> Batch:
+    """T9 lengths: an extend batch from CPU mirrors (any iterables of ints, read once) of equal length."""
+    prefix, extend = host_lengths(prefix_lens, "prefix_lens"), host_lengths(extend_lens, "extend_lens")
+    if len(prefix) != len(extend):
+        raise ContractViolation("T9", f"{len(prefix)} prefix lengths but {len(extend)} extend lengths")
+    return Batch(tuple(map(operator.add, prefix, extend)), mode="extend", prefix_lens=prefix)
+
+
+def check_batch(batch: Batch) -> None:
+    """The batch's form, then T9 and W2 on its CPU mirrors."""
+    check_batch_form(batch)
     check_lengths(batch)
 
 
 def check_width(batch: Batch, widths: Mapping[str, int], page_sizes: Mapping[str, int]) -> None:
-    """T8 table-width: every row that writes has a column for its last position, in every group."""
-    longest_row = max(batch.seq_lens, default=0)
-    if all(longest_row <= widths[gid] * page_sizes[gid] for gid in widths):
-        return  # even the longest row fits every group: no need to find the rows that write
-    prefix = batch.prefix_lens or (0,) * batch.bs
-    writing = [(row, seq) for row, seq in enumerate(batch.seq_lens) if batch.mode != "extend" or seq > prefix[row]]
-    if not writing:
-        return
-    longest = max(seq for _, seq in writing)
+    """T8 table-width: every live row that writes has a column for its last position, in every group."""
+    seq = batch.seq_lens[: batch.live_rows]
+    writing = seq
+    if batch.mode == "extend":
+        writing = tuple(compress(seq, map(operator.gt, seq, batch.prefix_lens or ())))
+    longest = max(writing, default=0)
     for gid in sorted(widths):
         width, ps = widths[gid], page_sizes[gid]
         if longest <= width * ps:
             continue
-        row, seq = next((row, seq) for row, seq in writing if seq > width * ps)
-        raise ContractViolation("T8", f"seq_len {seq} needs {-(-seq // ps)} columns of {ps} tokens, table "
-                                f"has {width}", group=gid, row=row, col=(seq - 1) // ps)
+        over = map(operator.gt, seq, repeat(width * ps))
+        if batch.mode == "extend":
+            over = map(operator.and_, over, map(operator.gt, seq, batch.prefix_lens or ()))
+        row = list(over).index(True)
+        raise ContractViolation("T8", f"seq_len {seq[row]} needs {-(-seq[row] // ps)} columns of {ps} tokens, "
+                                f"table has {width}", group=gid, row=row, col=(seq[row] - 1) // ps)
 
 
-def debug_check(specs: Sequence[GroupSpec] | Mapping[str, GroupSpec], tables: Mapping[str, torch.Tensor],
-                batch: Batch, locs: Mapping[str, torch.Tensor], *, tail_pad: int = DEFAULT_TAIL_PAD) -> None:
-    """Debug mode: the full table contract, then the strong write checker on each group's live writes.
-
-    A re-anchored draft chain legitimately rewrites clamped position 0 (W4), so D2 does not apply to it
-    and only the table contract is checked there.
-    """
-    from kvtable.impl.checker import check_write_locs
-
-    check_tables(specs, tables, batch, tail_pad=tail_pad)
-    if batch.mode == "reanchor":
-        return
-    by_id = specs_by_id(specs)
-    live_tokens = (sum(batch.seq_lens[: batch.live_rows]) - sum((batch.prefix_lens or ())[: batch.live_rows])
-                   if batch.mode == "extend" else batch.live_rows * batch.tokens_per_row)
-    for gid in sorted(locs):
-        check_write_locs(tables[gid], locs[gid][:live_tokens], batch, by_id[gid].block_granularity,
-                         group=gid)
+def check_group_page_sizes(specs: Mapping[str, GroupSpec], group_ids: Iterable[str]) -> dict[str, int]:
+    """W5 for each attention group's block granularity (E1 is the spec's own check); the sizes by group."""
+    return {gid: check_page_size(specs[gid].block_granularity, group=gid) for gid in group_ids}

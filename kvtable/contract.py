@@ -7,7 +7,7 @@ hide in the other's. ``spec/SPEC.md`` gives every field its meaning.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,7 +57,7 @@ class Batch:
     ``seq_lens`` has one entry per row, padded rows included: the length after this step's tokens
     (for ``reanchor`` it is the draft frontier). Rows ``>= actual_bs`` are CUDA-graph padding
     (dummy rows). ``prefix_lens`` is for ``extend`` only: row i writes ``[prefix_i, seq_len_i)``.
-    Sequences are stored as tuples; nothing else is checked here (T9 and W2 are each side's to check).
+    Iterables are stored as tuples; nothing else is checked here (T9 and W2 are each side's to check).
     """
 
     seq_lens: tuple[int, ...]
@@ -67,9 +67,12 @@ class Batch:
     actual_bs: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "seq_lens", tuple(self.seq_lens))
-        if self.prefix_lens is not None:
-            object.__setattr__(self, "prefix_lens", tuple(self.prefix_lens))
+        for name in ("seq_lens", "prefix_lens"):
+            values = getattr(self, name)
+            if hasattr(values, "tolist"):  # a tensor or array of lengths: its values, not 0-d elements
+                values = values.tolist()
+            if isinstance(values, Iterable) and not isinstance(values, (str, bytes)):
+                object.__setattr__(self, name, tuple(values))
 
     @classmethod
     def extend(cls, prefix_lens: Sequence[int], extend_lens: Sequence[int]) -> Batch:

@@ -112,22 +112,22 @@ MUTANTS: tuple[SourceMutant, ...] = (
                  (("live = shed_state_groups(by_id, tables)", "live = dict(tables)"),),
                  "T6", "state-group tables reach location maths"),
     SourceMutant("one-page-size", "locs",
-                 (("sizes = {gid: by_id[gid].block_granularity for gid in live}\n    validate.check_width(",
-                   "sizes = {gid: min(by_id[g].block_granularity for g in live) for gid in live}\n"
-                   "    validate.check_width("),),
+                 (("sizes = validate.check_group_page_sizes(by_id, live)\n    validate.check_width(",
+                   "sizes = validate.check_group_page_sizes(by_id, live)\n"
+                   "    sizes = {gid: min(sizes.values()) for gid in sizes}\n    validate.check_width("),),
                  "W1", "every group divides by the smallest block size (per-group page sizes lost)"),
     SourceMutant("width-check-dropped", "validate",
                  (("        if longest <= width * ps:\n            continue\n", "        continue\n"),),
                  "T8", "the host-side width check (CPU lengths) never fires"),
     SourceMutant("checker-anywhere", "checker",
-                 (("foreign = ~null & (page != own)",
-                   "foreign = ~null & ~torch.isin(page, table[: batch.live_rows].to(torch.int64))"),),
+                 (("foreign = page != own",
+                   "foreign = ~torch.isin(page, table[:live_rows].to(torch.int64))"),),
                  "D1", "checker asks only that the page is somewhere in the table (upstream's check)"),
     SourceMutant("checker-page0", "checker",
                  (("null = (loc < 0) | (page == NULL_PAGE)", "null = loc < 0"),),
                  "D1", "checker accepts a real token writing page 0 (caught only by a write through a hole)"),
     SourceMutant("checker-no-d2", "checker",
-                 (("repeated = _repeats(loc)", "repeated = torch.zeros_like(null)"),),
+                 ((" | (first_writer != torch.arange(loc.numel(), device=loc.device))", ""),),
                  "D2", "checker does not look for two tokens sharing a slot"),
 )
 

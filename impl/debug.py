@@ -1,0 +1,70 @@
+"""Debug mode: impl's own table validator and strong write checker over a step, one readback for every verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from kvtable.contract import Batch, GroupSpec, Mode
+from kvtable.errors import ContractViolation
+from kvtable.impl.checker import write_findings
+from kvtable.impl.findings import Finding, raise_first
+from kvtable.impl.tokens import batch_tokens, fixed_tokens, upload
+from kvtable.impl.validate_tables import length_findings, spans, table_findings
+
+
+def debug_check(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch,
+                locs: Mapping[str, torch.Tensor], *, tail_pad: int) -> None:
+    """The full table contract, then D1/D2 on each group's live writes, for a batch with CPU mirrors (already
+    checked on the host for T9/W2).
+
+    A re-anchored draft chain legitimately rewrites clamped position 0 (W4), so D2 does not apply to it and
+    only the table contract is checked there.
+    """
+    device = _readable_device(tables)
+    if device is None:
+        return
+    prefix = None if batch.prefix_lens is None else upload(batch.prefix_lens, device, torch.int64)
+    s = spans(upload(batch.seq_lens, device, torch.int64), prefix, batch.mode, batch.n, batch.live_rows)
+    findings = table_findings(specs, tables, s, tail_pad)
+    if batch.mode != "reanchor":
+        rows, positions = batch_tokens(batch, device)
+        findings += _write_findings(specs, tables, locs, rows, positions, batch.live_rows)
+    raise_first(findings)
+
+
+def debug_check_device(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tensor], seq_lens: torch.Tensor,
+                       mode: Mode, n: int, live_rows: int, locs: Mapping[str, torch.Tensor], *, tail_pad: int) -> None:
+    """``debug_check`` for decode / verify / re-anchor lengths that live on the device: T9 and W2 join the
+    device-side verdicts instead of costing a readback of their own."""
+    device = _readable_device(tables)
+    if device is None:
+        return
+    s = spans(seq_lens.to(device), None, mode, n, live_rows)
+    findings = length_findings(s) + table_findings(specs, tables, s, tail_pad)
+    if mode != "reanchor":
+        rows, positions = fixed_tokens(s.seq, live_rows, 1 if mode == "decode" else n)
+        findings += _write_findings(specs, tables, locs, rows, positions, live_rows)
+    raise_first(findings)
+
+
+def _write_findings(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tensor],
+                    locs: Mapping[str, torch.Tensor], rows: torch.Tensor, positions: torch.Tensor,
+                    live_rows: int) -> list[Finding]:
+    """D1/D2 for every group's live tokens (the locations of padded rows follow them and are not checked)."""
+    findings: list[Finding] = []
+    for gid in sorted(locs):
+        findings += write_findings(tables[gid], locs[gid][: rows.numel()], rows, positions,
+                                   specs[gid].block_granularity, live_rows, group=gid)
+    return findings
+
+
+def _readable_device(tables: Mapping[str, torch.Tensor]) -> torch.device | None:
+    """The tables' device (None without tables); T1 for the meta device, whose tables hold no page ids to check."""
+    if not tables:
+        return None
+    device = next(iter(tables.values())).device
+    if device.type == "meta":
+        raise ContractViolation("T1", "debug mode reads page ids; tables on the meta device hold none")
+    return device
