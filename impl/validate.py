@@ -155,14 +155,16 @@ def check_batch_form(batch: object) -> None:
     (T9) ``actual_bs`` within ``[0, bs]``."""
     if not isinstance(batch, Batch):
         raise ContractViolation("T9", f"a batch is a kvtable Batch, got {type(batch).__name__}")
-    if batch.mode not in MODES:
-        raise ValueError(f"unknown mode {batch.mode!r}; expected one of {MODES}")
-    if batch.mode == "extend" and batch.prefix_lens is None:
-        raise ValueError("an extend batch needs prefix_lens")
-    if batch.mode == "decode" and batch.n != 1:
-        raise ValueError(f"decode writes one token per request, got n={batch.n}; use mode='verify'")
-    if batch.mode in ("verify", "reanchor"):
-        check_n(batch.n, "W2" if batch.mode == "verify" else "W4")
+    mode = batch.mode
+    if mode in ("verify", "reanchor"):
+        check_n(batch.n, "W2" if mode == "verify" else "W4")
+    elif mode == "decode":
+        if batch.n != 1:
+            raise ValueError(f"a decode step writes one token per request, not n={batch.n} (that is verify)")
+    elif mode != "extend":
+        raise ValueError(f"mode {mode!r} is none of {MODES}")
+    elif batch.prefix_lens is None:
+        raise ValueError("extend rows write [prefix, seq_len): prefix_lens is missing")
     for values, what in ((batch.seq_lens, "seq_lens"), (batch.prefix_lens, "prefix_lens")):
         if values is not None and not isinstance(values, tuple):
             raise ContractViolation("T9", f"{what} are a sequence of ints, got {type(values).__name__}")
