@@ -1,7 +1,8 @@
 """CUDA-graph replay (G4) and the kernels' masked table read: in bounds by construction, for any seq_len.
 
-The Triton interpreter does not bounds-check memory (/work/shared/triton-interpreter-notes.md), so a
-test run cannot show that no lane reads outside the table; these proofs do, over all int32 inputs.
+The Triton interpreter does not bounds-check memory (an unmasked out-of-range lane reads neighbouring
+host memory or crashes; only masked-off lanes are skipped), so a test run cannot show that no lane reads
+outside the table; these proofs do, over all int32 inputs.
 """
 
 from __future__ import annotations

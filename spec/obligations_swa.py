@@ -86,22 +86,29 @@ def necessary(mode: str) -> Query:
                  (("read_start", read_start),))
 
 
-def _obligations(mode: str, first: str) -> tuple[Obligation, ...]:
-    return (
-        Obligation(f"T5.{mode}-holes-safe", "T5",
-                   f"{mode}: with h*ps <= read_start (first query {first}) no write and no in-window key is"
-                   " in a hole", lambda: sufficient(mode)),
-        Obligation(f"T5.{mode}-bound-is-weakest", "T5",
-                   f"{mode}: with h*ps > read_start the first query's first key read_start is in a hole",
-                   lambda: necessary(mode)),
-        Obligation(f"T5.{mode}-one-past", "T5",
-                   f"{mode}: allowing h*ps = read_start + 1, a needed key falls in a hole",
-                   lambda: sufficient(mode, slack=1), expect="counterexample"),
-    )
-
-
 OBLIGATIONS: tuple[Obligation, ...] = (
-    *_obligations("decode", "seq_len-1"),
-    *_obligations("verify", "seq_len-N"),
-    *_obligations("extend", "prefix"),
+    Obligation("T5.decode-holes-safe", "T5",
+               "decode: with h*ps <= read_start (first query seq_len-1) no write and no in-window key is in a hole",
+               lambda: sufficient("decode")),
+    Obligation("T5.decode-bound-is-weakest", "T5",
+               "decode: with h*ps > read_start the first query's first key read_start is in a hole",
+               lambda: necessary("decode")),
+    Obligation("T5.decode-one-past", "T5", "decode: allowing h*ps = read_start + 1, a needed key falls in a hole",
+               lambda: sufficient("decode", slack=1), expect="counterexample"),
+    Obligation("T5.verify-holes-safe", "T5",
+               "verify: with h*ps <= read_start (first query seq_len-N) no write and no in-window key is in a hole",
+               lambda: sufficient("verify")),
+    Obligation("T5.verify-bound-is-weakest", "T5",
+               "verify: with h*ps > read_start the first query's first key read_start is in a hole",
+               lambda: necessary("verify")),
+    Obligation("T5.verify-one-past", "T5", "verify: allowing h*ps = read_start + 1, a needed key falls in a hole",
+               lambda: sufficient("verify", slack=1), expect="counterexample"),
+    Obligation("T5.extend-holes-safe", "T5",
+               "extend: with h*ps <= read_start (first query prefix) no write and no in-window key is in a hole",
+               lambda: sufficient("extend")),
+    Obligation("T5.extend-bound-is-weakest", "T5",
+               "extend: with h*ps > read_start the first query's first key read_start is in a hole",
+               lambda: necessary("extend")),
+    Obligation("T5.extend-one-past", "T5", "extend: allowing h*ps = read_start + 1, a needed key falls in a hole",
+               lambda: sufficient("extend", slack=1), expect="counterexample"),
 )

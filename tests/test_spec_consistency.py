@@ -75,3 +75,23 @@ def test_ci_runs_the_readme_test_command() -> None:
     ci_command = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     readme = (ROOT / "README.md").read_text()
     assert f"\n{ci_command}\n" in readme
+
+
+def test_every_obligation_name_spec_lists_is_written_literally_in_its_family_module() -> None:
+    source = "\n".join(p.read_text() for p in (ROOT / "spec").glob("obligations*.py"))
+    listed = re.findall(r"^- \*\*Proved by\*\* (.*)$", SPEC, flags=re.M)
+    names = [name for line in listed for name in re.findall(r"`([^`]+)`", line)]
+    assert len(names) == len(OBLIGATIONS)
+    assert [name for name in names if f'"{name}"' not in source] == []
+
+
+def test_the_repository_cites_no_document_outside_itself() -> None:
+    files = [p for p in ROOT.rglob("*") if p.suffix in (".py", ".md", ".toml") and ".venv" not in p.parts
+             and "build" not in p.parts and not any(part.endswith(".egg-info") for part in p.parts)]
+    ours = {p.name for p in files}
+    cited = {(p.relative_to(ROOT).as_posix(), doc) for p in files
+             for doc in re.findall(r"[A-Za-z0-9_-]+\.md\b", p.read_text(errors="replace"))}
+    assert sorted((where, doc) for where, doc in cited if doc not in ours) == []
+    absolute = sorted(p.relative_to(ROOT).as_posix() for p in files
+                      if re.search(r"(?<![\w.])/(work|home|tmp|mnt)/", p.read_text(errors="replace")))
+    assert absolute == []

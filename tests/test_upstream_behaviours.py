@@ -1,6 +1,6 @@
 """The documented behaviours of upstream's cache_groups.py, reproduced through ``CacheGroupsMixin``.
 
-Vectors come from tokenspeed's tests (/work/shared/tokenspeed-contract-facts.md section 7). Where our
+Vectors come from tokenspeed's own tests of its group write locations and per-group CUDA-graph buffers. Where our
 contract deliberately differs, the test says so and asserts our value:
 - block expansion keeps holes (0) and pads (< 0) as themselves; upstream maps them to sub-pages
   0..r-1 of dummy block 0;

@@ -19,7 +19,7 @@ from kvtable.zoo.run import judge_entry
 from kvtable.zoo.vllm import Int32SlotKernels, PythonIndexKernels, UnguardedBlockTableKernels
 
 KNOWN_BUGS = range(1, 16)
-"""The items of known-engine-bugs.md."""
+"""The zoo's numbers for the 15 known engine bugs it tracks (``Entry.item``); each is an entry or in OUTSIDE."""
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """The bug zoo's registry: one entry per known engine bug that maps onto the contract.
 
-Each entry names the public issue (numbered as in known-engine-bugs.md), the clause expected to
-catch it, and the mutant backend that re-creates it on top of the conforming torch backend. The bugs
-that do not map onto the contract are listed, with the reason, in ``OUTSIDE``.
+Each entry names the public issue, its number in the zoo's list of 15 known engine bugs (vLLM 1-5,
+SGLang 6-10, kvcached, FlashInfer, TensorRT-LLM and tokenspeed 11-15), the clause expected to catch it,
+and the mutant backend that re-creates it on top of the conforming torch backend. The bugs that do not
+map onto the contract are listed, with the reason, in ``OUTSIDE``; the two lists cover every number.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class Entry:
 
     name: str
     item: int
-    """Its number in known-engine-bugs.md."""
+    """Its number in the zoo's list of known engine bugs (1-15)."""
     issue: str
     clause: str
     """The clause (id) expected to catch it."""

@@ -1,4 +1,4 @@
-"""kvcached, FlashInfer, TensorRT-LLM and tokenspeed bugs (known-engine-bugs.md items 11-15) as mutants."""
+"""kvcached, FlashInfer, TensorRT-LLM and tokenspeed bugs (zoo items 11-15) as mutants."""
 
 from __future__ import annotations
 

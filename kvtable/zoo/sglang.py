@@ -1,4 +1,4 @@
-"""SGLang's page-table bugs (known-engine-bugs.md items 6-10), each as the smallest mutant of the torch backend."""
+"""SGLang's page-table bugs (zoo items 6-10), each as the smallest mutant of the torch backend."""
 
 from __future__ import annotations
 

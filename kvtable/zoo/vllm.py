@@ -1,4 +1,4 @@
-"""vLLM's slot-mapping bugs (known-engine-bugs.md items 1-5), each as the smallest mutant of the torch backend."""
+"""vLLM's slot-mapping bugs (zoo items 1-5), each as the smallest mutant of the torch backend."""
 
 from __future__ import annotations
 
