@@ -123,8 +123,7 @@ class Profile:
 
     def verify_locs(self, table: Table, seq_lens: Sequence[int], page_size: int, n: int,
                     actual_bs: int | None = None) -> list[int]:
-        short_rows = "clamp" if self.clamp_short_verify else "refuse"
-        locs = reference.verify_locs(table, seq_lens, page_size, n, actual_bs=actual_bs, short_rows=short_rows)
+        locs = reference.verify_locs(table, seq_lens, page_size, n, actual_bs=actual_bs, short_rows=self.short_rows)
         live = len(seq_lens) if actual_bs is None else actual_bs
         return self.pad_rows(locs, live, n)
 
