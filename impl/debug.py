@@ -11,13 +11,13 @@ from kvtable.errors import ContractViolation
 from kvtable.impl.checker import write_findings
 from kvtable.impl.findings import Finding, raise_first
 from kvtable.impl.tokens import batch_tokens, fixed_tokens, upload
-from kvtable.impl.validate_tables import length_findings, spans, table_findings
+from kvtable.impl.validate_tables import Spans, length_findings, spans, table_findings
 
 
 def debug_check(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch,
                 locs: Mapping[str, torch.Tensor], *, tail_pad: int) -> None:
-    """The full table contract, then D1/D2 on each group's live writes, for a batch with CPU mirrors (already
-    checked on the host for T9/W2).
+    """The full contract over a step given by its CPU mirrors: T9/W2 of decode, verify and re-anchor lengths,
+    the tables, then D1/D2 on each group's live writes (extend lengths are checked on the host before).
 
     A re-anchored draft chain legitimately rewrites clamped position 0 (W4), so D2 does not apply to it and
     only the table contract is checked there.
@@ -27,25 +27,28 @@ def debug_check(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tenso
         return
     prefix = None if batch.prefix_lens is None else upload(batch.prefix_lens, device, torch.int64)
     s = spans(upload(batch.seq_lens, device, torch.int64), prefix, batch.mode, batch.n, batch.live_rows)
-    findings = table_findings(specs, tables, s, tail_pad)
-    if batch.mode != "reanchor":
-        rows, positions = batch_tokens(batch, device)
-        findings += _write_findings(specs, tables, locs, rows, positions, batch.live_rows)
-    raise_first(findings)
+    _raise_first_breach(specs, tables, s, locs, batch_tokens(batch, device), tail_pad)
 
 
 def debug_check_device(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tensor], seq_lens: torch.Tensor,
                        mode: Mode, n: int, live_rows: int, locs: Mapping[str, torch.Tensor], *, tail_pad: int) -> None:
-    """``debug_check`` for decode / verify / re-anchor lengths that live on the device: T9 and W2 join the
-    device-side verdicts instead of costing a readback of their own."""
+    """``debug_check`` for decode / verify / re-anchor lengths that live on the device (no mirror to read)."""
     device = _readable_device(tables)
     if device is None:
         return
     s = spans(seq_lens.to(device), None, mode, n, live_rows)
-    findings = length_findings(s) + table_findings(specs, tables, s, tail_pad)
-    if mode != "reanchor":
-        rows, positions = fixed_tokens(s.seq, live_rows, 1 if mode == "decode" else n)
-        findings += _write_findings(specs, tables, locs, rows, positions, live_rows)
+    _raise_first_breach(specs, tables, s, locs, fixed_tokens(s.seq, live_rows, 1 if mode == "decode" else n),
+                        tail_pad)
+
+
+def _raise_first_breach(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tensor], s: Spans,
+                        locs: Mapping[str, torch.Tensor], tokens: tuple[torch.Tensor, torch.Tensor],
+                        tail_pad: int) -> None:
+    """Every verdict of the step in the contract's order, read back in one transfer."""
+    findings = [] if s.mode == "extend" else length_findings(s)
+    findings += table_findings(specs, tables, s, tail_pad)
+    if s.mode != "reanchor":
+        findings += _write_findings(specs, tables, locs, *tokens, s.live_rows)
     raise_first(findings)
 
 

@@ -115,12 +115,15 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
 
     ``tail_pad`` is the pad value the debug-mode contract check accepts; ``kernels=None`` means the torch ones.
     """
-    kernels = kernels or TORCH_KERNELS
+    kernels, debug = kernels or TORCH_KERNELS, validate.debug_enabled(debug)
     validate.check_tail_pad(tail_pad)
-    validate.check_batch(batch)
+    validate.check_batch_form(batch)
+    if batch.mode == "extend" or not debug:  # debug mode checks the other modes' lengths with the tables
+        validate.check_lengths(batch)
     by_id, live = _live_tables(specs, tables, batch.bs)
     sizes = validate.check_group_page_sizes(by_id, live)
-    validate.check_width(batch, {gid: t.shape[1] for gid, t in live.items()}, sizes)
+    if not debug:  # debug mode checks T8 on the device, in the contract's order
+        validate.check_width(batch, {gid: t.shape[1] for gid, t in live.items()}, sizes)
     if batch.mode == "extend":
         assert batch.prefix_lens is not None
         extend = list(map(operator.sub, batch.seq_lens, batch.prefix_lens))
@@ -128,7 +131,7 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
     else:
         locs = fixed_group_locs(live, sizes, upload(batch.seq_lens, "cpu"),
                                 batch.tokens_per_row, kernels=kernels)
-    if validate.debug_enabled(debug):
+    if debug:
         debug_check(by_id, live, batch, locs, tail_pad=tail_pad)
     return locs
 

@@ -29,6 +29,7 @@ class Spans:
     live: torch.Tensor
     mode: Mode
     n: int
+    live_rows: int
 
 
 def spans(seq: torch.Tensor, prefix: torch.Tensor | None, mode: Mode, n: int, live_rows: int) -> Spans:
@@ -41,7 +42,7 @@ def spans(seq: torch.Tensor, prefix: torch.Tensor | None, mode: Mode, n: int, li
         first, writes = prefix.to(torch.int64), seq > prefix
     else:
         first, writes = (seq - (1 if mode == "decode" else n)).clamp_min(0), torch.ones_like(seq, dtype=torch.bool)
-    return Spans(seq, first, writes, rows < live_rows, mode, n)
+    return Spans(seq, first, writes, rows < live_rows, mode, n, live_rows)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ import z3
 import kvtable.impl.tokens
 from kvtable.backends import spec_of
 from kvtable.backends.torch_backend import TorchBackend
+from kvtable.conformance.properties import select
+from kvtable.conformance.runner import run_conformance
 from kvtable.errors import ContractViolation
 from kvtable.reference import Batch, check_write_locs
 from kvtable.zoo.hunt import Baseline
@@ -31,7 +33,8 @@ from kvtable.zoo.mutants import (
 )
 from kvtable.zoo.run import judge_mutant
 
-HUNTED = [m for m in MUTANTS if not m.equivalent]
+HUNTED = [m for m in MUTANTS if not m.equivalent and not m.killer]
+KILLED_BY_NAME = [m for m in MUTANTS if m.killer]
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +77,24 @@ def test_mutant_is_killed_by_the_clause_it_names(mutant: SourceMutant, baseline:
     assert verdict.catch is not None and verdict.catch.caught_by is not None, f"{mutant.name} survived"
     assert verdict.catch.caught_by.clause_id == mutant.clause, verdict.catch.clauses
     assert not verdict.catch.discredited
+
+
+@pytest.mark.parametrize("mutant", KILLED_BY_NAME, ids=lambda m: m.name)
+def test_mutant_is_killed_by_its_clause_property(mutant: SourceMutant) -> None:
+    """Each check of impl's own validator, dropped in turn, fails the conformance property of its clause."""
+    with mutated_backend(mutant) as backend_class:
+        report = run_conformance(backend_class, properties=select([mutant.killer]), examples=mutant.examples,
+                                 seed=0, shrink=False)
+    (result,) = report.results
+    assert (result.property, result.status) == (mutant.killer, "failed"), f"{mutant.name} survived"
+    assert result.clause.split()[0] == mutant.clause, result.message
+
+
+def test_every_validator_clause_has_a_mutant() -> None:
+    """The clauses impl's validator checks (debug mode's table checks and the host's) each lose their check in
+    one mutant at least."""
+    dropped = {m.clause for m in KILLED_BY_NAME}
+    assert dropped >= {"T1", "T2", "T3", "T4", "T5", "T7", "T8", "T9", "W2", "W5", "E1"}
 
 
 def test_checker_page0_is_a_real_bug() -> None:
