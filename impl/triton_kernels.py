@@ -101,9 +101,10 @@ def _replay_fill_kernel(packed_ptr, stride_p, packed_numel, meta_ptr, stride_mg,
     b = tl.program_id(1).to(tl.int64)
     w = tl.program_id(2).to(tl.int64) * BLOCK_W + tl.arange(0, BLOCK_W).to(tl.int64)
     in_dst = w < dst_w
-    offset = tl.load(meta_ptr + g * stride_mg).to(tl.int64)
-    cols = tl.load(meta_ptr + g * stride_mg + stride_mf).to(tl.int64)
-    ratio = tl.load(meta_ptr + g * stride_mg + 2 * stride_mf).to(tl.int64)
+    meta = meta_ptr + g * stride_mg
+    offset = tl.load(meta).to(tl.int64)
+    cols = tl.load(meta + stride_mf).to(tl.int64)
+    ratio = tl.load(meta + stride_mf + stride_mf).to(tl.int64)  # not 2 * stride_mf: an int32 product
     src_col = w // ratio
     # b as a block: the interpreter (3.9) broadcasts a scalar comparison as int64, not as a mask
     live = (tl.full([BLOCK_W], 0, tl.int64) + b) < actual_bs

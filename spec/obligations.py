@@ -7,7 +7,13 @@ over bit-vectors of the kernels' widths (spec/z3_encoding.py).
 
 from __future__ import annotations
 
-from kvtable.spec import obligations_expand, obligations_graph, obligations_locs, obligations_swa
+from kvtable.spec import (
+    obligations_expand,
+    obligations_graph,
+    obligations_kernels,
+    obligations_locs,
+    obligations_swa,
+)
 from kvtable.spec.obligation_types import Expect, Obligation
 
 OBLIGATIONS: tuple[Obligation, ...] = (
@@ -15,6 +21,7 @@ OBLIGATIONS: tuple[Obligation, ...] = (
     *obligations_expand.OBLIGATIONS,
     *obligations_swa.OBLIGATIONS,
     *obligations_graph.OBLIGATIONS,
+    *obligations_kernels.OBLIGATIONS,
 )
 
 _BY_NAME = {ob.name: ob for ob in OBLIGATIONS}

@@ -1,0 +1,87 @@
+"""Run a ``@triton.jit`` function's own Python code on symbolic arguments and return what it did.
+
+The function's code object is rebuilt with new globals: ``triton.language`` (whatever name the module
+imported it as) becomes the recording stand-in of spec/kernel_tl.py, ``triton`` a stand-in with
+``cdiv``, and every other ``@triton.jit`` function it calls is rebuilt the same way, so nested calls are
+inlined the way the Triton compiler inlines them. Nothing is compiled and no GPU or interpreter runs;
+a kernel module without triton installed (``@jit`` as the identity) works the same.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kvtable.spec.kernel_tl import Language, Trace, TritonStandIn
+from kvtable.spec.kernel_values import DIVISIONS, KernelNotSupported
+
+
+def python_function(kernel: Any) -> types.FunctionType:
+    """The plain Python function behind a ``JITFunction`` (``.fn``), an autotuner or a wrapper."""
+    seen = 0
+    while not isinstance(kernel, types.FunctionType):
+        inner = getattr(kernel, "fn", None) or getattr(kernel, "__wrapped__", None)
+        if inner is None or seen > 8:
+            raise KernelNotSupported(f"{kernel!r} is not a Python or @triton.jit function")
+        kernel, seen = inner, seen + 1
+    return kernel
+
+
+def _is_jit(value: Any) -> bool:
+    """A ``JITFunction``, its interpreter twin ``InterpretedFunction``, an autotuner or heuristics wrapper."""
+    return type(value).__module__.startswith("triton.") and hasattr(value, "fn")
+
+
+def _is_triton_language(value: Any) -> bool:
+    return isinstance(value, types.ModuleType) and value.__name__ == "triton.language"
+
+
+def _is_triton(value: Any) -> bool:
+    return isinstance(value, types.ModuleType) and value.__name__ == "triton"
+
+
+class _Rebinder:
+    """Rebuilds functions with the stand-in namespaces, once each (nested jit functions included)."""
+
+    def __init__(self, language: Language, jitted: set[int]) -> None:
+        self.language = language
+        self.triton = TritonStandIn(language)
+        self.jitted = jitted
+        self.done: dict[int, types.FunctionType] = {}
+
+    def rebuild(self, fn: types.FunctionType) -> types.FunctionType:
+        hit = self.done.get(id(fn))
+        if hit is not None:
+            return hit
+        scope = dict(fn.__globals__)
+        rebuilt = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+        self.done[id(fn)] = rebuilt
+        for name in fn.__code__.co_names:
+            value = scope.get(name)
+            if _is_triton_language(value) or isinstance(value, Language):
+                scope[name] = self.language
+            elif _is_triton(value):
+                scope[name] = self.triton
+            elif _is_jit(value) or (isinstance(value, types.FunctionType) and id(value) in self.jitted):
+                scope[name] = self.rebuild(python_function(value))
+        return rebuilt
+
+
+def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace,
+                 jit_helpers: tuple[Callable, ...] = ()) -> Trace:
+    """Run ``kernel`` once with ``arguments`` (symbolic values, pointers, constexpr ints), recording into
+    ``trace``. ``jit_helpers`` names plain functions to inline when triton is absent (``@jit`` = identity)."""
+    fn = python_function(kernel)
+    names = list(inspect.signature(fn).parameters)
+    missing = [n for n in names if n not in arguments]
+    if missing:
+        raise KernelNotSupported(f"{fn.__name__}: no binding for argument(s) {missing}")
+    rebinder = _Rebinder(Language(trace), {id(python_function(h)) for h in jit_helpers})
+    token = DIVISIONS.set(trace.divisions)
+    try:
+        rebinder.rebuild(fn)(**{n: arguments[n] for n in names})
+    finally:
+        DIVISIONS.reset(token)
+    return trace
