@@ -68,11 +68,20 @@ def _index_shown(launch: Launch, access: Access) -> Shown:
     return shown
 
 
+def _layout(launch: Launch, trace: Trace) -> list[z3.BoolRef]:
+    """The clause's layout facts (page sizes >= 1, widths within the table, packing) where each store lands."""
+    c = contract(launch.binding.clause, launch)
+    out = launch.binding.roles.get("out")
+    return [fact for store in trace.stores if store.pointer.tensor == out
+            for fact in c.element(_store_indices(launch, store), z3.IntVal(0), safety=True).layout]
+
+
 def in_bounds(binding: Binding) -> Query:
+    """Any loaded values (the layout facts aside): every access under its mask inside its tensor."""
     launch, trace = symbolic_run(binding)
     goal = z3.And(*[z3.Implies(a.mask, access_inside(launch, a)) for a in trace.accesses])
     shown = [item for a in trace.accesses for item in _index_shown(launch, a)]
-    return _query(trace, _facts(launch, trace), goal, shown)
+    return _query(trace, [*_facts(launch, trace), *_layout(launch, trace)], goal, shown)
 
 
 def _never_zero(facts: list[z3.BoolRef], divisor: z3.BitVecRef) -> bool:
@@ -135,7 +144,7 @@ def agreement(binding: Binding, clause: str | None = None) -> Query:
         element = c.element(_store_indices(launch, store), stored)
         facts += [*element.layout, *(z3.Implies(store.mask, p) for p in element.preconditions)]
         goals.append(z3.Implies(store.mask, z3.And(element.in_range, stored == element.expected)))
-        shown += [*_index_shown(launch, store)[1:], (f"{label} value", store.value.term),
+        shown += [*_index_shown(launch, store), (f"{label} value", store.value.term),
                   (f"{label} expected", element.expected)]
         shown += [(f"{label} {name}", term) for name, term in element.show]
     return _query(trace, facts, z3.And(*goals), shown)
@@ -167,6 +176,17 @@ def safety(binding: Binding, *, nonnegative_positions: bool = True) -> Query:
         facts += [*element.layout, *(z3.Implies(store.mask, p) for p in element.preconditions)]
         goals.append(z3.Implies(store.mask, z3.And(element.in_range, element.allowed)))
         label = _label(store)
-        shown += [*_index_shown(launch, store)[1:], (f"{label} value", store.value.term)]
+        shown += [*_index_shown(launch, store), (f"{label} value", store.value.term)]
         shown += [(f"{label} {name}", term) for name, term in element.show]
     return _query(trace, facts, z3.And(*goals), shown)
+
+
+REPLAY_LIMIT = 64
+"""Sizes, counts and strides at most this large keep a counterexample's tensors small enough to replay."""
+
+
+def replayable(binding: Binding, query: Query, limit: int = REPLAY_LIMIT) -> Query:
+    """``query`` restricted to launches whose parameters and strides are at most ``limit``."""
+    names = [*binding.params, *sorted(binding.strides())]
+    bounds = tuple(z3.BitVec(name, 32) <= limit for name in names)
+    return Query((*query.assumptions, *bounds), query.goal, query.show, query.steps)

@@ -9,33 +9,41 @@ and safety on any input. Unlike the formula-level obligations these are about th
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from kvtable.spec import kernel_bindings as kb
 from kvtable.spec import kernel_queries as kq
 from kvtable.spec.kernel_binding import Binding
 from kvtable.spec.obligation_types import Expect, Obligation
-from kvtable.spec.z3_discharge import Query
+from kvtable.spec.z3_discharge import Outcome, Query, discharge
+
+
+@dataclass(frozen=True)
+class KernelObligation(Obligation):
+    """An obligation about a kernel's code: its counterexamples are looked for small, and replayed."""
+
+    binding: Callable[[], Binding] = field(default=lambda: None)  # type: ignore[assignment,return-value]
 
 
 def in_bounds(clause: str, binding: Callable[[], Binding], what: str, expect: Expect = "proved") -> Obligation:
     label = binding().label
-    return Obligation(f"{clause}.kernel-{label}-in-bounds", clause,
-                      f"{label} kernel: every masked load and store stays inside its tensor, per dimension, for"
-                      f" every program id, lane and loaded value ({what})",
-                      lambda: kq.in_bounds(binding()), expect)
+    return KernelObligation(f"{clause}.kernel-{label}-in-bounds", clause,
+                            f"{label} kernel: every masked load and store stays inside its tensor, per dimension,"
+                            f" for every program id, lane and loaded value ({what})",
+                            lambda: kq.in_bounds(binding()), expect, binding)
 
 
 def agrees(clause: str, binding: Callable[[], Binding], what: str, expect: Expect = "proved") -> Obligation:
     label = binding().label
-    return Obligation(f"{clause}.kernel-{label}-agrees", clause, f"{label} kernel: {what}",
-                      lambda: kq.agreement(binding(), clause), expect)
+    return KernelObligation(f"{clause}.kernel-{label}-agrees", clause, f"{label} kernel: {what}",
+                            lambda: kq.agreement(binding(), clause), expect, binding)
 
 
 def safe(clause: str, binding: Callable[[], Binding], what: str, expect: Expect = "proved",
          build: Callable[[], Query] | None = None, suffix: str = "safe") -> Obligation:
     label = binding().label
-    return Obligation(f"{clause}.kernel-{label}-{suffix}", clause, f"{label} kernel: {what}",
-                      build or (lambda: kq.safety(binding())), expect)
+    return KernelObligation(f"{clause}.kernel-{label}-{suffix}", clause, f"{label} kernel: {what}",
+                            build or (lambda: kq.safety(binding())), expect, binding)
 
 
 def kernel_obligations(binding: Binding, clauses: tuple[str, ...] = ()) -> tuple[Obligation, ...]:
@@ -78,3 +86,19 @@ OBLIGATIONS: tuple[Obligation, ...] = (
     agrees("E2", lambda: kb.replay_fill(clause="E2"),
            "a live source entry v at kernel column w becomes v*r + w % r if v > 0, else stays v"),
 )
+
+
+def kernel_outcome(obligation: KernelObligation, timeout_ms: int, small: int | None) -> Outcome:
+    """Discharge; for a counterexample, look again among launches small enough to replay, then replay it."""
+    from kvtable.spec.kernel_replay import replay
+
+    query = obligation.build()
+    outcome = discharge(query, timeout_ms, small=small)
+    if outcome.status != "counterexample":
+        return outcome
+    binding = obligation.binding()
+    smaller = discharge(kq.replayable(binding, query), timeout_ms, small=small)
+    if smaller.status == "counterexample":
+        outcome = smaller
+    report = replay(binding, dict(outcome.model))
+    return Outcome(outcome.status, outcome.seconds, outcome.model, "\n".join([outcome.detail, str(report)]).strip())

@@ -13,14 +13,17 @@ import multiprocessing
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any, TextIO
 
 from kvtable.argtypes import positive_float
 from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
+from kvtable.spec.kernel_binding import load_binding, load_object
+from kvtable.spec.kernel_values import KernelNotSupported
 from kvtable.spec.obligations import OBLIGATIONS, Obligation
+from kvtable.spec.obligations_kernels import KernelObligation, kernel_obligations, kernel_outcome
 from kvtable.spec.z3_discharge import Outcome, discharge
 from kvtable.spec.z3_intblast import UnsupportedOperation
 
@@ -56,8 +59,10 @@ class Result:
 def _outcome(obligation: Obligation, timeout_s: float) -> Outcome:
     small = SMALL_VALUES if obligation.expect == "counterexample" else None
     try:
+        if isinstance(obligation, KernelObligation):
+            return kernel_outcome(obligation, int(timeout_s * 1000), SMALL_VALUES)
         return discharge(obligation.build(), int(timeout_s * 1000), small=small)
-    except UnsupportedOperation as exc:
+    except (UnsupportedOperation, KernelNotSupported) as exc:
         return Outcome("unknown", 0.0, detail=str(exc))
 
 
@@ -147,8 +152,9 @@ class Table:
     def row(self, result: Result) -> None:
         ob, outcome = result.obligation, result.outcome
         self._line(ob.name, clause_label(ob.clause), result.verdict, f"{result.seconds:6.2f}s")
-        if not result.passed and outcome.detail:
-            self.out.write(f"    why: {outcome.detail}\n")
+        replayed = isinstance(ob, KernelObligation) and outcome.status == "counterexample"
+        if outcome.detail and (not result.passed or (replayed and self.show_counterexamples)):
+            self.out.write("    why: " + outcome.detail.replace("\n", "\n         ") + "\n")
         if outcome.model and (self.show_counterexamples or not result.passed):
             self.out.write(f"    counterexample: {format_model(outcome.model)}\n")
         self.out.flush()
@@ -186,6 +192,16 @@ def to_json(results: Sequence[Result], seconds: float, timeout_s: float) -> dict
     return {"obligations": rows, "summary": summary}
 
 
+def user_kernel_obligations(binding: str | None, kernel: str | None) -> tuple[Obligation, ...]:
+    """``--binding`` (and ``--kernel``): the in-bounds, agreement and safety obligations of a user's kernel."""
+    if not binding:
+        raise ValueError("--kernel needs --binding: which argument is the table, the lengths, the output, the clause")
+    loaded = load_binding(binding)
+    if kernel:
+        loaded = replace(loaded, kernel=load_object(kernel))
+    return kernel_obligations(loaded)
+
+
 # The subcommand ----------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--show-counterexamples", action="store_true",
@@ -194,13 +210,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", action="append", metavar="NAME",
                         help="discharge only obligations matching NAME (a name or a glob like 'T5.*');"
                              " may be repeated")
+    parser.add_argument("--binding", metavar="FILE",
+                        help="prove a Triton kernel of yours: a binding (FILE.toml, FILE.py:NAME or pkg.mod:NAME)"
+                             " naming its tensors, lengths, page sizes, output and clause; only its obligations run")
+    parser.add_argument("--kernel", metavar="MODULE:NAME",
+                        help="with --binding: the @triton.jit kernel to prove, instead of the binding's own")
     parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"z3 time per obligation before it counts as unknown (default {DEFAULT_TIMEOUT_S:g})")
 
 
 def run(args: argparse.Namespace, obligations: Sequence[Obligation] = OBLIGATIONS) -> int:
-    """Discharge the selected obligations; 0 if all passed, 1 if any failed; ``--only`` matching none is a
-    ``UsageError`` (exit 2)."""
+    """Discharge the selected obligations; 0 if all passed, 1 if any failed; ``--only`` matching none, or a
+    ``--binding`` that does not load, is a ``UsageError`` (exit 2)."""
+    if getattr(args, "binding", None) or getattr(args, "kernel", None):
+        try:
+            obligations = user_kernel_obligations(args.binding, args.kernel)
+        except (ValueError, ImportError, KernelNotSupported) as exc:
+            raise UsageError(str(exc)) from None
     try:
         chosen = select(args.only, obligations)
     except KeyError as exc:
