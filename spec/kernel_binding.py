@@ -163,7 +163,8 @@ class Launch:
         return value if isinstance(value, z3.ExprRef) else z3.BitVecVal(value, 64)
 
     def condition(self, text: str) -> z3.BoolRef:
-        scope = {name: z3.SignExt(32, v) for name, v in self.params.items()}
+        """A host check over the parameters and the stride arguments."""
+        scope = {name: z3.SignExt(32, v) for name, v in {**self.params, **self.stride_vars}.items()}
         scope.update(cdiv=_cdiv, min=_min, max=_max)
         return eval(text, {"__builtins__": {}}, scope)  # noqa: S307
 

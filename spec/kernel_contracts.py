@@ -133,13 +133,18 @@ class LocationContract:
             live = z3.And(in_range, i < signed(self.r.launch.expr(self.r.roles["tokens"])))
         pad = self.pad()
         expected = slot if pad is None else z3.If(live, slot, pad)
+        past_width = self.r.roles.get("beyond_width") == "pad"
+        if past_width:  # vLLM's guard (#53982): a column past the table's width writes the pad
+            expected = z3.If(z3.And(live, col >= width), pad, expected)
         show = (("row", row), ("position", pos), ("column", col), ("page", entry), ("slot", slot))
         own = z3.And(entry > 0, row >= 0, col >= 0, col < width, pos >= 0, stored == slot)
         sink = z3.And(stored >= 0, stored < ps)
         allowed = z3.Or(own, sink, *([stored == pad] if pad is not None else []))
         if safety:
             return Element(in_range, (), expected, allowed, show, tuple(facts))
-        t8 = z3.Implies(live, z3.And(pos < width * ps, entry >= 0, (entry + 1) * ps <= TWO_31))
+        fits = z3.BoolVal(True) if past_width else pos < width * ps
+        t8 = z3.Implies(z3.And(live, z3.Or(col < width, not past_width)),
+                        z3.And(fits, entry >= 0, (entry + 1) * ps <= TWO_31))
         return Element(in_range, (*length_facts, t8), expected, allowed, show, tuple(facts))
 
     def entry_facts(self, table_index: tuple[z3.ArithRef, ...], value: z3.ArithRef) -> list[z3.BoolRef]:

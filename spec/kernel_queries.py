@@ -76,12 +76,39 @@ def _layout(launch: Launch, trace: Trace) -> list[z3.BoolRef]:
             for fact in c.element(_store_indices(launch, store), z3.IntVal(0), safety=True).layout]
 
 
+def trusted(launch: Launch, trace: Trace) -> list[z3.BoolRef]:
+    """The inputs the binding says the host validates (role ``trusted``: ``rows``, ``positions``): each row
+    index a row of the table, each position >= 0, wherever the kernel loads one."""
+    names = launch.binding.roles.get("trusted", "").split()
+    tensors = {launch.binding.roles[r]: r for r in names if r in ("rows", "positions")}
+    table = launch.binding.roles.get("table")
+    facts = []
+    for load in trace.loads:
+        role = tensors.get(load.pointer.tensor)
+        if role is None:
+            continue
+        value = signed(launch.read(load.pointer.tensor, load.pointer))
+        if role == "positions":
+            facts.append(z3.Implies(load.mask, value >= 0))
+        else:
+            rows = signed(launch.sizes(table)[-2])
+            facts.append(z3.Implies(load.mask, z3.And(value >= 0, value < rows)))
+    return facts
+
+
 def in_bounds(binding: Binding) -> Query:
-    """Any loaded values (the layout facts aside): every access under its mask inside its tensor."""
+    """Any loaded values (the layout facts and trusted inputs aside): every access under its mask inside its
+    tensor."""
     launch, trace = symbolic_run(binding)
     goal = z3.And(*[z3.Implies(a.mask, access_inside(launch, a)) for a in trace.accesses])
     shown = [item for a in trace.accesses for item in _index_shown(launch, a)]
-    return _query(trace, [*_facts(launch, trace), *_layout(launch, trace)], goal, shown)
+    facts = [*_facts(launch, trace), *_layout(launch, trace), *trusted(launch, trace)]
+    return _query(trace, facts, goal, shown)
+
+
+def under(mask: z3.BoolRef, body: z3.BoolRef) -> z3.BoolRef:
+    """``body`` where ``mask`` holds: loads guarded by the same mask need not be split on it."""
+    return z3.substitute(body, (mask, z3.BoolVal(True)))
 
 
 def _never_zero(facts: list[z3.BoolRef], divisor: z3.BitVecRef) -> bool:
@@ -135,6 +162,7 @@ def agreement(binding: Binding, clause: str | None = None) -> Query:
     out = launch.binding.roles["out"]
     facts, goals, shown = _facts(launch, trace), [], []
     facts += _entry_facts(launch, trace, clause)
+    shown += [item for load in trace.loads for item in _index_shown(launch, load)]
     for store in _stores(launch, trace):
         label = _label(store)
         stored = signed(store.value.term)
@@ -143,7 +171,7 @@ def agreement(binding: Binding, clause: str | None = None) -> Query:
             continue
         element = c.element(_store_indices(launch, store), stored)
         facts += [*element.layout, *(z3.Implies(store.mask, p) for p in element.preconditions)]
-        goals.append(z3.Implies(store.mask, z3.And(element.in_range, stored == element.expected)))
+        goals.append(z3.Implies(store.mask, under(store.mask, z3.And(element.in_range, stored == element.expected))))
         shown += [*_index_shown(launch, store), (f"{label} value", store.value.term),
                   (f"{label} expected", element.expected)]
         shown += [(f"{label} {name}", term) for name, term in element.show]
@@ -155,7 +183,8 @@ def safety(binding: Binding, *, nonnegative_positions: bool = True) -> Query:
     launch, trace = symbolic_run(binding)
     c = contract(binding.clause, launch)
     out = launch.binding.roles["out"]
-    facts, goals, shown = _facts(launch, trace), [], []
+    facts, goals = [*_facts(launch, trace), *trusted(launch, trace)], []
+    shown = [item for load in trace.loads for item in _index_shown(launch, load)]
     table = launch.binding.roles.get("table")
     positions = launch.binding.roles.get("positions")
     for load in trace.loads:

@@ -2,9 +2,9 @@
 
 The counterexample gives the launch parameters, the program id and lane, and the tensor elements the
 failing lane reads. The replay builds those tensors (contiguous, inside spec/kernel_guard.py's guarded
-buffer, every element the model names set to its value, the rest 0), launches the real kernel on the
-binding's grid, and reports what the failing lane did: the element it really read or wrote, any access
-the guard blocked, and for a store the value in the output next to the clause's.
+buffer, every element the model names set to its value, the rest 0, or 1 for page sizes and widths),
+launches the real kernel on the binding's grid, and reports what the failing lane did: the element it
+really read or wrote, any access the guard blocked, and for a store the value in the output next to the clause's.
 """
 
 from __future__ import annotations
@@ -94,8 +94,11 @@ def replay(binding: Binding, model: Mapping[str, int | bool], *, budget: int = B
                               f"(shapes {shapes}); the replay budget is {budget >> 20} MiB"])
     guard = GuardBuffer([(name, _TORCH[spec.dtype], shapes[name]) for name, spec in binding.tensors.items()])
     elements, accesses = model_parts(model)
+    ones = {binding.roles.get(r) for r in ("page_sizes", "widths")}  # a default that divides and spans
     for name, tensor in guard.tensors.items():
         flat = tensor.view(-1)
+        if name in ones:
+            flat.fill_(1)
         for index, value in elements.get(name, {}).items():
             offset = sum(i * s for i, s in zip(index, tensor.stride(), strict=True))
             if 0 <= offset < flat.numel():

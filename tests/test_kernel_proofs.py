@@ -1,0 +1,221 @@
+"""Translation validation of Triton kernels (spec/kernel_*.py): the symbolic executor's semantics, the
+verdicts on kvtable's kernel mutants and on a vLLM-style kernel, and counterexamples that replay in the
+guarded interpreter. The verdicts on impl/triton_kernels.py itself are asserted with every other
+obligation in tests/test_prove.py."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+
+import pytest
+import torch
+import z3
+
+pytest.importorskip("triton")
+
+from kvtable.spec import kernel_bindings as kb  # noqa: E402
+from kvtable.spec import kernel_queries as kq  # noqa: E402
+from kvtable.spec import prove  # noqa: E402
+from kvtable.spec.kernel_binding import Binding, Launch, load_binding, load_object  # noqa: E402
+from kvtable.spec.kernel_guard import GuardBuffer, guarded  # noqa: E402
+from kvtable.spec.kernel_replay import Replay, replay  # noqa: E402
+from kvtable.spec.kernel_values import INT32, INT64, KernelNotSupported, Sym, as_sym  # noqa: E402
+from kvtable.spec.obligations_kernels import kernel_obligations  # noqa: E402
+from kvtable.spec.z3_discharge import Outcome, Query, discharge  # noqa: E402
+from kvtable.zoo.triton_mutants import KERNEL_MUTANTS, mutant_kernels  # noqa: E402
+
+TIMEOUT_MS = 60_000
+BINDING = "examples/vllm_slot_binding.toml"
+UNBOUNDED = "examples/vllm_slot_kernel.py:slot_mapping_kernel"
+
+
+def value(term: z3.ExprRef) -> int | bool:
+    """A closed term's value, signed for bit-vectors."""
+    v = z3.simplify(term)
+    return z3.is_true(v) if z3.is_bool(v) else v.as_signed_long()
+
+
+def counterexample(binding: Binding, build: Callable[[Binding], Query]) -> dict[str, int | bool]:
+    """The query's counterexample, among launches small enough to replay."""
+    outcome: Outcome = discharge(kq.replayable(binding, build(binding)), TIMEOUT_MS, small=prove.SMALL_VALUES)
+    assert outcome.status == "counterexample", outcome
+    return dict(outcome.model)
+
+
+# Triton's integer semantics ----------------------------------------------------------------------
+def test_division_truncates_and_casts_wrap() -> None:
+    minus_one = as_sym(-1)
+    assert value((minus_one // 16).term) == 0 and value((minus_one % 16).term) == -1  # C, not Python
+    big = Sym(z3.BitVecVal(2**31 - 1, 32), INT32)
+    assert value((big + 1).term) == -(2**31)  # int32 wraps
+    assert value((big.to(INT64) + 1).term) == 2**31
+    assert value(Sym(z3.BitVecVal(2**32 + 5, 64), INT64).to(INT32).term) == 5  # the low bits
+    assert (as_sym(3) * Sym(z3.BitVecVal(2, 64), INT64)).dtype == INT64  # promotion to the wider type
+
+
+def test_a_python_branch_on_a_symbolic_value_is_refused() -> None:
+    with pytest.raises(KernelNotSupported, match="Python `if`"):
+        bool(as_sym(1) < 2)
+
+
+def test_int32_stride_products_are_marked_narrow() -> None:
+    stride = Sym.stride("s", z3.BitVec("s", 32), INT32)
+    assert (as_sym(3) * stride).parts.narrow
+    assert not (Sym(z3.BitVec("g", 64), INT64) * stride).parts.narrow
+    assert (Sym(z3.BitVec("g", 64), INT64) * stride).parts.coeff("s") is not None
+
+
+# kvtable's kernel mutants: each one refuted, each counterexample replayed ----------------------
+def mutant_binding(name: str, clause: str) -> Binding:
+    kernels = mutant_kernels(name)
+    assert isinstance(kernels, types.ModuleType)
+    return kb.stacked_locs(kernel=kernels._stacked_locs_kernel, clause=clause)
+
+
+def test_every_kernel_mutant_is_a_one_line_slip() -> None:
+    assert {m.name for m in KERNEL_MUTANTS} == {"triton-width-mask-dropped", "triton-page-clamp-dropped",
+                                               "triton-position-clamp-dropped", "triton-int32-product",
+                                               "triton-ceil-division"}
+    for m in KERNEL_MUTANTS:
+        assert m.module == "triton_kernels" and len(m.edits) == 1
+
+
+def test_width_mask_dropped_reads_past_the_row() -> None:
+    binding = mutant_binding("triton-width-mask-dropped", "G4")
+    model = counterexample(binding, kq.in_bounds)
+    col, width = model["load 3 tables_ptr index[2]"], model["W"]
+    assert model["load 3 tables_ptr mask"] and col >= width  # a column past the table
+    report = replay(binding, model)
+    assert report.ran and report.margins_intact
+    assert "is outside its shape" in str(report)
+    assert report.hits or any(t.tensor == "tables_ptr" for t in report.touches)
+
+
+def test_page_clamp_dropped_writes_a_negative_location() -> None:
+    binding = mutant_binding("triton-page-clamp-dropped", "G4")
+    model = counterexample(binding, kq.safety)
+    stored = model["store 4 out_ptr value"]
+    assert stored < 0  # neither the token's own slot nor page 0
+    report = replay(binding, model)
+    assert report.ran and report.stored == {(0, model["store 4 out_ptr index[1]"]): stored}
+
+
+@pytest.mark.parametrize("name", ["triton-position-clamp-dropped", "triton-ceil-division"])
+def test_wrong_position_or_division_stores_another_slot(name: str) -> None:
+    binding = mutant_binding(name, "W2")
+    model = counterexample(binding, kq.agreement)
+    stored, expected = model["store 4 out_ptr value"], model["store 4 out_ptr expected"]
+    assert stored != expected
+    report = replay(binding, model)
+    index = (model["store 4 out_ptr index[0]"], model["store 4 out_ptr index[1]"])
+    assert report.ran and report.stored[index] == stored  # the interpreter writes what the proof predicted
+    assert f"the clause says {expected}" in str(report)
+
+
+def test_int32_product_wraps_the_address() -> None:
+    binding = mutant_binding("triton-int32-product", "G4")
+    outcome = discharge(kq.in_bounds(binding), TIMEOUT_MS)
+    assert outcome.status == "counterexample"
+    model = dict(outcome.model)
+    def exact(label: str) -> int:
+        tensor = label.split()[2]
+        strides = binding.tensors[tensor].strides
+        return sum(model[f"{label} index[{k}]"] * model[s] for k, s in enumerate(strides))
+
+    labels = [k.removesuffix(" hardware offset") for k in model if k.endswith(" hardware offset")]
+    wrapped = [lb for lb in labels if model[f"{lb} mask"] and model[f"{lb} hardware offset"] != exact(lb)]
+    assert wrapped  # an access whose int32 address differs from its per-dimension decomposition
+    offset = model[f"{wrapped[0]} hardware offset"]
+    assert offset == (exact(wrapped[0]) + 2**31) % 2**32 - 2**31  # exactly the int32 wrap of the true offset
+    report = replay(binding, model)
+    assert not report.ran and "GiB" in str(report)  # the wrap needs > 2^31 elements: reported, not run
+
+
+# A user's kernel: the vLLM-style slot mapping of examples/ ---------------------------------------
+def test_the_bounded_vllm_style_kernel_is_in_bounds_and_agrees() -> None:
+    binding = load_binding(BINDING)
+    assert kq_status(kq.in_bounds(binding)) == "proved"
+    assert kq_status(kq.agreement(binding)) == "proved"
+    # any table contents: a -1 entry inside the table (vLLM's tails are 0) gives slot -ps+off, not the pad
+    assert kq_status(kq.safety(binding)) == "counterexample"
+
+
+def kq_status(query: Query) -> str:
+    return discharge(query, TIMEOUT_MS).status
+
+
+def test_the_unbounded_kernel_reads_the_next_rows_block() -> None:
+    """vLLM #53982: a position past a narrow group's table reads the next row's block, where the pad is due."""
+    binding = load_binding(BINDING)
+    unbounded = Binding(**{**binding.__dict__, "kernel": load_object(UNBOUNDED)})
+    model = counterexample(unbounded, kq.agreement)
+    row, col = model["load 2 block_table_ptr index[0]"], model["load 2 block_table_ptr index[1]"]
+    assert col >= model["W"] and model["store 3 slot_mapping_ptr expected"] == -1
+    # One more row after the failing one, holding block 144 (the regression test's value), contiguous rows:
+    model["R"] = max(model["R"], row + 2)
+    model = {k: v for k, v in model.items() if not k.startswith("block_table_ptr[")}
+    width = model["W"]
+    flat = row * width + col
+    model[f"block_table_ptr[{flat // width}, {flat % width}]"] = 144
+    report: Replay = replay(unbounded, model)
+    assert report.ran and not report.hits
+    assert f"the interpreter read block_table_ptr[{flat // width}, {flat % width}]" in str(report)
+    assert flat // width > row  # a later row's block
+    token = model["store 3 slot_mapping_ptr index[0]"]
+    position, block_size = model[f"positions_ptr[{token}]"], model["BS"]
+    assert report.stored[(token,)] == 144 * block_size + position % block_size  # where the pad -1 is due
+
+
+def test_prove_cli_runs_a_users_binding(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = prove.argparse.ArgumentParser()
+    prove.add_arguments(parser)
+    assert prove.run(parser.parse_args(["--binding", BINDING, "--kernel", UNBOUNDED])) == 1
+    out = capsys.readouterr().out
+    assert "W3.kernel-vllm-slot-mapping-in-bounds" in out and "counterexample" in out
+    assert "replayed slot_mapping_kernel in the Triton interpreter" in out
+    assert prove.run(parser.parse_args(["--kernel", UNBOUNDED])) == 2
+
+
+def test_a_users_obligations_are_named_after_the_clause() -> None:
+    names = [ob.name for ob in kernel_obligations(load_binding(BINDING))]
+    assert names == ["W3.kernel-vllm-slot-mapping-in-bounds", "W3.kernel-vllm-slot-mapping-agrees",
+                     "W3.kernel-vllm-slot-mapping-safe"]
+
+
+# The guard ---------------------------------------------------------------------------------------
+def test_the_guard_blocks_an_out_of_bounds_store_before_it_happens() -> None:
+    import triton
+    import triton.language as tl
+
+    import kvtable.impl.triton_kernels  # noqa: F401 (interpreter mode, set before triton decorates)
+
+    @triton.jit
+    def spill(out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, offs, mask=offs < n)
+
+    guard = GuardBuffer([("out", torch.int32, (4,))])
+    with guarded(guard.tensors) as log:
+        spill[(1,)](guard.tensors["out"], 6, BLOCK=8)  # n=6 > 4 elements: two lanes past the end
+    assert guard.tensors["out"].tolist() == [0, 1, 2, 3]
+    assert [h.lane for h in log.hits] == [4, 5] and all("past the end of out" in h.nearest for h in log.hits)
+    assert guard.margins_intact()
+
+
+def test_launch_facts_bound_the_grid_by_cuda_limits() -> None:
+    launch = Launch(kb.stacked_locs())
+    solver = z3.Solver()
+    solver.add(*launch.facts(), z3.SignExt(32, launch.pids[1]) >= 65535)
+    assert solver.check() == z3.unsat  # axis 1 has at most 65535 programs
+
+
+def test_every_triton_kernel_has_in_bounds_and_agreement_obligations() -> None:
+    from kvtable.spec.obligations import OBLIGATIONS
+
+    names = {ob.name for ob in OBLIGATIONS}
+    for label, clauses in (("stacked-locs", ("W1", "W2", "W4", "G4")), ("extend-locs", ("W3",)),
+                           ("replay-fill", ("G3", "E2"))):
+        assert any(n.endswith(f".kernel-{label}-in-bounds") for n in names)
+        assert {f"{c}.kernel-{label}-agrees" for c in clauses} <= names
+    assert {"G4.kernel-stacked-locs-safe", "W3.kernel-extend-locs-safe"} <= names
