@@ -14,6 +14,7 @@ import z3
 
 pytest.importorskip("triton")
 
+from kvtable.exitcodes import UsageError  # noqa: E402
 from kvtable.spec import kernel_bindings as kb  # noqa: E402
 from kvtable.spec import kernel_queries as kq  # noqa: E402
 from kvtable.spec import prove  # noqa: E402
@@ -174,7 +175,8 @@ def test_prove_cli_runs_a_users_binding(capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     assert "W3.kernel-vllm-slot-mapping-in-bounds" in out and "counterexample" in out
     assert "replayed slot_mapping_kernel in the Triton interpreter" in out
-    assert prove.run(parser.parse_args(["--kernel", UNBOUNDED])) == 2
+    with pytest.raises(UsageError, match="--kernel needs --binding"):
+        prove.run(parser.parse_args(["--kernel", UNBOUNDED]))
 
 
 def test_a_users_obligations_are_named_after_the_clause() -> None:
