@@ -29,33 +29,37 @@ BLOCK = 64
 
 
 @triton.jit
-def slot_mapping_kernel(num_tokens, max_num_tokens, req_indices_ptr, positions_ptr, block_table_ptr,
-                        block_table_stride, block_size, max_num_blocks, slot_mapping_ptr,
-                        PAD_SLOT_ID: tl.constexpr, BLOCK: tl.constexpr):
+def _slot_mapping(num_tokens, max_num_tokens, req_indices_ptr, positions_ptr, block_table_ptr, block_table_stride,
+                  block_size, max_num_blocks, slot_mapping_ptr, PAD_SLOT_ID: tl.constexpr, BLOCK: tl.constexpr,
+                  BOUND_COLUMNS: tl.constexpr):
     """slot[i] = block_table[req[i], pos[i] // block_size] * block_size + pos[i] % block_size; pads past."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offsets < num_tokens
     req = tl.load(req_indices_ptr + offsets, mask=live, other=0)
     pos = tl.load(positions_ptr + offsets, mask=live, other=0)
     block_index = pos // block_size
+    in_table = live
+    if BOUND_COLUMNS:  # vLLM's fix of #53982: a block index past the table's width writes the pad
+        in_table = live & (block_index < max_num_blocks)
     row = block_table_ptr + req.to(tl.int64) * block_table_stride
-    block_number = tl.load(row + block_index, mask=live, other=0)
+    block_number = tl.load(row + block_index, mask=in_table, other=0)
     slot = block_number.to(tl.int64) * block_size + pos % block_size
-    tl.store(slot_mapping_ptr + offsets, tl.where(live, slot, PAD_SLOT_ID), mask=offsets < max_num_tokens)
+    tl.store(slot_mapping_ptr + offsets, tl.where(in_table, slot, PAD_SLOT_ID), mask=offsets < max_num_tokens)
+
+
+@triton.jit
+def slot_mapping_kernel(num_tokens, max_num_tokens, req_indices_ptr, positions_ptr, block_table_ptr,
+                        block_table_stride, block_size, max_num_blocks, slot_mapping_ptr,
+                        PAD_SLOT_ID: tl.constexpr, BLOCK: tl.constexpr):
+    """Every position trusted to fit the table (before vLLM #53982's fix)."""
+    _slot_mapping(num_tokens, max_num_tokens, req_indices_ptr, positions_ptr, block_table_ptr, block_table_stride,
+                  block_size, max_num_blocks, slot_mapping_ptr, PAD_SLOT_ID, BLOCK, False)
 
 
 @triton.jit
 def bounded_slot_mapping_kernel(num_tokens, max_num_tokens, req_indices_ptr, positions_ptr, block_table_ptr,
                                 block_table_stride, block_size, max_num_blocks, slot_mapping_ptr,
                                 PAD_SLOT_ID: tl.constexpr, BLOCK: tl.constexpr):
-    """As ``slot_mapping_kernel``, with the column bound: a block index past the table writes PAD_SLOT_ID."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    live = offsets < num_tokens
-    req = tl.load(req_indices_ptr + offsets, mask=live, other=0)
-    pos = tl.load(positions_ptr + offsets, mask=live, other=0)
-    block_index = pos // block_size
-    in_table = live & (block_index < max_num_blocks)
-    row = block_table_ptr + req.to(tl.int64) * block_table_stride
-    block_number = tl.load(row + block_index, mask=in_table, other=0)
-    slot = block_number.to(tl.int64) * block_size + pos % block_size
-    tl.store(slot_mapping_ptr + offsets, tl.where(in_table, slot, PAD_SLOT_ID), mask=offsets < max_num_tokens)
+    """The column bounded by the table's width, as vLLM's fix does."""
+    _slot_mapping(num_tokens, max_num_tokens, req_indices_ptr, positions_ptr, block_table_ptr, block_table_stride,
+                  block_size, max_num_blocks, slot_mapping_ptr, PAD_SLOT_ID, BLOCK, True)

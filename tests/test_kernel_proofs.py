@@ -153,11 +153,11 @@ def test_the_unbounded_kernel_reads_the_next_rows_block() -> None:
     model = counterexample(unbounded, kq.agreement)
     row, col = model["load 2 block_table_ptr index[0]"], model["load 2 block_table_ptr index[1]"]
     assert col >= model["W"] and model["store 3 slot_mapping_ptr expected"] == -1
-    # One more row after the failing one, holding block 144 (the regression test's value), contiguous rows:
-    model["R"] = max(model["R"], row + 2)
-    model = {k: v for k, v in model.items() if not k.startswith("block_table_ptr[")}
+    # Rows up to the element the read lands on (contiguous rows), holding block 144 (the regression test's value)
     width = model["W"]
     flat = row * width + col
+    model["R"] = max(model["R"], flat // width + 1)
+    model = {k: v for k, v in model.items() if not k.startswith("block_table_ptr[")}
     model[f"block_table_ptr[{flat // width}, {flat % width}]"] = 144
     report: Replay = replay(unbounded, model)
     assert report.ran and not report.hits
