@@ -56,6 +56,7 @@ class GroupGraphBuffers:
         # replay packs the live tables here: one buffer for every step, no allocation per replay
         self._packed = torch.empty(max_bs * sum(self.source_widths.values()), dtype=torch.int32,
                                    device=self.device)
+        self._metas: dict[tuple[int, ...], torch.Tensor] = {}
         self._widths = upload([self.widths[g] for g in self.group_ids], self.device)
         self._page_sizes = upload([self.page_sizes[g] for g in self.group_ids], self.device)
 
@@ -159,23 +160,36 @@ class GroupGraphBuffers:
     def _fill(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
         """G3 replay-fill: one ``replay_fill`` over the packed live tables, then zero any group's extra rows.
 
-        Each live table is copied once, straight into its slice of the persistent packed buffer (a table
-        on another device through a pinned upload). Groups normally share one live row count; a group
-        with fewer rows is packed with zero rows up to the common count, and those rows (now dummy rows)
-        are zeroed after the fill.
+        The live tables are packed by one ``cat`` into the persistent packed buffer (a table on another
+        device through a pinned upload first); the per-group offsets are uploaded once per row count and
+        table widths, then reused. Groups normally share one live row count; a group with fewer rows is
+        packed with zero rows up to the common count, and those rows (now dummy rows) are zeroed after
+        the fill.
         """
         rows = max(live.values())
-        meta, offset = [], 0
+        pieces, columns = [], []
         for gid in self.group_ids:
             cols = min(tables[gid].shape[1], self.source_widths[gid])
-            piece = self._packed[offset: offset + rows * cols].view(rows, cols)
             source = tables[gid][: live[gid], :cols]
-            piece[: live[gid]].copy_(source if source.device == self.device else upload(source, self.device))
-            piece[live[gid]:].zero_()
-            meta.append((offset, cols, self.ratios[gid]))
-            offset += rows * cols
-        meta_t = upload(torch.tensor(meta, dtype=torch.int32), self.device)
-        self.kernels.replay_fill(self._packed[:offset], meta_t, self.table_stack, bs, rows, self.tail_pad)
+            source = source if source.device == self.device else upload(source, self.device)
+            pieces.append(source.reshape(-1))
+            if live[gid] < rows:
+                pieces.append(source.new_zeros((rows - live[gid]) * cols))
+            columns.append(cols)
+        packed = self._packed[: rows * sum(columns)]
+        torch.cat(pieces, out=packed)
+        self.kernels.replay_fill(packed, self._meta(rows, tuple(columns)), self.table_stack, bs, rows, self.tail_pad)
         for i, gid in enumerate(self.group_ids):
             if live[gid] < rows:
                 self.table_stack[i, live[gid]:bs] = 0
+
+    def _meta(self, rows: int, columns: tuple[int, ...]) -> torch.Tensor:
+        """``replay_fill``'s int32 ``[G, 3]`` (offset, columns, ratio) for ``rows`` packed rows of each group,
+        uploaded on first use and kept (a replay step then uploads nothing but the tables)."""
+        key = (rows, *columns)
+        if key not in self._metas:
+            offsets = [rows * sum(columns[:g]) for g in range(len(columns))]
+            ratios = [self.ratios[gid] for gid in self.group_ids]
+            flat = [v for row in zip(offsets, columns, ratios, strict=True) for v in row]
+            self._metas[key] = upload(flat, self.device).view(len(columns), 3)
+        return self._metas[key]

@@ -1,11 +1,12 @@
 """The ``Kernels`` operations (impl/kernels.py) in vectorized torch: CPU or CUDA, no host-device sync.
 
-The stacked operations compute every index in int64 and clamp it into the tensor before it is read,
-so the sink cases (a pad, a column past the group's width) read a real element and resolve to the
-null page 0. Three fast paths skip the stack: ``grouped_locs`` (each group's own table, read through
-its strides, the width mask kept), and, where the host can see that they are exact, without the int64
-temporaries: ``grouped_extend_locs`` (the caller proves every write inside its table) and
-``replay_fill`` with its ``meta`` on the CPU (one slice copy or r strided writes per group).
+Every operation dispatches a fixed number of torch ops whatever the number of groups or rows: the
+per-group constants are built on the host once per call and uploaded as one small tensor, and the
+location formula runs once over a ``[G, tokens]`` view. Reads clamp every index into the tensor, so
+the sink cases (a pad, a column past the group's width) read a real element and resolve to the null
+page 0. ``grouped_locs`` and ``grouped_extend_locs`` read each group's own table through its strides
+(one gather when the tables are views of one storage, else one per table); ``replay_fill`` with its
+``meta`` on the CPU writes each group with a few strided ops, else runs one vectorized pass.
 """
 
 from __future__ import annotations
@@ -15,44 +16,63 @@ from collections.abc import Sequence
 
 import torch
 
-from kvtable.impl.tokens import extend_runs, fixed_tokens
+from kvtable.impl.tokens import extend_runs, upload
 
 INT32_END = 2**31
 """One past the largest int32: indices below it are computed in int32."""
 
 
+def _fixed_positions(seq_lens: torch.Tensor, bs: int, n: int) -> torch.Tensor:
+    """W1/W2/W4 as int64 ``[bs, n]``: request b's token t at ``max(seq_b - n + t, 0)`` (token-major)."""
+    steps = torch.arange(-n, 0, device=seq_lens.device)
+    return (seq_lens[:bs].view(bs, 1) + steps).clamp_min(0)
+
+
+def _token_major(out: torch.Tensor, groups: int, bs: int, n: int) -> torch.Tensor:
+    """``out[:groups, :bs*n]`` as ``[groups, bs, n]``: token t of request b at ``b * n + t``."""
+    return out[:groups, : bs * n].view(groups, bs, n)
+
+
+def _slots(page: torch.Tensor, inside: torch.Tensor, positions: torch.Tensor, ps: torch.Tensor,
+           out: torch.Tensor | None = None) -> torch.Tensor:
+    """``max(page, 0) * ps + pos % ps``, the page zeroed where ``inside`` is False (a column past the width)."""
+    page.clamp_min_(0).mul_(inside)
+    return torch.addcmul(positions % ps, page, ps, out=out)
+
+
 def _gather_locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
-                 rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """int64 ``[G, T]``: ``max(page, 0) * ps + pos % ps`` with ``page = -1`` past a group's width."""
+                 rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``[G, *positions.shape]``: every group's slot of each (row, position), ``rows`` and int64 ``positions``
+    broadcasting together; a column past a group's width reads page -1, which sinks to page 0. The int64
+    ``positions`` promote the int32 page and page size, so the arithmetic is int64."""
     groups = tables.shape[0]
-    ps = page_sizes[:groups].to(torch.int64).unsqueeze(1)
-    width = widths[:groups].to(torch.int64).unsqueeze(1)
-    pos = positions.to(torch.int64).unsqueeze(0)
-    col = pos // ps
-    inside = col < width
-    safe_col = torch.where(inside, col, torch.zeros_like(col))
-    g = torch.arange(groups, device=tables.device).unsqueeze(1)
-    page = tables[g, rows.to(torch.int64).unsqueeze(0), safe_col].to(torch.int64)
-    page = torch.where(inside, page, torch.full_like(page, -1))
-    return page.clamp_min(0) * ps + pos % ps
+    shape = (groups,) + (1,) * positions.dim()
+    ps = page_sizes[:groups].view(shape)
+    col = torch.div(positions, ps, rounding_mode="floor")
+    inside = col < widths[:groups].view(shape)
+    g = torch.arange(groups, device=tables.device).view(shape)
+    page = tables[g, rows, col.clamp_max(tables.shape[2] - 1)]
+    return _slots(page, inside, positions, ps, out)
 
 
-def _table_spots(starts: torch.Tensor, lead: torch.Tensor, total: int, step: int, dtype: torch.dtype
-                 ) -> torch.Tensor:
-    """``[T]``: token k of request i at ``i * step + position``, its spot in a row-major flattening with
-    ``step`` positions per row. Built as a running sum of ones with each request's jump added at its
-    first token (an empty request's jump lands where the next one starts; a trailing one, past the end)."""
-    first = lead + torch.arange(starts.shape[0], device=starts.device) * step
-    spots = torch.ones(total + 1, dtype=dtype, device=starts.device)
-    spots.index_add_(0, starts, torch.diff(first, prepend=first.new_ones(1)).to(dtype))
-    return spots.cumsum_(0)[:total]
+def _spans(tables: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[int]]:
+    """The flat int32 spans the tables are read through, and each table's first element in its span: one
+    span when every table is a view of one storage (one gather reads every group), else one per table."""
+    storage = tables[0].untyped_storage()
+    if all(t.untyped_storage().data_ptr() == storage.data_ptr() for t in tables[1:]):
+        whole = tables[0].as_strided((storage.nbytes() // tables[0].element_size(),), (1,), 0)
+        return [whole], [t.storage_offset() for t in tables]
+    return [_flat(t) for t in tables], [0] * len(tables)
 
 
-def _page_col(spot: torch.Tensor, ps: int) -> torch.Tensor:
-    """``spot // ps`` of non-negative ``spot``: a shift for a power-of-two ``ps``."""
-    if ps & (ps - 1) == 0:
-        return spot >> (ps.bit_length() - 1)
-    return torch.div(spot, ps, rounding_mode="floor")
+def _gather(spans: Sequence[torch.Tensor], index: torch.Tensor) -> torch.Tensor:
+    """``spans[g][index[g]]`` for every group g of ``index [G, ...]`` (or ``spans[0][index]`` for one span)."""
+    if len(spans) == 1:
+        return spans[0].index_select(0, index.reshape(-1)).view(index.shape)
+    page = torch.empty(index.shape, dtype=spans[0].dtype, device=index.device)
+    for g, span in enumerate(spans):
+        torch.index_select(span, 0, index[g].reshape(-1), out=page[g].view(-1))
+    return page
 
 
 def _flat(table: torch.Tensor) -> torch.Tensor:
@@ -61,22 +81,27 @@ def _flat(table: torch.Tensor) -> torch.Tensor:
     return table.as_strided(((rows - 1) * table.stride(0) + (width - 1) * table.stride(1) + 1,), (1,))
 
 
+def _per_group(columns: Sequence[Sequence[int]], device: torch.device, dims: int) -> list[torch.Tensor]:
+    """Host ints, one list per per-group constant, uploaded in one int64 tensor: each a ``[G, 1, ...]`` view
+    with ``dims`` trailing ones, to broadcast over the tokens."""
+    flat = upload([v for column in columns for v in column], device, torch.int64)
+    return list(flat.view(len(columns), -1, *(1,) * dims))
+
+
 def _expand_into(dst: torch.Tensor, src: torch.Tensor, ratio: int) -> None:
     """E2 on ``[rows, n]`` source blocks into ``dst [rows, n, k]`` (k <= ratio): sub-page j of block v is
     ``v * ratio + j`` for a real block, holes and pads stay themselves (the identity when ratio is 1).
 
-    Branch-free int32 arithmetic (``real`` is 1 for a real block, else 0), one strided copy per
-    sub-page: torch's ``where`` and strided-output arithmetic are several times slower on CPU.
+    Branch-free int32 arithmetic (``real`` is 1 for a real block, else 0): ``value + real * j`` written
+    straight into ``dst`` by one broadcast op (torch's ``where`` is several times slower on CPU).
     """
     if ratio == 1:
         dst[:, :, 0].copy_(src)
         return
     real = src.clamp(0, 1)
     value = torch.addcmul(src, src, real, value=ratio - 1)
-    for j in range(dst.shape[2]):
-        if j:
-            value.add_(real)
-        dst[:, :, j].copy_(value)
+    subpage = torch.arange(dst.shape[2], dtype=src.dtype, device=src.device)
+    torch.addcmul(value.unsqueeze(2), real.unsqueeze(2), subpage, out=dst)
 
 
 def _fill_group(dst: torch.Tensor, src: torch.Tensor, ratio: int, bs: int, tail_pad: int) -> None:
@@ -89,8 +114,10 @@ def _fill_group(dst: torch.Tensor, src: torch.Tensor, ratio: int, bs: int, tail_
     _expand_into(live[:, : full * ratio].unflatten(1, (full, ratio)), src[:, :full], ratio)
     if filled > full * ratio:  # a last block cut by the width
         _expand_into(live[:, full * ratio: filled].unsqueeze(1), src[:, full: full + 1], ratio)
-    live[:, filled:].fill_(tail_pad)
-    dst[rows:bs].zero_()
+    if filled < width:
+        live[:, filled:].fill_(tail_pad)
+    if rows < bs:
+        dst[rows:bs].zero_()
 
 
 class TorchKernels:
@@ -100,82 +127,68 @@ class TorchKernels:
 
     def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                      seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
-        total = bs * n
-        if total == 0 or tables.shape[0] == 0:
+        if bs * n == 0 or tables.shape[0] == 0:
             return
-        row, pos = fixed_tokens(seq_lens, bs, n)
-        locs = _gather_locs(tables, widths, page_sizes, row, pos)
-        out[: tables.shape[0], :total] = locs.to(torch.int32)
+        rows = torch.arange(bs, device=tables.device).view(bs, 1)
+        positions = _fixed_positions(seq_lens, bs, n)
+        _gather_locs(tables, widths, page_sizes, rows, positions, out=_token_major(out, tables.shape[0], bs, n))
 
     def grouped_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int], seq_lens: torch.Tensor,
                      out: torch.Tensor, bs: int, n: int) -> None:
-        """See ``GroupedLocs``. Token i reads flat element ``row * stride(0) + col * stride(1)`` of its
-        group's table, the column clamped into the width and the page zeroed past it (the sink); groups
-        of one page size share the columns and offsets. Every index is int64."""
-        total = bs * n
-        if total == 0 or not tables:
+        """See ``GroupedLocs``. Token i of group g reads ``base + row * stride(0) + col * stride(1)`` of its
+        group's span, the column clamped into the width and the page zeroed past it (the sink). A table
+        with no column reads a stand-in zero: every token of it sinks. Every index is int64."""
+        if bs * n == 0 or not tables:
             return
-        row, pos = fixed_tokens(seq_lens, bs, n)
-        by_size: dict[int, list[int]] = {}
-        for g, ps in enumerate(page_sizes):
-            by_size.setdefault(ps, []).append(g)
-        for ps, groups in by_size.items():
-            col = _page_col(pos, ps)
-            offset = torch.sub(pos, col, alpha=ps)
-            reads: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-            for g in groups:
-                table, page = tables[g], out[g, :total]
-                width, (pitch, step) = table.shape[1], table.stride()
-                if width == 0:  # no column at all: every token sinks
-                    page.copy_(offset)
-                    continue
-                if (width, pitch, step) not in reads:
-                    spot = col.clamp_max(width - 1)
-                    spot = torch.add(spot if step == 1 else spot * step, row, alpha=pitch)
-                    reads[width, pitch, step] = spot, col < width
-                spot, within = reads[width, pitch, step]
-                torch.index_select(_flat(table), 0, spot, out=page)
-                torch.add(offset, page.clamp_min_(0).mul_(within), alpha=ps, out=page)
+        widths = [t.shape[1] for t in tables]
+        tables = [t if t.shape[1] else t.new_zeros(1, 1).expand(t.shape[0], 1) for t in tables]
+        spans, bases = _spans(tables)
+        ps, width, last, base, pitch, step = _per_group(
+            [page_sizes, widths, [max(w - 1, 0) for w in widths], bases, [t.stride(0) for t in tables],
+             [t.stride(1) for t in tables]], out.device, 2)
+        positions = _fixed_positions(seq_lens, bs, n)
+        col = torch.div(positions, ps, rounding_mode="floor")
+        inside = col < width
+        start = torch.addcmul(base, torch.arange(bs, device=out.device).view(bs, 1), pitch)
+        page = _gather(spans, torch.addcmul(start, col.clamp(max=last), step))
+        _slots(page, inside, positions, ps, out=_token_major(out, len(tables), bs, n))
 
     def stacked_extend_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                             rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
         total = rows.shape[0]
         if total == 0 or tables.shape[0] == 0:
             return
-        locs = _gather_locs(tables, widths, page_sizes, rows, positions)
-        out[: tables.shape[0], :total] = locs.to(torch.int32)
+        _gather_locs(tables, widths, page_sizes, rows, positions.to(torch.int64),
+                     out=out[: tables.shape[0], :total])
 
     def grouped_extend_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int],
                             prefix_lens: Sequence[int], extend_lens: Sequence[int], out: torch.Tensor) -> None:
-        """See ``GroupedExtendLocs``. Each token's spot ``row * stride(0) * ps + pos`` in its flattened
-        table gives column and offset at once; groups with equal ``stride(0) * ps`` share the spots, and
-        those with an equal page size too the columns. At most one spots and one columns tensor are
-        alive at a time (a large extend otherwise page-faults fresh memory on every call).
+        """See ``GroupedExtendLocs``. Token t (request i, position p) of group g has the spot
+        ``(base + i * stride(0)) * ps + p`` in its span: ``spot // ps`` is the element to read and
+        ``spot % ps`` the offset, so ``loc = (max(page, 0) - spot // ps) * ps + spot``. Spots are int32
+        when every one fits; all groups' spots, columns and pages are one ``[G, T]`` tensor each.
         """
         total = sum(extend_lens)
         if total == 0 or not tables:
             return
         device = out.device
-        reach = max(map(operator.add, prefix_lens, extend_lens))
         tables = [t if t.stride(1) == 1 else t.contiguous() for t in tables]
-        top = max((len(extend_lens) - 1) * t.stride(0) * ps for t, ps in zip(tables, page_sizes, strict=True))
+        spans, bases = _spans(tables)
+        steps = [t.stride(0) * ps for t, ps in zip(tables, page_sizes, strict=True)]
+        firsts = [b * ps for b, ps in zip(bases, page_sizes, strict=True)]
+        reach = max(map(operator.add, prefix_lens, extend_lens))
+        top = max(first + (len(extend_lens) - 1) * step for first, step in zip(firsts, steps, strict=True))
         dtype = torch.int32 if top + reach < INT32_END else torch.int64
-        _, starts, lead = extend_runs(prefix_lens, extend_lens, device)
-        by_step: dict[int, dict[int, list[int]]] = {}
-        for g, (table, ps) in enumerate(zip(tables, page_sizes, strict=True)):
-            by_step.setdefault(table.stride(0) * ps, {}).setdefault(ps, []).append(g)
-        for step, by_size in by_step.items():
-            spot = _table_spots(starts, lead, total, step, dtype)
-            for ps, groups in by_size.items():
-                col = _page_col(spot, ps)
-                for g in groups:
-                    page = out[g, :total]
-                    torch.index_select(_flat(tables[g]), 0, col, out=page)
-                    # max(page, 0) * ps + pos % ps as (max(page, 0) - col) * ps + spot: no offset array
-                    wide = page.clamp_min_(0).to(spot.dtype).sub_(col)
-                    page.copy_(torch.add(spot, wide, alpha=ps, out=wide))
-                del col
-            del spot  # freed before the next one is built: the allocator hands the same memory back
+        extend, _, lead = extend_runs(prefix_lens, extend_lens, device)
+        first, step = _per_group([firsts, steps], device, 1)
+        ps = upload(page_sizes, device, dtype).view(-1, 1)
+        per_request = torch.addcmul(first + lead, torch.arange(len(extend_lens), device=device), step)
+        request = torch.repeat_interleave(extend, output_size=total)
+        spot = per_request.to(dtype).index_select(1, request).add_(torch.arange(total, dtype=dtype, device=device))
+        col = torch.div(spot, ps, rounding_mode="floor")
+        page = _gather(spans, col)
+        # max(page, 0) * ps + spot % ps as (max(page, 0) - col) * ps + spot: no offset array
+        torch.addcmul(spot, page.clamp_min_(0).to(dtype).sub_(col), ps, out=out[: len(tables), :total])
 
     def replay_fill(self, packed: torch.Tensor, meta: torch.Tensor, dst: torch.Tensor, bs: int,
                     actual_bs: int, tail_pad: int) -> None:
