@@ -25,7 +25,7 @@ INT32_END = 2**31
 def _fixed_positions(seq_lens: torch.Tensor, bs: int, n: int) -> torch.Tensor:
     """W1/W2/W4 as int64 ``[bs, n]``: request b's token t at ``max(seq_b - n + t, 0)`` (token-major)."""
     steps = torch.arange(-n, 0, device=seq_lens.device)
-    return (seq_lens[:bs].view(bs, 1) + steps).clamp_min(0)
+    return (seq_lens[:bs].to(torch.int64).view(bs, 1) + steps).clamp_min_(0)
 
 
 def _token_major(out: torch.Tensor, groups: int, bs: int, n: int) -> torch.Tensor:
@@ -33,26 +33,26 @@ def _token_major(out: torch.Tensor, groups: int, bs: int, n: int) -> torch.Tenso
     return out[:groups, : bs * n].view(groups, bs, n)
 
 
-def _slots(page: torch.Tensor, inside: torch.Tensor, positions: torch.Tensor, ps: torch.Tensor,
-           out: torch.Tensor | None = None) -> torch.Tensor:
-    """``max(page, 0) * ps + pos % ps``, the page zeroed where ``inside`` is False (a column past the width)."""
-    page.clamp_min_(0).mul_(inside)
-    return torch.addcmul(positions % ps, page, ps, out=out)
+def _slots(page: torch.Tensor, col: torch.Tensor, width: torch.Tensor, positions: torch.Tensor,
+           ps: torch.Tensor) -> torch.Tensor:
+    """``max(page, 0) * ps + pos % ps`` as ``(max(page, 0) - col) * ps + pos`` (no offset array), the page
+    taken as 0 where the column is at or past the width (the sink). Every operand is int64: a mixed-dtype
+    torch op costs several times a same-dtype one on small tensors."""
+    page.clamp_min_(0).masked_fill_(col >= width, 0)
+    return torch.addcmul(positions, page.sub_(col), ps)
 
 
 def _gather_locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
-                 rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``[G, *positions.shape]``: every group's slot of each (row, position), ``rows`` and int64 ``positions``
-    broadcasting together; a column past a group's width reads page -1, which sinks to page 0. The int64
-    ``positions`` promote the int32 page and page size, so the arithmetic is int64."""
+                 rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """int64 ``[G, *positions.shape]``: every group's slot of each (row, position), ``rows`` and int64 ``positions``
+    broadcasting together; a column past a group's width reads page -1, which sinks to page 0."""
     groups = tables.shape[0]
     shape = (groups,) + (1,) * positions.dim()
-    ps = page_sizes[:groups].view(shape)
+    ps = page_sizes[:groups].to(torch.int64).view(shape)
     col = torch.div(positions, ps, rounding_mode="floor")
-    inside = col < widths[:groups].view(shape)
     g = torch.arange(groups, device=tables.device).view(shape)
-    page = tables[g, rows, col.clamp_max(tables.shape[2] - 1)]
-    return _slots(page, inside, positions, ps, out)
+    page = tables[g, rows, col.clamp_max(tables.shape[2] - 1)].to(torch.int64)
+    return _slots(page, col, widths[:groups].to(torch.int64).view(shape), positions, ps)
 
 
 def _spans(tables: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[int]]:
@@ -70,9 +70,18 @@ def _gather(spans: Sequence[torch.Tensor], index: torch.Tensor) -> torch.Tensor:
     if len(spans) == 1:
         return spans[0].index_select(0, index.reshape(-1)).view(index.shape)
     page = torch.empty(index.shape, dtype=spans[0].dtype, device=index.device)
-    for g, span in enumerate(spans):
-        torch.index_select(span, 0, index[g].reshape(-1), out=page[g].view(-1))
+    for span, reads, dst in zip(spans, index.reshape(len(spans), -1).unbind(), page.view(len(spans), -1).unbind(),
+                                strict=True):
+        torch.index_select(span, 0, reads, out=dst)
     return page
+
+
+def _page_col(spot: torch.Tensor, page_sizes: Sequence[int], ps: torch.Tensor) -> torch.Tensor:
+    """``spot // ps`` of non-negative spots, ``ps`` the page sizes' ``[G, 1, ...]`` tensor: a shift when every
+    page size is a power of two (torch's integer division is several times slower on CPU)."""
+    if all(size & (size - 1) == 0 for size in page_sizes):
+        return spot >> upload([size.bit_length() - 1 for size in page_sizes], spot.device, ps.dtype).view(ps.shape)
+    return torch.div(spot, ps, rounding_mode="floor")
 
 
 def _flat(table: torch.Tensor) -> torch.Tensor:
@@ -131,7 +140,7 @@ class TorchKernels:
             return
         rows = torch.arange(bs, device=tables.device).view(bs, 1)
         positions = _fixed_positions(seq_lens, bs, n)
-        _gather_locs(tables, widths, page_sizes, rows, positions, out=_token_major(out, tables.shape[0], bs, n))
+        _token_major(out, tables.shape[0], bs, n).copy_(_gather_locs(tables, widths, page_sizes, rows, positions))
 
     def grouped_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int], seq_lens: torch.Tensor,
                      out: torch.Tensor, bs: int, n: int) -> None:
@@ -143,30 +152,30 @@ class TorchKernels:
         widths = [t.shape[1] for t in tables]
         tables = [t if t.shape[1] else t.new_zeros(1, 1).expand(t.shape[0], 1) for t in tables]
         spans, bases = _spans(tables)
-        ps, width, last, base, pitch, step = _per_group(
-            [page_sizes, widths, [max(w - 1, 0) for w in widths], bases, [t.stride(0) for t in tables],
+        ps, last, base, pitch, step = _per_group(
+            [page_sizes, [max(w - 1, 0) for w in widths], bases, [t.stride(0) for t in tables],
              [t.stride(1) for t in tables]], out.device, 2)
         positions = _fixed_positions(seq_lens, bs, n)
-        col = torch.div(positions, ps, rounding_mode="floor")
-        inside = col < width
+        col = _page_col(positions, page_sizes, ps)
         start = torch.addcmul(base, torch.arange(bs, device=out.device).view(bs, 1), pitch)
-        page = _gather(spans, torch.addcmul(start, col.clamp(max=last), step))
-        _slots(page, inside, positions, ps, out=_token_major(out, len(tables), bs, n))
+        index = torch.addcmul(start, col.clamp(max=last), step)
+        locs = _slots(_gather(spans, index).to(torch.int64), col, last + 1, positions, ps)
+        _token_major(out, len(tables), bs, n).copy_(locs)
 
     def stacked_extend_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                             rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
         total = rows.shape[0]
         if total == 0 or tables.shape[0] == 0:
             return
-        _gather_locs(tables, widths, page_sizes, rows, positions.to(torch.int64),
-                     out=out[: tables.shape[0], :total])
+        out[: tables.shape[0], :total] = _gather_locs(tables, widths, page_sizes, rows, positions.to(torch.int64))
 
     def grouped_extend_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int],
                             prefix_lens: Sequence[int], extend_lens: Sequence[int], out: torch.Tensor) -> None:
         """See ``GroupedExtendLocs``. Token t (request i, position p) of group g has the spot
         ``(base + i * stride(0)) * ps + p`` in its span: ``spot // ps`` is the element to read and
         ``spot % ps`` the offset, so ``loc = (max(page, 0) - spot // ps) * ps + spot``. Spots are int32
-        when every one fits; all groups' spots, columns and pages are one ``[G, T]`` tensor each.
+        when every one fits, one row shared by every group when their ``base * ps`` and ``stride(0) * ps``
+        agree (else one row per group); columns and pages are one ``[G, T]`` tensor each.
         """
         total = sum(extend_lens)
         if total == 0 or not tables:
@@ -174,18 +183,18 @@ class TorchKernels:
         device = out.device
         tables = [t if t.stride(1) == 1 else t.contiguous() for t in tables]
         spans, bases = _spans(tables)
-        steps = [t.stride(0) * ps for t, ps in zip(tables, page_sizes, strict=True)]
-        firsts = [b * ps for b, ps in zip(bases, page_sizes, strict=True)]
-        reach = max(map(operator.add, prefix_lens, extend_lens))
-        top = max(first + (len(extend_lens) - 1) * step for first, step in zip(firsts, steps, strict=True))
-        dtype = torch.int32 if top + reach < INT32_END else torch.int64
+        rows = sorted({(b * ps, t.stride(0) * ps) for t, b, ps in zip(tables, bases, page_sizes, strict=True)})
+        if len(rows) > 1:
+            rows = [(b * ps, t.stride(0) * ps) for t, b, ps in zip(tables, bases, page_sizes, strict=True)]
+        top = max(first + (len(extend_lens) - 1) * step for first, step in rows)
+        dtype = torch.int32 if top + max(map(operator.add, prefix_lens, extend_lens)) < INT32_END else torch.int64
         extend, _, lead = extend_runs(prefix_lens, extend_lens, device)
-        first, step = _per_group([firsts, steps], device, 1)
-        ps = upload(page_sizes, device, dtype).view(-1, 1)
-        per_request = torch.addcmul(first + lead, torch.arange(len(extend_lens), device=device), step)
         request = torch.repeat_interleave(extend, output_size=total)
-        spot = per_request.to(dtype).index_select(1, request).add_(torch.arange(total, dtype=dtype, device=device))
-        col = torch.div(spot, ps, rounding_mode="floor")
+        position = lead.to(dtype).index_select(0, request).add_(torch.arange(total, dtype=dtype, device=device))
+        first, step = (upload(column, device, dtype).view(-1, 1) for column in zip(*rows, strict=True))
+        spot = torch.addcmul(position + first, request.to(dtype), step)
+        ps = upload(page_sizes, device, dtype).view(-1, 1)
+        col = _page_col(spot, page_sizes, ps)
         page = _gather(spans, col)
         # max(page, 0) * ps + spot % ps as (max(page, 0) - col) * ps + spot: no offset array
         torch.addcmul(spot, page.clamp_min_(0).to(dtype).sub_(col), ps, out=out[: len(tables), :total])
