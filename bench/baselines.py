@@ -2,7 +2,9 @@
 
 - extend: upstream's per-request loop (tokenspeed ``_compute_extend_group_out_cache_locs``): for
   each request, its positions, then one small gather per group;
-- decode / verify: one torch chain per group (upstream's eager ``_compute_decode_group_out_cache_locs``);
+- decode / verify: one torch chain per group (upstream's eager ``_compute_decode_group_out_cache_locs``),
+  and the bare formula: the fewest torch ops that give the same values on a valid batch;
+- extend: the gather floor, one ``index_select`` per group of the pages the locations read;
 - replay fill: a plain ``copy_`` of as many bytes as the fill writes, the memory-copy floor.
 Every group uses its own block granularity as page size, on the raw (unexpanded) tables.
 """
@@ -55,6 +57,28 @@ def per_group_decode_locs(specs: Sequence[GroupSpec], tables: Mapping[str, torch
     """Every attention group's chain, one after the other (a launch per op per group on a GPU)."""
     return {spec.group_id: chain_decode_locs(tables[spec.group_id], seq_lens, spec.block_granularity, n)
             for spec in _attention_groups(specs)}
+
+
+def bare_decode_locs(specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], seq_lens: torch.Tensor,
+                     n: int) -> dict[str, torch.Tensor]:
+    """W1/W2 with no validation and no sink clamps: int32 positions once, then per group a gather and the slot."""
+    bs = seq_lens.shape[0]
+    if n == 1:
+        positions, rows = seq_lens - 1, torch.arange(bs, device=seq_lens.device)
+    else:
+        offsets = torch.arange(-n, 0, dtype=seq_lens.dtype, device=seq_lens.device)
+        positions = (seq_lens[:, None] + offsets).clamp_min_(0).view(-1)
+        rows = torch.arange(bs, device=seq_lens.device).repeat_interleave(n)
+    return {spec.group_id: tables[spec.group_id][rows, positions // spec.block_granularity]
+            * spec.block_granularity + positions % spec.block_granularity
+            for spec in _attention_groups(specs)}
+
+
+def gather_floor(flat_tables: Mapping[str, torch.Tensor], indices: Mapping[str, torch.Tensor]
+                 ) -> dict[str, torch.Tensor]:
+    """The memory floor of any location kernel: per group, one gather of the page each token reads
+    (int64 indices into the flattened table, computed beforehand)."""
+    return {gid: flat_tables[gid].index_select(0, index) for gid, index in indices.items()}
 
 
 def copy_floor(dst: torch.Tensor, src: torch.Tensor) -> None:

@@ -13,9 +13,11 @@ from kvtable.argtypes import positive_int, writable_file
 from kvtable.bench.harness import Settings, host_info, write_json
 
 BENCHMARKS: dict[str, str] = {
+    "ops": "kvtable.bench.ops",
     "extend": "kvtable.bench.extend",
     "decode": "kvtable.bench.decode",
     "replay": "kvtable.bench.replay",
+    "scaling": "kvtable.bench.scaling",
     "tester": "kvtable.bench.tester",
 }
 """Benchmark name -> module providing ``run(settings) -> Section``."""

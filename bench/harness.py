@@ -6,11 +6,10 @@ by sample, so a noisy or shared machine slows every candidate alike instead of s
 
 from __future__ import annotations
 
-import gc
 import json
-import math
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+import torch.utils.benchmark as benchmark
 
 """Where results land by default; git-ignored."""
 
@@ -29,96 +29,118 @@ SIZES: tuple[Size, ...] = ("full", "quick", "smoke")
 
 @dataclass(frozen=True)
 class Settings:
-    """How big the cases are and how hard to measure: warmup calls, interleaved samples, least sample time.
+    """How big the cases are and how hard to measure: interleaved samples and the least time of one sample
+    (``torch.utils.benchmark`` warms each sample up itself).
 
     ``smoke`` runs tiny cases once each: it checks the pipeline end to end and its numbers mean nothing.
     """
 
     size: Size
-    warmup: int
     repeats: int
     min_sample_s: float
 
     @classmethod
     def for_size(cls, size: Size) -> Settings:
         if size == "smoke":
-            return cls(size, warmup=0, repeats=1, min_sample_s=0.0)
+            return cls(size, repeats=1, min_sample_s=0.0)
         if size == "quick":
-            return cls(size, warmup=1, repeats=5, min_sample_s=0.002)
-        return cls(size, warmup=3, repeats=15, min_sample_s=0.02)
+            return cls(size, repeats=7, min_sample_s=0.003)
+        return cls(size, repeats=15, min_sample_s=0.02)
 
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds per call of each interleaved sample (a sample may average several back-to-back calls)."""
+    """Seconds per call of each interleaved sample (each sample is the mean of several back-to-back calls)."""
 
     samples: tuple[float, ...]
     calls_per_sample: int
 
     @property
     def median(self) -> float:
-        ordered = sorted(self.samples)
-        mid = len(ordered) // 2
-        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        return statistics.median(self.samples)
 
     @property
     def best(self) -> float:
         return min(self.samples)
 
     def to_json(self) -> dict[str, Any]:
-        return {"median_s": self.median, "min_s": self.best, "samples": len(self.samples),
-                "calls_per_sample": self.calls_per_sample}
+        return {"median_s": self.median, "min_s": self.best, "max_s": max(self.samples),
+                "samples": len(self.samples), "calls_per_sample": self.calls_per_sample}
 
 
-def measure(candidates: Mapping[str, Callable[[], object]], settings: Settings, *,
-            sync: Callable[[], None] | None = None) -> dict[str, Timing]:
-    """Time every candidate in this one run, round-robin, so each sample of each sees the same machine.
+@dataclass(frozen=True)
+class Spread:
+    """A figure's min / median / max over the repetitions of one run."""
 
-    Each candidate is warmed up, then calibrated to a number of back-to-back calls per sample that
-    lasts at least ``settings.min_sample_s``; ``sync`` (e.g. ``torch.cuda.synchronize``) brackets a sample.
+    min: float
+    median: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        return cls(min(values), statistics.median(values), max(values))
+
+    def render(self, fmt: str = ".3g") -> str:
+        return f"{self.median:{fmt}} ({self.min:{fmt}}-{self.max:{fmt}})"
+
+    def to_json(self) -> dict[str, float]:
+        return {"min": self.min, "median": self.median, "max": self.max}
+
+
+def ratio(numerator: Timing, denominator: Timing) -> Spread:
+    """``numerator / denominator`` sample by sample: the two were timed interleaved, so sample i of each saw
+    the same machine; the spread is over the repetitions."""
+    return Spread.of([a / b for a, b in zip(numerator.samples, denominator.samples, strict=True)])
+
+
+def measure(candidates: Mapping[str, Callable[[], object]], settings: Settings, *, device: str = "cpu"
+            ) -> dict[str, Timing]:
+    """Time every candidate in this one run with ``torch.utils.benchmark``, round-robin, so sample i of every
+    candidate sees the same machine.
+
+    ``Timer`` runs each call at the current torch thread count and warms up before every sample. On a
+    CUDA device it times wall-clock with the device synchronized around each sample; on the CPU it times
+    the calling thread's CPU time (``time.thread_time``): with one torch thread that is the work a call
+    does, without the time the process spends descheduled on a shared machine. Each candidate is first
+    calibrated (``blocked_autorange``) to a number of calls per sample lasting ``settings.min_sample_s``.
     """
     if not candidates:
         raise ValueError("nothing to measure")
-    wait = sync or (lambda: None)
-    calls: dict[str, int] = {}
-    for name, fn in candidates.items():
-        for _ in range(settings.warmup):
-            fn()
-        once = _sample(fn, 1, wait)
-        calls[name] = max(1, math.ceil(settings.min_sample_s / max(once, 1e-9)))
+    threads = torch.get_num_threads()
+    clock = {} if device == "cuda" else {"timer": time.thread_time}
+    timers = {name: benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, **clock)
+              for name, fn in candidates.items()}
+    calls = {name: _calls_per_sample(timer, settings) for name, timer in timers.items()}
     samples: dict[str, list[float]] = {name: [] for name in candidates}
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(settings.repeats):
-            for name, fn in candidates.items():
-                samples[name].append(_sample(fn, calls[name], wait))
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    for _ in range(settings.repeats):
+        for name, timer in timers.items():
+            samples[name].append(timer.timeit(calls[name]).mean)
     return {name: Timing(tuple(samples[name]), calls[name]) for name in candidates}
 
 
-def _sample(fn: Callable[[], object], calls: int, sync: Callable[[], None]) -> float:
-    sync()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    sync()
-    return (time.perf_counter() - start) / calls
+def _calls_per_sample(timer: benchmark.Timer, settings: Settings) -> int:
+    if settings.min_sample_s <= 0:
+        return 1
+    return max(1, timer.blocked_autorange(min_run_time=settings.min_sample_s).number_per_run)
+
+
+ALLOCATIONS = frozenset({"aten.empty.memory_format", "aten.empty_strided.default", "aten.lift_fresh.default"})
+"""Dispatched ops that only allocate or wrap memory: no kernel runs for them on a GPU."""
 
 
 def count_dispatched_ops(fn: Callable[[], object]) -> int:
-    """How many non-view aten ops one call dispatches: on a GPU each is (about) one kernel launch."""
+    """How many non-view, non-allocating aten ops one call dispatches (after one call to warm any cache):
+    on a GPU each is (about) one kernel launch, so the count is the launch count, the same on any device."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Counter(TorchDispatchMode):
         ops = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-            Counter.ops += not func.is_view
+            Counter.ops += not func.is_view and str(func) not in ALLOCATIONS
             return func(*args, **(kwargs or {}))
 
+    fn()
     with Counter():
         fn()
     return Counter.ops
@@ -149,16 +171,36 @@ def require_same(what: str, got: Mapping[str, torch.Tensor], want: Mapping[str, 
 
 @dataclass
 class Target:
-    """A speed target the issue states; checked by reading the output, never by a test."""
+    """A speed target the issue states, judged on the median of its spread; read off the output, never a test."""
 
     name: str
     want: str
-    got: float | None
+    got: Spread | None
     met: bool | None
     """None when the measurement it needs was not run (skipped is never reported as met)."""
+    detail: str = ""
+    """Absolute figures beside the ratio (e.g. microseconds per call)."""
+
+    @classmethod
+    def at_least(cls, name: str, bound: float, got: Spread | None, detail: str = "") -> Target:
+        return cls(name, f">= {bound:g}x", got, None if got is None else got.median >= bound, detail)
+
+    @classmethod
+    def at_most(cls, name: str, bound: float, got: Spread | None, detail: str = "") -> Target:
+        return cls(name, f"<= {bound:g}x", got, None if got is None else got.median <= bound, detail)
+
+    @property
+    def verdict(self) -> str:
+        return "not measured" if self.met is None else ("MET" if self.met else "MISSED")
+
+    def render(self) -> str:
+        got = "-" if self.got is None else self.got.render()
+        detail = f" [{self.detail}]" if self.detail else ""
+        return f"target {self.name}: want {self.want}, got {got}{detail}: {self.verdict}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "want": self.want, "got": self.got, "met": self.met}
+        return {"name": self.name, "want": self.want, "got": None if self.got is None else self.got.to_json(),
+                "met": self.met, "verdict": self.verdict, "detail": self.detail}
 
 
 @dataclass
@@ -191,10 +233,7 @@ class Section:
         lines.append("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
         lines.append("  ".join("-" * w for w in widths))
         lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in body]
-        for t in self.targets:
-            verdict = "not measured" if t.met is None else ("MET" if t.met else "MISSED")
-            got = "-" if t.got is None else _cell(t.got)
-            lines.append(f"target {t.name}: want {t.want}, got {got}: {verdict}")
+        lines += [t.render() for t in self.targets]
         lines += [f"skipped: {s}" for s in self.skipped]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -227,7 +266,7 @@ def host_info() -> dict[str, Any]:
 def write_json(path: Path, sections: Sequence[Section], settings: Settings) -> None:
     """One JSON document for the whole run: host, settings and every section."""
     doc = {"schema": 1, "created": datetime.now(UTC).isoformat(timespec="seconds"),
-           "settings": {"size": settings.size, "warmup": settings.warmup, "repeats": settings.repeats,
+           "settings": {"size": settings.size, "repeats": settings.repeats,
                         "min_sample_s": settings.min_sample_s},
            "host": host_info(), "sections": {s.name: s.to_json() for s in sections}}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -23,13 +23,17 @@ _GROUPS = (
     GroupSpec("swa", "sliding", 16, window=4096),
     GroupSpec("full_b64", "full", 64),
     GroupSpec("swa_b32", "sliding", 32, window=1024),
+    GroupSpec("full_b32", "full", 32),
+    GroupSpec("swa_b64", "sliding", 64, window=8192),
+    GroupSpec("swa_512", "sliding", 16, window=512),
+    GroupSpec("full_b128", "full", 128),
 )
 
 
 def group_set(n_groups: int) -> tuple[GroupSpec, ...]:
-    """2 to 4 attention groups: full and sliding at the kernel page size, then coarser blocks."""
-    if not 2 <= n_groups <= len(_GROUPS):
-        raise ValueError(f"benchmarks use 2..{len(_GROUPS)} groups, got {n_groups}")
+    """1 to 8 attention groups: full and sliding at the kernel page size, then coarser blocks and windows."""
+    if not 1 <= n_groups <= len(_GROUPS):
+        raise ValueError(f"benchmarks use 1..{len(_GROUPS)} groups, got {n_groups}")
     return _GROUPS[:n_groups]
 
 
@@ -89,6 +93,20 @@ def build_tables(specs: Sequence[GroupSpec], batch: Batch, gen: torch.Generator,
         table = torch.where(cols < (starts // ps)[:, None], 0, table)
         tables[spec.group_id] = table.to(torch.int32).to(device)
     return tables
+
+
+def one_storage(tables: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The same tables as views of one int32 buffer, back to back (as an engine that allocates every group's
+    table from one pool hands them over)."""
+    sizes = [t.numel() for t in tables.values()]
+    first = next(iter(tables.values()))
+    pool = torch.empty(sum(sizes), dtype=torch.int32, device=first.device)
+    views, offset = {}, 0
+    for (gid, table), size in zip(tables.items(), sizes, strict=True):
+        views[gid] = pool[offset: offset + size].view(table.shape)
+        views[gid].copy_(table)
+        offset += size
+    return views
 
 
 def stacked(specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor]

@@ -65,11 +65,13 @@ def _spans(tables: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[int
     return [_flat(t) for t in tables], [0] * len(tables)
 
 
-def _gather(spans: Sequence[torch.Tensor], index: torch.Tensor) -> torch.Tensor:
-    """``spans[g][index[g]]`` for every group g of ``index [G, ...]`` (or ``spans[0][index]`` for one span)."""
+def _gather(spans: Sequence[torch.Tensor], index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``spans[g][index[g]]`` for every group g of ``index [G, ...]`` (or ``spans[0][index]`` for one span),
+    into ``out`` (contiguous, of ``index``'s shape) when given."""
+    page = torch.empty(index.shape, dtype=spans[0].dtype, device=index.device) if out is None else out
     if len(spans) == 1:
-        return spans[0].index_select(0, index.reshape(-1)).view(index.shape)
-    page = torch.empty(index.shape, dtype=spans[0].dtype, device=index.device)
+        torch.index_select(spans[0], 0, index.reshape(-1), out=page.view(-1))
+        return page
     for span, reads, dst in zip(spans, index.reshape(len(spans), -1).unbind(), page.view(len(spans), -1).unbind(),
                                 strict=True):
         torch.index_select(span, 0, reads, out=dst)
@@ -189,15 +191,21 @@ class TorchKernels:
         top = max(first + (len(extend_lens) - 1) * step for first, step in rows)
         dtype = torch.int32 if top + max(map(operator.add, prefix_lens, extend_lens)) < INT32_END else torch.int64
         extend, _, lead = extend_runs(prefix_lens, extend_lens, device)
+        first, step = (upload(column, device, torch.int64).view(-1, 1) for column in zip(*rows, strict=True))
+        # request i's first spot, less its first token's index: then spot = per_request[i] + token index
+        per_request = torch.addcmul(first + lead, torch.arange(len(extend_lens), device=device), step).to(dtype)
         request = torch.repeat_interleave(extend, output_size=total)
-        position = lead.to(dtype).index_select(0, request).add_(torch.arange(total, dtype=dtype, device=device))
-        first, step = (upload(column, device, dtype).view(-1, 1) for column in zip(*rows, strict=True))
-        spot = torch.addcmul(position + first, request.to(dtype), step)
+        if len(rows) > 1:  # one row of spots per group: read per_request through a flat [G * bs] index
+            request = request + torch.arange(0, per_request.numel(), len(extend_lens), device=device).view(-1, 1)
+        spot = per_request.view(-1).index_select(0, request.view(-1)).view(len(rows), total)
+        del request  # large temporaries are freed as soon as they are used: fresh memory page-faults
+        spot.add_(torch.arange(total, dtype=dtype, device=device))
         ps = upload(page_sizes, device, dtype).view(-1, 1)
         col = _page_col(spot, page_sizes, ps)
-        page = _gather(spans, col)
+        dst = out[: len(tables), :total]
+        page = _gather(spans, col, dst if dst.is_contiguous() else None)  # the pages land in out itself
         # max(page, 0) * ps + spot % ps as (max(page, 0) - col) * ps + spot: no offset array
-        torch.addcmul(spot, page.clamp_min_(0).to(dtype).sub_(col), ps, out=out[: len(tables), :total])
+        torch.addcmul(spot, page.clamp_min_(0).to(dtype).sub_(col), ps, out=dst)
 
     def replay_fill(self, packed: torch.Tensor, meta: torch.Tensor, dst: torch.Tensor, bs: int,
                     actual_bs: int, tail_pad: int) -> None:
