@@ -1,0 +1,92 @@
+"""The conformance suite as cosmic-ray's test command: ``kvtable fuzz`` on the torch backend, stopping at the first
+failing property.
+
+Each property runs with the examples and seed that ``kvtable fuzz --examples N --seed S`` gives it (its share of N
+by weight); the run exits 1 at the first property that fails (the mutant is killed) and 0 when all pass.
+
+    python mutation/suite.py [--examples N] [--seed S]           # the suite, in this process
+    python mutation/suite.py --serve SOCKET &                    # preload torch, hypothesis, the conformance suite
+    python mutation/suite.py --via SOCKET                        # the test command: the server forks a child that
+                                                                 # imports impl afresh from disk (the mutant)
+
+The server saves each mutant the ~4 s of importing torch and hypothesis; it never imports ``kvtable.impl`` itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+
+CHILD_TIMEOUT_S = 600
+"""A mutant that hangs the suite this long is killed (and counts as killed, as a cosmic-ray timeout does)."""
+
+
+def run_suite(examples: int, seed: int) -> int:
+    """0 when every property passes at its ``kvtable fuzz`` budget, 1 at the first that fails."""
+    from kvtable.backends import load
+    from kvtable.conformance.fuzz import budget, fuzz
+    from kvtable.conformance.properties import PROPERTIES
+
+    backend = load("torch")
+    shares = budget(examples, PROPERTIES)
+    for prop in PROPERTIES:
+        report = fuzz(backend, examples=shares[prop.name], seed=seed, database=None, properties=[prop])
+        if not report.passed:
+            print(f"killed by {prop.name}: {[r.message for r in report.failures][:1]}", flush=True)
+            return 1
+    return 0
+
+
+def serve(path: str, examples: int, seed: int) -> None:
+    """Answer each connection with the exit status of one suite run in a forked child."""
+    import hypothesis  # noqa: F401  (preloaded for the children)
+    import torch  # noqa: F401
+
+    import kvtable.conformance.fuzz  # noqa: F401
+    import kvtable.conformance.properties  # noqa: F401
+
+    if any(name.startswith("kvtable.impl") for name in sys.modules):
+        raise RuntimeError("the server imported kvtable.impl; its children would test the unmutated code")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        server.listen()
+        while True:
+            conn, _ = server.accept()
+            with conn:
+                pid = os.fork()
+                if pid == 0:
+                    signal.alarm(CHILD_TIMEOUT_S)
+                    os._exit(run_suite(examples, seed))
+                _, status = os.waitpid(pid, 0)
+                conn.sendall(bytes([0 if os.waitstatus_to_exitcode(status) == 0 else 1]))
+
+
+def via(path: str) -> int:
+    """One suite run on the server at ``path``: its exit status."""
+    with socket.socket(socket.AF_UNIX) as client:
+        client.connect(path)
+        answer = client.recv(1)
+    return answer[0] if answer else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=int, default=2000, help="kvtable fuzz's budget (default 2000)")
+    parser.add_argument("--seed", type=int, default=0)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--serve", metavar="SOCKET", help="preload and serve suite runs on this unix socket")
+    mode.add_argument("--via", metavar="SOCKET", help="run the suite on the server at this socket")
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve(args.serve, args.examples, args.seed)
+        return 0
+    if args.via:
+        return via(args.via)
+    return run_suite(args.examples, args.seed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
