@@ -95,3 +95,24 @@ def test_the_repository_cites_no_document_outside_itself() -> None:
     absolute = sorted(p.relative_to(ROOT).as_posix() for p in files
                       if re.search(r"(?<![\w.])/(work|home|tmp|mnt)/", p.read_text(errors="replace")))
     assert absolute == []
+
+
+def _resolve_impl(dotted: str) -> object:
+    """``impl.module.attr[.attr]`` under ``kvtable``: the longest importable module, then attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target: object = importlib.import_module("kvtable." + ".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[cut:]:
+            target = getattr(target, attr)
+        return target
+    raise ModuleNotFoundError(dotted)
+
+
+@pytest.mark.parametrize("clause", CLAUSES, ids=lambda c: c.label)
+def test_every_clause_names_the_impl_code_that_carries_it_and_that_code_exists(clause) -> None:
+    named = re.findall(r"`(impl\.[A-Za-z0-9_.]+)`", _carried_by(clause, "Implemented by"))
+    assert named, f"{clause.label} has no Implemented by line"
+    assert [dotted for dotted in named if not callable(_resolve_impl(dotted))] == []
