@@ -25,24 +25,25 @@ class KernelObligation(Obligation):
     binding: Callable[[], Binding] = field(default=lambda: None)  # type: ignore[assignment,return-value]
 
 
-def in_bounds(clause: str, binding: Callable[[], Binding], what: str, expect: Expect = "proved") -> Obligation:
-    label = binding().label
-    return KernelObligation(f"{clause}.kernel-{label}-in-bounds", clause,
-                            f"{label} kernel: every masked load and store stays inside its tensor, per dimension,"
-                            f" for every program id, lane and loaded value ({what})",
-                            lambda: kq.in_bounds(binding()), expect, binding)
+def _clause(name: str) -> str:
+    return name.split(".", 1)[0]
 
 
-def agrees(clause: str, binding: Callable[[], Binding], what: str, expect: Expect = "proved") -> Obligation:
-    label = binding().label
-    return KernelObligation(f"{clause}.kernel-{label}-agrees", clause, f"{label} kernel: {what}",
-                            lambda: kq.agreement(binding(), clause), expect, binding)
+def in_bounds(name: str, binding: Callable[[], Binding], what: str) -> KernelObligation:
+    return KernelObligation(name, _clause(name),
+                            f"{binding().label} kernel: every masked load and store stays inside its tensor, per"
+                            f" dimension, for every program id, lane and loaded value ({what})",
+                            lambda: kq.in_bounds(binding()), "proved", binding)
 
 
-def safe(clause: str, binding: Callable[[], Binding], what: str, expect: Expect = "proved",
-         build: Callable[[], Query] | None = None, suffix: str = "safe") -> Obligation:
-    label = binding().label
-    return KernelObligation(f"{clause}.kernel-{label}-{suffix}", clause, f"{label} kernel: {what}",
+def agrees(name: str, binding: Callable[[], Binding], what: str) -> KernelObligation:
+    return KernelObligation(name, _clause(name), f"{binding().label} kernel: {what}",
+                            lambda: kq.agreement(binding(), _clause(name)), "proved", binding)
+
+
+def safe(name: str, binding: Callable[[], Binding], what: str, expect: Expect = "proved",
+         build: Callable[[], Query] | None = None) -> KernelObligation:
+    return KernelObligation(name, _clause(name), f"{binding().label} kernel: {what}",
                             build or (lambda: kq.safety(binding())), expect, binding)
 
 
@@ -51,39 +52,43 @@ def kernel_obligations(binding: Binding, clauses: tuple[str, ...] = ()) -> tuple
     the obligations ``kvtable prove --kernel`` runs on a user's kernel."""
     def bound() -> Binding:
         return binding
-    obligations = [in_bounds(binding.clause, bound, "the user's binding")]
+    prefix = f"{binding.clause}.kernel-{binding.label}"
+    obligations = [in_bounds(f"{prefix}-in-bounds", bound, "the user's binding")]
     for clause in (binding.clause, *clauses):
-        obligations.append(agrees(clause, bound, f"every store writes the element clause {clause} writes, with"
-                                                 " its value, under its preconditions"))
+        obligations.append(agrees(f"{clause}.kernel-{binding.label}-agrees", bound,
+                                  f"every store writes the element clause {clause} writes, with its value, under"
+                                  " its preconditions"))
     if binding.clause not in ("G3", "E2"):
-        obligations.append(safe(binding.clause, bound, "with any table contents and lengths, every store is the"
-                                                        " token's own slot, a slot of page 0, or the pad"))
+        obligations.append(safe(f"{prefix}-safe", bound, "with any table contents and lengths, every store is"
+                                                        " the token's own slot, a slot of page 0, or the pad"))
     return tuple(obligations)
 
 
 OBLIGATIONS: tuple[Obligation, ...] = (
-    in_bounds("G4", kb.stacked_locs, "stale lengths and widths included"),
-    agrees("W1", lambda: kb.stacked_locs(clause="W1"),
+    in_bounds("G4.kernel-stacked-locs-in-bounds", kb.stacked_locs, "stale lengths and widths included"),
+    agrees("W1.kernel-stacked-locs-agrees", lambda: kb.stacked_locs(clause="W1"),
            "with n = 1, out[g, b] is W0's slot of position seq_len-1 of row b (T8, T4, W5 assumed)"),
-    agrees("W2", lambda: kb.stacked_locs(clause="W2"),
+    agrees("W2.kernel-stacked-locs-agrees", lambda: kb.stacked_locs(clause="W2"),
            "out[g, b*n+t] is the slot of max(seq_len-n+t, 0), real rows (seq_len >= n) and padded rows alike"),
-    agrees("W4", lambda: kb.stacked_locs(clause="W4"),
+    agrees("W4.kernel-stacked-locs-agrees", lambda: kb.stacked_locs(clause="W4"),
            "out[g, b*n+t] is the slot of max(frontier-n+t, 0) for every row with a frontier >= 1"),
-    agrees("G4", kb.stacked_locs, "replay's locations into [:bs*n] of every group only; lanes past bs*n store"
-                                  " nothing"),
-    safe("G4", kb.stacked_locs, "with any table contents and lengths, every store is the token's own slot or a"
-                                " slot of page 0"),
-    in_bounds("W3", kb.stacked_extend_locs, "any rows, positions and table contents"),
-    agrees("W3", kb.stacked_extend_locs, "out[g, i] is W0's slot of position positions[i] of row rows[i]"),
-    safe("W3", kb.stacked_extend_locs, "with any table contents and rows, positions >= 0: every store is the"
-                                       " token's own slot or a slot of page 0"),
-    safe("T9", kb.stacked_extend_locs,
+    agrees("G4.kernel-stacked-locs-agrees", kb.stacked_locs,
+           "replay's locations into [:bs*n] of every group only; lanes past bs*n store nothing"),
+    safe("G4.kernel-stacked-locs-safe", kb.stacked_locs,
+         "with any table contents and lengths, every store is the token's own slot or a slot of page 0"),
+    in_bounds("W3.kernel-extend-locs-in-bounds", kb.stacked_extend_locs, "any rows, positions and table contents"),
+    agrees("W3.kernel-extend-locs-agrees", kb.stacked_extend_locs,
+           "out[g, i] is W0's slot of position positions[i] of row rows[i]"),
+    safe("W3.kernel-extend-locs-safe", kb.stacked_extend_locs,
+         "with any table contents and rows, positions >= 0: every store is the token's own slot or a slot of"
+         " page 0"),
+    safe("T9.kernel-extend-locs-negative-position", kb.stacked_extend_locs,
          "a negative position (T9 dropped) makes pos % ps negative: a slot outside page 0 and the token's own",
-         "counterexample", lambda: kq.safety(kb.stacked_extend_locs(), nonnegative_positions=False),
-         "negative-position"),
-    in_bounds("G3", kb.replay_fill, "any packed contents, metadata and batch sizes"),
-    agrees("G3", kb.replay_fill, "dst[g, b, w] is the expanded live entry, the tail pad or 0, for b < bs only"),
-    agrees("E2", lambda: kb.replay_fill(clause="E2"),
+         "counterexample", lambda: kq.safety(kb.stacked_extend_locs(), nonnegative_positions=False)),
+    in_bounds("G3.kernel-replay-fill-in-bounds", kb.replay_fill, "any packed contents, metadata and batch sizes"),
+    agrees("G3.kernel-replay-fill-agrees", kb.replay_fill,
+           "dst[g, b, w] is the expanded live entry, the tail pad or 0, for b < bs only"),
+    agrees("E2.kernel-replay-fill-agrees", lambda: kb.replay_fill(clause="E2"),
            "a live source entry v at kernel column w becomes v*r + w % r if v > 0, else stays v"),
 )
 
