@@ -6,9 +6,11 @@ against its own backend::
     pytest tests/conformance --kvtable-backend mypkg.kv:make_backend --kvtable-profile vllm
 
 The backend name is resolved like ``kvtable conform --backend`` (built-in names, ``pkg.mod:factory``,
-``pkg.mod:object``), defaulting to ``$KVTABLE_BACKEND`` or ``torch``. A backend that cannot be loaded
-fails every test that asks for it, with the reason; one whose optional dependency is missing (triton)
-is skipped, never passed. Nothing heavy is imported until a fixture is used.
+``pkg.mod:object``), defaulting to ``$KVTABLE_BACKEND`` or ``torch``. ``--kvtable-database DIR|redis://...``
+makes that database Hypothesis' default, keyed by backend and profile (a HypoFuzz campaign shares it:
+``kvtable.conformance.campaign``); the suite runs under pytest-xdist (``-n N``) as it is. A backend
+that cannot be loaded fails every test that asks for it, with the reason; one whose optional
+dependency is missing (triton) is skipped, never passed. Nothing heavy is imported until a fixture is used.
 """
 
 from __future__ import annotations
@@ -25,6 +27,36 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(default: $KVTABLE_BACKEND or torch)")
     group.addoption("--kvtable-profile", default=None, metavar="PROFILE",
                     help="engine convention profile: kvtable (default) | vllm | sglang | tokenspeed | trtllm")
+    group.addoption("--kvtable-database", default=None, metavar="DIR|URL",
+                    help="Hypothesis' default example database for the session: a directory or redis://host:port, "
+                         "keyed by backend, profile and level (share one across a HypoFuzz campaign)")
+    group.addoption("--kvtable-replay", action="store_true",
+                    help="with --kvtable-database: only replay the failures saved there, generate nothing new "
+                         "(check a campaign's findings against a fixed backend)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Make ``--kvtable-database`` Hypothesis' default database, keyed by backend, profile and level."""
+    location = config.getoption("--kvtable-database", default=None)
+    if not location:
+        return
+    from hypothesis import Phase, settings
+
+    from kvtable.backends import default_spec
+    from kvtable.backends.profiles import get_profile
+    from kvtable.conformance.database import KeyedDatabase, database_prefix, open_database
+    from kvtable.exitcodes import UsageError
+
+    try:
+        database = open_database(location)
+    except UsageError as err:
+        raise pytest.UsageError(str(err)) from None
+    backend = config.getoption("--kvtable-backend") or default_spec()
+    profile = get_profile(config.getoption("--kvtable-profile")).name
+    keyed = KeyedDatabase(database, database_prefix(backend, profile, "correct")) if database else None
+    phases = (Phase.explicit, Phase.reuse) if config.getoption("--kvtable-replay") else settings.default.phases
+    settings.register_profile("kvtable-database", parent=settings.default, database=keyed, phases=phases)
+    settings.load_profile("kvtable-database")
 
 
 @pytest.fixture(scope="session")

@@ -99,6 +99,18 @@ class KeyedDatabase(ExampleDatabase):
     def move(self, src: bytes, dest: bytes, value: bytes) -> None:
         self._guard(lambda: self.inner.move(self.prefix + src, self.prefix + dest, value))
 
+    def _start_listening(self) -> None:
+        self.inner.add_listener(self._forward)
+
+    def _stop_listening(self) -> None:
+        self.inner.remove_listener(self._forward)
+
+    def _forward(self, event: tuple[str, tuple[bytes, bytes]]) -> None:
+        """Pass on the inner database's changes under this prefix, with the prefix taken off (HypoFuzz listens)."""
+        kind, (key, value) = event
+        if key.startswith(self.prefix):
+            self._broadcast_change((kind, (key[len(self.prefix):], value)))  # type: ignore[arg-type]
+
     def _guard(self, call: Callable[[], T]) -> T:
         try:
             return call()

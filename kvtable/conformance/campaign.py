@@ -1,0 +1,53 @@
+"""The conformance properties as plain ``@given`` tests, for fuzzing campaigns under HypoFuzz.
+
+``kvtable fuzz`` runs each property for a fixed budget; a campaign runs for hours or days, on many
+machines, with Hypothesis' own coverage-guided fuzzing engine (HypoFuzz) choosing which property to
+feed. HypoFuzz fuzzes pytest-collected ``@given`` tests; this module defines one per property, each
+drawing from the property's own strategy and judging with its own check, against the backend the
+kvtable pytest plugin selects. The test is parametrized by property, so HypoFuzz and a plain pytest run
+key its examples alike (by node id), and ``--kvtable-replay`` replays a campaign's failures::
+
+    pip install hypofuzz
+    hypothesis fuzz --no-dashboard -n 8 -- --pyargs kvtable.conformance.campaign \\
+        --kvtable-backend mypkg.kv:Backend --kvtable-database redis://ci-cache:6379
+
+``--kvtable-database`` (a directory or ``redis://``) becomes Hypothesis' default database, keyed by
+backend, profile and level, so every machine of the campaign shares its failures and a
+``kvtable fuzz`` of the same backend elsewhere never deletes them. To check a campaign's findings::
+
+    pytest --pyargs kvtable.conformance.campaign --kvtable-backend mypkg.kv:Backend \
+        --kvtable-database redis://ci-cache:6379 --kvtable-replay
+ The stateful graph-protocol
+property has no ``@given`` form here (run it with ``kvtable fuzz --property graph/protocol``).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.internal.conjecture.data import ConjectureResult
+
+from kvtable.conformance.properties import PROPERTIES, Context, Property
+
+__all__ = ["CAMPAIGN_PROPERTIES", "test_property"]
+
+if not hasattr(ConjectureResult, "slice_comments"):
+    # HypoFuzz (25.11.1) copies the explain phase's comments off the shrunk failure as it reports it; Hypothesis
+    # 6.170 no longer keeps them there, so without this the fuzz worker dies on the very failure it found.
+    ConjectureResult.slice_comments = {}  # type: ignore[attr-defined]
+
+CAMPAIGN_PROPERTIES = tuple(p for p in PROPERTIES if p.stateful is None)
+"""Every property with a strategy (the stateful graph protocol runs under ``kvtable fuzz``)."""
+
+
+@pytest.mark.parametrize("prop", CAMPAIGN_PROPERTIES, ids=[p.name for p in CAMPAIGN_PROPERTIES])
+@given(data=st.data())
+def test_property(prop: Property, kvtable_context: Context, data: st.DataObject) -> None:
+    """One property against the plugin's backend: its own strategy, its own check (a Mismatch names the clause)."""
+    assert prop.strategy is not None and prop.check is not None
+    reason = prop.not_applicable(kvtable_context) if prop.not_applicable is not None else None
+    if reason:
+        pytest.skip(f"{prop.name} not applicable: {reason}")
+    kvtable_context.transcript.reset()
+    prop.check(kvtable_context, data.draw(prop.strategy, label="example"))
