@@ -190,3 +190,40 @@ class GuardBuffer:
         first = self.buffer[: MARGIN_BYTES // 8]
         rest = [self.buffer[a:b] for a, b in self._spans]
         return all(bool((m == POISON).all()) for m in (first, *rest))
+
+
+class OutOfBoundsAccess(AssertionError):
+    """A Triton kernel's load or store outside every tensor it was launched with (blocked, never performed)."""
+
+    def __init__(self, kernel: str, hits: Sequence[GuardHit]) -> None:
+        first = hits[0]
+        super().__init__(f"[safety] {kernel}: {len(hits)} out-of-bounds access(es) blocked; the first a {first.kind}"
+                         f" by program {first.program}, lane {first.lane}, {first.nearest}")
+        self.kernel, self.hits = kernel, list(hits)
+
+
+def _tensor_arguments(args: Sequence[object], kwargs: dict[str, object]) -> dict[str, torch.Tensor]:
+    named = {f"argument {i}": a for i, a in enumerate(args)} | dict(kwargs)
+    return {name: getattr(t, "base", t) for name, t in named.items() if hasattr(t, "data_ptr")}
+
+
+@contextmanager
+def sanitizing() -> Iterator[None]:
+    """Every Triton interpreter launch inside is bounds-checked against its own tensor arguments: an access
+    outside all of them is blocked and raises ``OutOfBoundsAccess`` when the launch ends (``--sanitize``)."""
+    from triton.runtime.interpreter import GridExecutor
+
+    launch = GridExecutor.__call__
+
+    def checked(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 (Triton's signature)
+        with guarded(_tensor_arguments(args, kwargs)) as log:
+            result = launch(self, *args, **kwargs)
+        if log.hits:
+            raise OutOfBoundsAccess(getattr(self.fn, "__name__", "a kernel"), log.hits)
+        return result
+
+    GridExecutor.__call__ = checked
+    try:
+        yield
+    finally:
+        GridExecutor.__call__ = launch

@@ -221,3 +221,50 @@ def test_every_triton_kernel_has_in_bounds_and_agreement_obligations() -> None:
         assert any(n.endswith(f".kernel-{label}-in-bounds") for n in names)
         assert {f"{c}.kernel-{label}-agrees" for c in clauses} <= names
     assert {"G4.kernel-stacked-locs-safe", "W3.kernel-extend-locs-safe"} <= names
+
+
+def test_sanitize_turns_an_out_of_bounds_launch_into_a_safety_failure() -> None:
+    import triton
+    import triton.language as tl
+
+    from kvtable.spec.kernel_guard import OutOfBoundsAccess, sanitizing
+
+    @triton.jit
+    def overread(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n, other=0), mask=offs < 4)
+
+    src, dst = torch.arange(4, dtype=torch.int32), torch.zeros(4, dtype=torch.int32)
+    with sanitizing(), pytest.raises(OutOfBoundsAccess, match=r"\[safety\] overread: 2 out-of-bounds") as err:
+        overread[(1,)](src, dst, 6, BLOCK=8)  # reads src[4], src[5]
+    assert [(h.kind, h.lane) for h in err.value.hits] == [("load", 4), ("load", 5)]
+    overread[(1,)](src, dst, 4, BLOCK=8)  # outside the context: no guard (and in bounds anyway)
+    assert dst.tolist() == [0, 1, 2, 3]
+
+
+def test_conform_sanitize_passes_kvtables_triton_kernels(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvtable.cli import main
+
+    kernels = ["kernels/stacked-locs", "kernels/stacked-extend-locs", "kernels/replay-fill"]
+    rc = main(["conform", "--backend", "triton", "--sanitize", "--examples", "5",
+               *(arg for p in kernels for arg in ("--property", p))])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert all(p in out for p in kernels)
+
+
+def test_sanitize_catches_the_width_mask_mutant_on_a_stale_length() -> None:
+    from kvtable.spec.kernel_guard import OutOfBoundsAccess, sanitizing
+
+    kernels = mutant_kernels("triton-width-mask-dropped").TritonKernels()
+    tables = torch.tensor([[[7], [9]]], dtype=torch.int32)  # one group, two rows, one column
+    widths, page_sizes = torch.tensor([1], dtype=torch.int32), torch.tensor([1], dtype=torch.int32)
+    seq_lens = torch.tensor([1, 5], dtype=torch.int32)  # row 1 is stale: position 4, column 4
+    out = torch.zeros(1, 2, dtype=torch.int32)
+    with sanitizing(), pytest.raises(OutOfBoundsAccess, match="past the end of argument 0") as err:
+        kernels.stacked_locs(tables, widths, page_sizes, seq_lens, out, bs=2, n=1)
+    assert [(h.kind, h.lane) for h in err.value.hits] == [("load", 1)]
+    kvtable_kernels = __import__("kvtable.impl.triton_kernels", fromlist=["TritonKernels"]).TritonKernels()
+    with sanitizing():  # the real kernel masks the column: no access outside, row 1 sinks to page 0
+        kvtable_kernels.stacked_locs(tables, widths, page_sizes, seq_lens, out, bs=2, n=1)
+    assert out.tolist() == [[7, 0]]

@@ -17,6 +17,7 @@ expose its fused kernels as ``backend.kernels``, which the reference backend doe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -52,6 +53,9 @@ def add_execution(parser: argparse.ArgumentParser) -> None:
                              "not built-in or runs on CUDA; --no-isolate runs in this process)")
     parser.add_argument("--workers", type=positive_int, default=1, metavar="N",
                         help="spread the properties over N worker processes (implies --isolate; default 1)")
+    parser.add_argument("--sanitize", action="store_true",
+                        help="bounds-check every Triton interpreter launch against its tensor arguments: an"
+                             " out-of-bounds load or store fails the property (runs in this process)")
     parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help="with --isolate: a property whose worker gives no sign of life (each backend call "
                              f"is one) for this long is a TIMEOUT (default {DEFAULT_TIMEOUT_S:g})")
@@ -63,7 +67,20 @@ def execution(args: argparse.Namespace, spec: str) -> dict[str, object]:
     isolate = isolate_by_default(spec, backend) if args.isolate is None else args.isolate
     if args.workers > 1 and args.isolate is False:
         raise UsageError("--workers N runs properties in worker processes; it cannot be combined with --no-isolate")
+    if getattr(args, "sanitize", False):  # the guard patches the interpreter of this process only
+        if args.workers > 1 or args.isolate:
+            raise UsageError("--sanitize runs properties in this process; it cannot be combined with --workers"
+                             " or --isolate")
+        isolate = False
     return {"isolate": isolate, "workers": args.workers, "timeout": args.timeout}
+
+
+def sanitized(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """``--sanitize``: the bounds-checked Triton interpreter of spec/kernel_guard.py for the run."""
+    if not getattr(args, "sanitize", False):
+        return contextlib.nullcontext()
+    from kvtable.spec.kernel_guard import sanitizing
+    return sanitizing()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,8 +116,9 @@ def run(args: argparse.Namespace) -> int:
     spec = args.backend or default_spec()
     properties = checked_properties(args.property)
     try:
-        report = run_conformance(spec, examples=args.examples, seed=args.seed, profile=args.profile,
-                                 properties=properties, **execution(args, spec))
+        with sanitized(args):
+            report = run_conformance(spec, examples=args.examples, seed=args.seed, profile=args.profile,
+                                     properties=properties, **execution(args, spec))
     except BackendUnavailable as err:
         return unavailable(err, args.json)
     return emit(report, args.json)

@@ -31,7 +31,7 @@ from hypothesis.database import ExampleDatabase
 
 from kvtable.backends import BackendUnavailable, default_spec
 from kvtable.backends.profiles import Profile
-from kvtable.conformance.conform import add_common, emit, execution, unavailable
+from kvtable.conformance.conform import add_common, emit, execution, sanitized, unavailable
 from kvtable.conformance.database import open_database
 from kvtable.conformance.preflight import checked_properties
 from kvtable.conformance.properties import PROPERTIES, Property
@@ -84,9 +84,10 @@ def run(args: argparse.Namespace) -> int:
     properties = checked_properties(args.property)
     database = open_database(args.database)
     try:
-        report = fuzz(spec, examples=args.examples, seed=args.seed, database=database, profile=args.profile,
-                      properties=properties, progress=None if args.no_progress else progress_bar,
-                      **execution(args, spec))
+        with sanitized(args):
+            report = fuzz(spec, examples=args.examples, seed=args.seed, database=database, profile=args.profile,
+                          properties=properties, progress=None if args.no_progress else progress_bar,
+                          **execution(args, spec))
     except BackendUnavailable as err:
         return unavailable(err, args.json)
     return emit(report, args.json)
