@@ -109,7 +109,7 @@ class VllmStyleBackend:
 
     def expand_table(self, table: torch.Tensor, ratio: int, *, max_kernel_pages: int | None = None,
                      tail_pad: int = -1, actual_bs: int | None = None) -> torch.Tensor:
-        """Manager blocks to kernel blocks: ``b -> b*r + j``; the null block (and anything <= 0) -> ``j``."""
+        """Manager blocks to kernel blocks: ``b -> b*r + j``; the null block (and anything <= 0) -> ``j``; tail 0."""
         if ratio < 1:
             raise ValueError(f"the kernel block size must divide the manager's block size (ratio {ratio})")
         rows, width = table.shape
@@ -118,12 +118,10 @@ class VllmStyleBackend:
             raise ValueError(f"max_kernel_pages must be >= 0, got {max_kernel_pages}")
         if ratio == 1:
             kernel = table.to(torch.int32)
-            fill = tail_pad
         else:
             base = torch.where(table > 0, table.long() * ratio, 0).repeat_interleave(ratio, dim=1)
             kernel = (base + torch.arange(ratio).repeat(width)).to(torch.int32)
-            fill = 0
-        out = torch.full((rows, out_width), fill, dtype=torch.int32)
+        out = torch.zeros((rows, out_width), dtype=torch.int32)  # vLLM's tables are zero-initialised
         keep = min(out_width, kernel.shape[1])
         out[:, :keep] = kernel[:, :keep]
         if actual_bs is not None:
