@@ -239,7 +239,9 @@ class Launch:
             value = self.expr(text)
             facts.append(z3.And(value >= -(2**31), value <= INT32_MAX))
         for pid, size, limit in zip(self.pids, self.grid(), GRID_LIMITS, strict=False):
-            facts += [size >= 1, size <= limit, z3.SignExt(32, pid) >= 0, z3.SignExt(32, pid) < size]
+            # the constant bound on the id is implied; stated, it gives spec/z3_intblast.py an interval
+            facts += [size >= 1, size <= limit, z3.SignExt(32, pid) >= 0, z3.SignExt(32, pid) < size,
+                      z3.SignExt(32, pid) <= limit - 1]
         facts += [self.condition(text) for text in b.requires]
         return facts
 

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 import z3
 
+from kvtable.spec import z3_encoding as encoding
 from kvtable.spec.kernel_binding import Binding, Launch
 from kvtable.spec.kernel_contracts import contract, signed
 from kvtable.spec.kernel_symexec import run_symbolic
@@ -219,3 +220,46 @@ def replayable(binding: Binding, query: Query, limit: int = REPLAY_LIMIT) -> Que
     names = [*binding.params, *sorted(binding.strides())]
     bounds = tuple(z3.BitVec(name, 32) <= limit for name in names)
     return Query((*query.assumptions, *bounds), query.goal, query.show, query.steps)
+
+
+def _loaded(launch: Launch, trace: Trace, role: str) -> Access:
+    """The kernel's one load of a role's tensor."""
+    tensor = launch.binding.roles[role]
+    loads = [a for a in trace.loads if a.pointer.tensor == tensor]
+    if len(loads) != 1:
+        raise KernelNotSupported(f"expected one load of {tensor}, found {len(loads)}")
+    return loads[0]
+
+
+def matches_encoding(binding: Binding) -> Query:
+    """The kernel's stored value is the hand encoding's (spec/z3_encoding.py) on the same inputs: the lane of
+    ``stacked_lane`` (lengths) or ``lane_at`` (rows and positions), the table read through the kernel's memory."""
+    launch, trace = symbolic_run(binding)
+    out = _stores(launch, trace)
+    (store,) = [s for s in out if s.pointer.tensor == launch.binding.roles["out"]]
+    group, index = launch.indices(store.pointer)
+    tables = launch.binding.roles["table"]
+
+    def table(row: z3.BitVecRef, col: z3.BitVecRef) -> z3.BitVecRef:
+        return launch.element(tables, (signed(group), signed(row), signed(col)))
+
+    ps = _loaded(launch, trace, "page_sizes").value.term
+    width32 = launch.params["W"]
+    widths = _loaded(launch, trace, "widths").value.term
+    width = z3.If(widths < width32, widths, width32)
+    facts = [*_facts(launch, trace), *_layout(launch, trace)]
+    if "lengths" in launch.binding.roles:
+        n = launch.params["n"]
+        n64 = z3.SignExt(32, n)
+        row, t = z3.Extract(31, 0, index / n64), z3.Extract(31, 0, z3.SRem(index, n64))
+        seq = _loaded(launch, trace, "lengths").value.term
+        lane = encoding.stacked_lane(table, row, seq, n, t, ps, width)
+    else:
+        row64 = _loaded(launch, trace, "rows").value.term
+        pos = _loaded(launch, trace, "positions").value.term
+        rows = launch.sizes(tables)[1]
+        facts += [z3.Implies(store.mask, z3.And(row64 >= 0, row64 < rows, pos >= 0))]
+        lane = encoding.lane_at(table, z3.Extract(31, 0, row64), pos, ps, width)
+    goal = z3.Implies(store.mask, under(store.mask, store.value.term == lane.out))
+    shown = [*_index_shown(launch, store), ("stored", store.value.term), ("encoding", lane.out)]
+    return _query(trace, facts, goal, shown)

@@ -85,6 +85,14 @@ OBLIGATIONS: tuple[Obligation, ...] = (
     safe("T9.kernel-extend-locs-negative-position", kb.stacked_extend_locs,
          "a negative position (T9 dropped) makes pos % ps negative: a slot outside page 0 and the token's own",
          "counterexample", lambda: kq.safety(kb.stacked_extend_locs(), nonnegative_positions=False)),
+    KernelObligation("W0.kernel-stacked-locs-is-the-encoding", "W0",
+                     "stacked-locs kernel: every stored value is spec/z3_encoding.py's stacked_lane(...).out on the"
+                     " same loads, so the formula obligations about that encoding are about this code",
+                     lambda: kq.matches_encoding(kb.stacked_locs()), "proved", kb.stacked_locs),
+    KernelObligation("W0.kernel-extend-locs-is-the-encoding", "W0",
+                     "extend-locs kernel: for rows in the table and positions >= 0, every stored value is"
+                     " spec/z3_encoding.py's lane_at(...).out on the same loads", lambda: kq.matches_encoding(
+                         kb.stacked_extend_locs()), "proved", kb.stacked_extend_locs),
     in_bounds("G3.kernel-replay-fill-in-bounds", kb.replay_fill, "any packed contents, metadata and batch sizes"),
     agrees("G3.kernel-replay-fill-agrees", kb.replay_fill,
            "dst[g, b, w] is the expanded live entry, the tail pad or 0, for b < bs only"),

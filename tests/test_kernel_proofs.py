@@ -221,6 +221,7 @@ def test_every_triton_kernel_has_in_bounds_and_agreement_obligations() -> None:
         assert any(n.endswith(f".kernel-{label}-in-bounds") for n in names)
         assert {f"{c}.kernel-{label}-agrees" for c in clauses} <= names
     assert {"G4.kernel-stacked-locs-safe", "W3.kernel-extend-locs-safe"} <= names
+    assert {"W0.kernel-stacked-locs-is-the-encoding", "W0.kernel-extend-locs-is-the-encoding"} <= names
 
 
 def test_sanitize_turns_an_out_of_bounds_launch_into_a_safety_failure() -> None:
@@ -268,3 +269,11 @@ def test_sanitize_catches_the_width_mask_mutant_on_a_stale_length() -> None:
     with sanitizing():  # the real kernel masks the column: no access outside, row 1 sinks to page 0
         kvtable_kernels.stacked_locs(tables, widths, page_sizes, seq_lens, out, bs=2, n=1)
     assert out.tolist() == [[7, 0]]
+
+
+def test_a_mutant_kernel_is_not_the_encoding() -> None:
+    query = kq.matches_encoding(mutant_binding("triton-ceil-division", "G4"))
+    outcome = discharge(query, TIMEOUT_MS, small=prove.SMALL_VALUES)
+    assert outcome.status == "counterexample"
+    model = dict(outcome.model)
+    assert model["stored"] != model["encoding"]
