@@ -171,10 +171,10 @@ def check_batch_form(batch: object) -> None:
         raise ValueError(f"mode {mode!r} is none of {MODES}")
     elif batch.prefix_lens is None:
         raise ValueError("extend rows write [prefix, seq_len): prefix_lens is missing")
-    for values, what in ((batch.seq_lens, "seq_lens"), (batch.prefix_lens, "prefix_lens")):
-        if values is not None and not isinstance(values, tuple):
+    for values, what in ((batch.seq_lens, "seq_lens"), (batch.prefix_lens or (), "prefix_lens")):
+        if not isinstance(values, tuple):
             raise ContractViolation("T9", f"{what} are a sequence of ints, got {type(values).__name__}")
-        _check_ints(values or (), what)
+        _check_ints(values, what)
     check_actual_bs(batch.actual_bs, batch.bs)
 
 

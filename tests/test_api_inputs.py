@@ -1,0 +1,166 @@
+"""Every public input of impl's Python API gets a clause-named ContractViolation or the right answer.
+
+One row per input: what is passed, the call, and what must come back: ``Refused("T9")`` (a
+ContractViolation naming that clause) or the value (a tensor as its list; a meta tensor as ``Meta(shape)``).
+The table doubles as the README's list of refused and accepted inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from kvtable import ContractViolation
+from kvtable.contract import Batch, GroupSpec
+from kvtable.impl import (
+    CacheGroupsMixin,
+    check_write_locs,
+    decode_locs,
+    expand_table,
+    extend_locs,
+    group_locs,
+    group_seq_locs,
+    reanchor_locs,
+    verify_locs,
+)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A ContractViolation naming ``clause``."""
+
+    clause: str
+
+
+@dataclass(frozen=True)
+class Meta:
+    """A tensor on the meta device of this shape (shape inference: no values to compare)."""
+
+    shape: tuple[int, ...]
+
+
+def i32(values: Any, device: str = "cpu") -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32, device=device)
+
+
+TABLE = i32([[3, 4, -1]])
+"""One request with pages 3 and 4 at page size 4: position p sits at 4 * page + p % 4 (position 5 -> 17)."""
+META_TABLE = torch.empty(1, 3, dtype=torch.int32, device="meta")
+FULL = [GroupSpec("f", "full", 4)]
+
+
+class Backend(CacheGroupsMixin):
+    """The mixin as an attention backend would use it: one full-attention group, block 4 = kernel page 4."""
+
+    kernel_page_size = 4
+    max_num_pages = 3
+    spec_num_tokens = 2
+
+    def __init__(self) -> None:
+        self.learn_cache_groups(FULL)
+        self.init_decode_metadata({"f": TABLE}, i32([6]))
+
+
+ROWS: list[tuple[str, Callable[[], Any], Any]] = [
+    # Page sizes ---------------------------------------------------------------------------------------------
+    ("page size 4 (a valid call)", lambda: decode_locs(TABLE, i32([6]), 4), [17]),
+    ("page size numpy.int64(4)", lambda: decode_locs(TABLE, i32([6]), np.int64(4)), [17]),
+    ("page size 2**40 (page 3's slot would wrap int32)", lambda: decode_locs(TABLE, i32([6]), 2**40), Refused("W5")),
+    ("page size 0", lambda: decode_locs(TABLE, i32([6]), 0), Refused("E1")),
+    ("page size 4.0", lambda: decode_locs(TABLE, i32([6]), 4.0), Refused("E1")),
+    ("page size True", lambda: decode_locs(TABLE, i32([6]), True), Refused("E1")),
+    ("block granularity numpy.int64(4)", lambda: group_locs([GroupSpec("f", "full", np.int64(4))], {"f": TABLE},
+                                                              Batch((6,))), {"f": [17]}),
+    ("block granularity 0", lambda: group_locs([GroupSpec("f", "full", 0)], {"f": TABLE}, Batch((6,))),
+     Refused("E1")),
+    ("expand_table ratio True", lambda: expand_table(TABLE, True), Refused("E1")),
+    # Groups and tables --------------------------------------------------------------------------------------
+    ("specs None", lambda: group_locs(None, {"f": TABLE}, Batch((6,))), Refused("T1")),
+    ("tables None", lambda: group_locs(FULL, None, Batch((6,))), Refused("T1")),
+    ("a table for an undeclared group", lambda: group_locs(FULL, {"f": TABLE, "x": TABLE}, Batch((6,))),
+     Refused("T1")),
+    ("full-attention group declared with a window (a hole at a needed column would pass as out of window)",
+     lambda: group_locs([GroupSpec("f", "full", 4, window=2)], {"f": i32([[0, 4, -1]])}, Batch((6,)), debug=True),
+     Refused("T4")),
+    ("table of int64", lambda: decode_locs(TABLE.long(), i32([6]), 4), Refused("T1")),
+    ("table on the meta device", lambda: decode_locs(META_TABLE, torch.empty(1, dtype=torch.int32, device="meta"), 4),
+     Meta((1,))),
+    ("table on the meta device, debug mode (it reads page ids)",
+     lambda: decode_locs(META_TABLE, torch.empty(1, dtype=torch.int32, device="meta"), 4, debug=True),
+     Refused("T1")),
+    ("kernels=None (the torch kernels)", lambda: group_locs(FULL, {"f": TABLE}, Batch((6,)), kernels=None),
+     {"f": [17]}),
+    ("tail pad 7 for the debug check", lambda: group_locs(FULL, {"f": TABLE}, Batch((6,)), tail_pad=7),
+     Refused("T3")),
+    ("expand_table with tail pad 7 (it would write 7 into the tail)",
+     lambda: expand_table(TABLE, 2, max_kernel_pages=8, tail_pad=7), Refused("T3")),
+    ("expand_table with tail pad 0", lambda: expand_table(TABLE, 2, max_kernel_pages=8, tail_pad=0),
+     [[6, 7, 8, 9, -1, -1, 0, 0]]),
+    # Lengths ------------------------------------------------------------------------------------------------
+    ("seq_lens None", lambda: decode_locs(TABLE, None, 4), Refused("T9")),
+    ("seq_lens as a list, not a tensor", lambda: decode_locs(TABLE, [6], 4), Refused("T9")),
+    ("seq_lens of float32", lambda: decode_locs(TABLE, torch.tensor([6.0]), 4), Refused("T9")),
+    ("seq_lens on the meta device, tables on the CPU",
+     lambda: decode_locs(TABLE, torch.empty(1, dtype=torch.int32, device="meta"), 4), Refused("T9")),
+    ("Batch seq_lens None", lambda: group_locs(FULL, {"f": TABLE}, Batch(None)), Refused("T9")),
+    ("Batch seq_lens (6.5,)", lambda: group_locs(FULL, {"f": TABLE}, Batch((6.5,))), Refused("T9")),
+    ("Batch seq_lens (6.0,) (a float, even a whole one)", lambda: group_locs(FULL, {"f": TABLE}, Batch((6.0,))),
+     Refused("T9")),
+    ("Batch seq_lens from a generator", lambda: group_locs(FULL, {"f": TABLE}, Batch(s for s in [6])), {"f": [17]}),
+    ("extend lengths None", lambda: extend_locs(TABLE, None, [2], 4), Refused("T9")),
+    ("extend lengths as generators", lambda: extend_locs(TABLE, iter([4]), (e for e in [2]), 4), [16, 17]),
+    ("extend lengths of floats", lambda: extend_locs(TABLE, [4.0], [2], 4), Refused("T9")),
+    ("extend lengths of different counts", lambda: extend_locs(TABLE, [4, 0], [2], 4), Refused("T9")),
+    ("seq_len 0", lambda: decode_locs(TABLE, i32([0]), 4), Refused("T9")),
+    # Counts -------------------------------------------------------------------------------------------------
+    ("actual_bs 1.0", lambda: verify_locs(TABLE, i32([6]), 4, 2, actual_bs=1.0), Refused("T9")),
+    ("actual_bs True", lambda: verify_locs(TABLE, i32([6]), 4, 2, actual_bs=True), Refused("T9")),
+    ("actual_bs 2 for a batch of 1", lambda: verify_locs(TABLE, i32([6]), 4, 2, actual_bs=2), Refused("T9")),
+    ("verify n True", lambda: verify_locs(TABLE, i32([6]), 4, True), Refused("W2")),
+    ("verify n 2.0", lambda: verify_locs(TABLE, i32([6]), 4, 2.0), Refused("W2")),
+    ("re-anchor n 0", lambda: reanchor_locs(TABLE, i32([6]), 4, 0), Refused("W4")),
+    ("group_seq_locs with numpy.int64 n", lambda: group_seq_locs(FULL, {"f": TABLE}, i32([6]), np.int64(2),
+                                                                 mode="verify"), {"f": [16, 17]}),
+    # The strong checker -------------------------------------------------------------------------------------
+    ("checker, the right int location", lambda: check_write_locs(TABLE, i32([17]), Batch((6,)), 4), None),
+    ("checker, float location 17.9 (would pass as 17)",
+     lambda: check_write_locs(TABLE, torch.tensor([17.9]), Batch((6,)), 4), Refused("D1")),
+    ("checker, locations as a list", lambda: check_write_locs(TABLE, [17], Batch((6,)), 4), Refused("D1")),
+    # Draft re-anchor on the mixin: the checks reanchor_locs makes ------------------------------------------
+    ("re-anchor frontier 6 (a valid call)", lambda: Backend().update_draft_forward_metadata(i32([6])).out_cache_locs,
+     {"f": [16, 17]}),
+    ("re-anchor frontier 0", lambda: Backend().update_draft_forward_metadata(i32([0])), Refused("T9")),
+    ("reanchor_locs frontier 0", lambda: reanchor_locs(TABLE, i32([0]), 4, 2), Refused("T9")),
+    ("re-anchor frontier 13, past the table's 3 pages",
+     lambda: Backend().update_draft_forward_metadata(i32([13])), Refused("T8")),
+    ("reanchor_locs frontier 13", lambda: reanchor_locs(TABLE, i32([13]), 4, 2), Refused("T8")),
+    ("re-anchor frontier of float32", lambda: Backend().update_draft_forward_metadata(torch.tensor([6.0])),
+     Refused("T9")),
+]
+
+
+def outcome(call: Callable[[], Any]) -> Any:
+    """The call's result in the table's terms: ``Refused(clause)``, ``Meta(shape)``, lists, or the value."""
+    try:
+        value = call()
+    except ContractViolation as err:
+        return Refused(err.clause_id)
+    return _plain(value)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return Meta(tuple(value.shape)) if value.is_meta else value.tolist()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+@pytest.mark.parametrize(("what", "call", "expected"), ROWS, ids=[row[0] for row in ROWS])
+def test_public_input(what: str, call: Callable[[], Any], expected: Any) -> None:
+    assert outcome(call) == expected
