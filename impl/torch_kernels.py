@@ -195,10 +195,8 @@ class TorchKernels:
         # request i's first spot, less its first token's index: then spot = per_request[i] + token index
         per_request = torch.addcmul(first + lead, torch.arange(len(extend_lens), device=device), step).to(dtype)
         request = torch.repeat_interleave(extend, output_size=total)
-        if len(rows) > 1:  # one row of spots per group: read per_request through a flat [G * bs] index
-            request = request + torch.arange(0, per_request.numel(), len(extend_lens), device=device).view(-1, 1)
-        spot = per_request.view(-1).index_select(0, request.view(-1)).view(len(rows), total)
-        del request  # large temporaries are freed as soon as they are used: fresh memory page-faults
+        spot = torch.gather(per_request, 1, request.expand(len(rows), total))
+        del request  # large temporaries are freed as soon as they are used
         spot.add_(torch.arange(total, dtype=dtype, device=device))
         ps = upload(page_sizes, device, dtype).view(-1, 1)
         col = _page_col(spot, page_sizes, ps)
