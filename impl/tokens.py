@@ -56,10 +56,12 @@ def extend_tokens(prefix_lens: Sequence[int], extend_lens: Sequence[int], device
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """W3: request i writes positions ``[prefix_i, prefix_i + extend_i)``, flattened in request order."""
     total = sum(extend_lens)
-    extend, _, lead = extend_runs(prefix_lens, extend_lens, device)
-    rows = torch.repeat_interleave(torch.arange(len(extend_lens), device=device), extend, output_size=total)
-    positions = torch.arange(total, device=device) + lead[rows]
-    return rows, positions
+    extend, starts, lead = extend_runs(prefix_lens, extend_lens, device)
+    token = torch.arange(total, device=device)
+    # token t's row: how many requests end at or before t (repeat_interleave forks a thread team even for
+    # a handful of requests, which stalls for milliseconds on a busy machine)
+    rows = torch.searchsorted(starts + extend, token, right=True)
+    return rows, token + lead[rows]
 
 
 def fixed_tokens(seq_lens: torch.Tensor, rows: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:

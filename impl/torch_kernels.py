@@ -190,14 +190,16 @@ class TorchKernels:
             rows = [(b * ps, t.stride(0) * ps) for t, b, ps in zip(tables, bases, page_sizes, strict=True)]
         top = max(first + (len(extend_lens) - 1) * step for first, step in rows)
         dtype = torch.int32 if top + max(map(operator.add, prefix_lens, extend_lens)) < INT32_END else torch.int64
-        extend, _, lead = extend_runs(prefix_lens, extend_lens, device)
+        extend, starts, lead = extend_runs(prefix_lens, extend_lens, device)
         first, step = (upload(column, device, torch.int64).view(-1, 1) for column in zip(*rows, strict=True))
         # request i's first spot, less its first token's index: then spot = per_request[i] + token index
         per_request = torch.addcmul(first + lead, torch.arange(len(extend_lens), device=device), step).to(dtype)
-        request = torch.repeat_interleave(extend, output_size=total)
-        spot = torch.gather(per_request, 1, request.expand(len(rows), total))
-        del request  # large temporaries are freed as soon as they are used
-        spot.add_(torch.arange(total, dtype=dtype, device=device))
+        token = torch.arange(total, dtype=dtype, device=device)
+        # token t's request: how many requests end at or before t (repeat_interleave would fork a thread
+        # team even for three requests, which stalls for milliseconds on a busy machine)
+        request = torch.searchsorted((starts + extend).to(dtype), token, right=True)
+        spot = torch.gather(per_request, 1, request.expand(len(rows), total)).add_(token)
+        del request, token  # large temporaries are freed as soon as they are used
         ps = upload(page_sizes, device, dtype).view(-1, 1)
         col = _page_col(spot, page_sizes, ps)
         dst = out[: len(tables), :total]
