@@ -80,15 +80,15 @@ class GroupGraphBuffers:
         """G3 replay-fill and G4 replay-locs after the G5 stale guard; every check runs before any write."""
         self._check_step(bs, tokens_per_req, "G3")
         live_tables = self.stale_guard(bs, tables)
-        if actual_bs is not None and actual_bs < 0:
-            raise ContractViolation("T9", f"actual_bs {actual_bs} must be >= 0")
+        validate.check_actual_bs(actual_bs, None)
         if not isinstance(seq_lens, torch.Tensor):
-            seq_lens = torch.tensor(list(seq_lens), dtype=torch.int32)
+            seq_lens = torch.tensor(validate.host_lengths(seq_lens, "seq_lens", "G4"), dtype=torch.int32)
         seq = self._seq_tensor(seq_lens, bs)
         cap = bs if actual_bs is None else min(actual_bs, bs)
         live = {gid: min(t.shape[0], cap) for gid, t in live_tables.items()}
         lengths = validate.cpu_lengths(seq_lens)
         if lengths is not None:
+            validate.check_live_lengths(lengths[:bs], tokens_per_req, max(live.values()))
             self.check_reach(lengths[:bs], tokens_per_req, live_tables, live)
         self._fill(bs, live_tables, live)
         self.kernels.stacked_locs(self.table_stack, self._widths, self._page_sizes, seq, self.loc_stack, bs,

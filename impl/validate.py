@@ -22,8 +22,9 @@ from kvtable.errors import ContractViolation
 
 __all__ = [
     "DEBUG_ENV", "check_actual_bs", "check_batch", "check_batch_form", "check_group_page_sizes", "check_lengths",
-    "check_n", "check_page_size", "check_same_device", "check_seq_tensor", "check_table", "check_tail_pad",
-    "check_width", "cpu_lengths", "debug_enabled", "extend_batch", "host_lengths", "one_device", "page_ratio",
+    "check_live_lengths", "check_n", "check_page_size", "check_same_device", "check_seq_tensor", "check_table",
+    "check_tail_pad", "check_width", "cpu_lengths", "debug_enabled", "extend_batch", "host_lengths", "one_device",
+    "page_ratio",
 ]
 
 DEBUG_ENV = "KVTABLE_DEBUG"
@@ -39,8 +40,8 @@ def debug_enabled(debug: bool | None = None) -> bool:
 
 
 def _is_int(value: object) -> bool:
-    """A python or numpy integer, never a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    """A python or numpy integer, never a bool (an exact int is answered without the slower ABC check)."""
+    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
 def check_table(table: object, bs: int, *, group: str | None = None) -> None:
@@ -97,10 +98,11 @@ def check_n(n: object, clause: str) -> None:
         raise ContractViolation(clause, f"tokens per request must be an int >= 1, got {n!r}")
 
 
-def check_actual_bs(actual_bs: object, bs: int) -> None:
-    """T9 lengths: ``actual_bs`` (None: every row is live) is an int in ``[0, bs]``."""
-    if actual_bs is not None and (not _is_int(actual_bs) or not 0 <= actual_bs <= bs):
-        raise ContractViolation("T9", f"actual_bs {actual_bs!r} outside [0, {bs}]")
+def check_actual_bs(actual_bs: object, bs: int | None) -> None:
+    """T9 lengths: ``actual_bs`` (None: every row is live) is an int in ``[0, bs]`` (``bs`` None: no upper
+    bound, as for a graph replay, which caps it)."""
+    if actual_bs is not None and (not _is_int(actual_bs) or actual_bs < 0 or (bs is not None and actual_bs > bs)):
+        raise ContractViolation("T9", f"actual_bs {actual_bs!r} outside [0, {'inf' if bs is None else bs}]")
 
 
 def check_tail_pad(tail_pad: object) -> None:
@@ -129,19 +131,19 @@ def cpu_lengths(seq_lens: torch.Tensor) -> list[int] | None:
     return seq_lens.tolist() if seq_lens.device.type == "cpu" else None
 
 
-def host_lengths(values: object, what: str = "lengths") -> tuple[int, ...]:
-    """T9 lengths: CPU mirrors as a tuple of ints (any iterable of ints, read once; no bools, no floats)."""
+def host_lengths(values: object, what: str = "lengths", clause: str = "T9") -> tuple[int, ...]:
+    """T9 lengths: CPU mirrors as a tuple of ints (any iterable of ints, read once; no floats)."""
     if isinstance(values, torch.Tensor):
-        check_seq_tensor(values)
+        check_seq_tensor(values, clause)
         values = values.tolist()
     if not isinstance(values, Iterable) or isinstance(values, (str, bytes)):
-        raise ContractViolation("T9", f"{what} are a sequence of ints, got {type(values).__name__}")
+        raise ContractViolation(clause, f"{what} are a sequence of ints, got {type(values).__name__}")
     items = tuple(values)
-    _check_ints(items, what)
+    _check_ints(items, what, clause)
     return items
 
 
-def _check_ints(items: Sequence[object], what: str) -> None:
+def _check_ints(items: Sequence[object], what: str, clause: str = "T9") -> None:
     """T9: every length is an integer (python or numpy). One C-level ``sum`` proves a tuple of python ints
     (a bool, an int subclass, passes there as the int it is); anything else is looked at type by type."""
     try:
@@ -153,7 +155,7 @@ def _check_ints(items: Sequence[object], what: str) -> None:
     bad = next((k for k in kinds if issubclass(k, bool) or not issubclass(k, numbers.Integral)), None)
     if bad is not None:
         row = list(map(type, items)).index(bad)
-        raise ContractViolation("T9", f"{what} are ints, got {items[row]!r} ({bad.__name__})", row=row)
+        raise ContractViolation(clause, f"{what} are ints, got {items[row]!r} ({bad.__name__})", row=row)
 
 
 def check_batch_form(batch: object) -> None:
@@ -213,6 +215,19 @@ def extend_batch(prefix_lens: object, extend_lens: object) -> Batch:
     if len(prefix) != len(extend):
         raise ContractViolation("T9", f"{len(prefix)} prefix lengths but {len(extend)} extend lengths")
     return Batch(tuple(map(operator.add, prefix, extend)), mode="extend", prefix_lens=prefix)
+
+
+def check_live_lengths(lengths: Sequence[int], n: int, live: int) -> None:
+    """T9 and W2 for the live rows of a graph replay: the first live row shorter than N is refused, as T9 when it
+    has no token at all."""
+    row = _first_below(lengths[:live], n)
+    if row is None:
+        return
+    if lengths[row] < 1:
+        raise ContractViolation("T9", f"live row has seq_len {lengths[row]}; it would write position 0 of its own "
+                                "page", row=row)
+    raise ContractViolation("W2", f"live row has seq_len {lengths[row]} < N={n}: clamped positions would write the "
+                            "slot of position 0 more than once", row=row)
 
 
 def check_batch(batch: Batch) -> None:

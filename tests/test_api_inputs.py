@@ -19,6 +19,7 @@ from kvtable import ContractViolation
 from kvtable.contract import Batch, GroupSpec
 from kvtable.impl import (
     CacheGroupsMixin,
+    GroupGraphBuffers,
     check_write_locs,
     decode_locs,
     expand_table,
@@ -64,6 +65,13 @@ class Backend(CacheGroupsMixin):
     def __init__(self) -> None:
         self.learn_cache_groups(FULL)
         self.init_decode_metadata({"f": TABLE}, i32([6]))
+
+
+def replayed(seq_lens: list, *, n: int, actual_bs: Any = None) -> list[int]:
+    """The location buffer after one replay of ``TABLE`` (one live row, the rest padding) at ``bs = len(seq_lens)``."""
+    runner = GroupGraphBuffers(FULL, max_bs=2, max_kernel_pages=3, kernel_page_size=4, spec_n=2)
+    runner.replay(len(seq_lens), {"f": TABLE}, seq_lens, n, actual_bs=actual_bs)
+    return runner.loc_buffers["f"][: len(seq_lens) * n]
 
 
 ROWS: list[tuple[str, Callable[[], Any], Any]] = [
@@ -126,6 +134,14 @@ ROWS: list[tuple[str, Callable[[], Any], Any]] = [
     ("re-anchor n 0", lambda: reanchor_locs(TABLE, i32([6]), 4, 0), Refused("W4")),
     ("group_seq_locs with numpy.int64 n", lambda: group_seq_locs(FULL, {"f": TABLE}, i32([6]), np.int64(2),
                                                                  mode="verify"), {"f": [16, 17]}),
+    # Graph replay (impl's GroupGraphBuffers, CPU lengths) -----------------------------------------------------
+    ("replay seq_lens [6] (a valid call)", lambda: replayed([6], n=1), [17]),
+    ("replay, a live row of seq_len 0", lambda: replayed([0], n=1), Refused("T9")),
+    ("replay, a live verify row shorter than N", lambda: replayed([1], n=2), Refused("W2")),
+    ("replay, a padded row shorter than N (clamped at 0, dummy page)", lambda: replayed([6, 1], n=2, actual_bs=1),
+     [16, 17, 0, 0]),
+    ("replay seq_lens [6.5]", lambda: replayed([6.5], n=1), Refused("G4")),
+    ("replay actual_bs 0.5", lambda: replayed([6], n=1, actual_bs=0.5), Refused("T9")),
     # The strong checker -------------------------------------------------------------------------------------
     ("checker, the right int location", lambda: check_write_locs(TABLE, i32([17]), Batch((6,)), 4), None),
     ("checker, float location 17.9 (would pass as 17)",
