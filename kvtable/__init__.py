@@ -8,7 +8,7 @@ if (_ROOT / "pyproject.toml").is_file() and (_ROOT / "impl" / "__init__.py").is_
     # folders spec/, reference/, impl/ and bench/ are the subpackages kvtable.spec, ... as installed.
     __path__.append(str(_ROOT))  # noqa: F821 (the package's own search path)
 
-from kvtable.errors import ContractViolation, StaleGraphState  # noqa: E402
+from kvtable.errors import ContractViolation, StaleGraphState, Unsupported  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["ContractViolation", "StaleGraphState", "__version__"]
+__all__ = ["ContractViolation", "StaleGraphState", "Unsupported", "__version__"]

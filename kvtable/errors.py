@@ -44,3 +44,13 @@ class ContractViolation(ValueError):
 
 class StaleGraphState(ContractViolation, RuntimeError):
     """A CUDA-graph replay would read stale or missing per-group buffers (clause G5 stale-guard)."""
+
+
+class Unsupported(Exception):
+    """A backend does not support this configuration (a ratio other than 1, several page sizes in one
+    runner, re-anchor, ...): the conformance runner discards the example and counts it with ``reason``,
+    never failing it and never shrinking toward it."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)

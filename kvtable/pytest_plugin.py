@@ -33,6 +33,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kvtable-replay", action="store_true",
                     help="with --kvtable-database: only replay the failures saved there, generate nothing new "
                          "(check a campaign's findings against a fixed backend)")
+    group.addoption("--kvtable-level", default="correct", choices=("safety", "correct", "strict"),
+                    help="verdict tiers that fail a test: safety | correct (default: safety + correctness) | strict")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -53,7 +55,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(err)) from None
     backend = config.getoption("--kvtable-backend") or default_spec()
     profile = get_profile(config.getoption("--kvtable-profile")).name
-    keyed = KeyedDatabase(database, database_prefix(backend, profile, "correct")) if database else None
+    level = config.getoption("--kvtable-level")
+    keyed = KeyedDatabase(database, database_prefix(backend, profile, level)) if database else None
     phases = (Phase.explicit, Phase.reuse) if config.getoption("--kvtable-replay") else settings.default.phases
     settings.register_profile("kvtable-database", parent=settings.default, database=keyed, phases=phases)
     settings.load_profile("kvtable-database")
@@ -65,6 +68,12 @@ def kvtable_backend_spec(request: pytest.FixtureRequest) -> str:
     from kvtable.backends import default_spec
 
     return request.config.getoption("--kvtable-backend") or default_spec()
+
+
+@pytest.fixture(scope="session")
+def kvtable_level(request: pytest.FixtureRequest) -> str:
+    """The verdict level: ``safety``, ``correct`` (default) or ``strict``."""
+    return request.config.getoption("--kvtable-level")
 
 
 @pytest.fixture(scope="session")

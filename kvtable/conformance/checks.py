@@ -13,7 +13,10 @@ from typing import Any
 
 import torch
 
-from kvtable.errors import ContractViolation
+from kvtable.errors import ContractViolation, Unsupported
+
+Where = tuple[str | None, int | None, int | None]
+"""An offending entry (group, row, col) a refusal should name; None where any value will do."""
 
 BACKEND_CALLS = frozenset({"decode_locs", "verify_locs", "reanchor_locs", "extend_locs", "group_locs",
                            "expand_table", "check_write_locs", "graph"})
@@ -24,10 +27,19 @@ KERNEL_CALLS = frozenset({"stacked_locs", "stacked_extend_locs", "replay_fill", 
 
 
 class Mismatch(AssertionError):
-    """A backend broke ``clause``: wrong value, wrong error, a crash, or a touched buffer region."""
+    """A backend broke ``clause``: wrong value, wrong error, a crash, or a touched buffer region.
 
-    def __init__(self, clause: str, message: str) -> None:
+    ``tier`` is the promise broken (``core.TIERS``): ``safety`` (a write outside the allowed slots),
+    ``correctness`` (a wrong value, a crash or a refusal on valid input), ``strictness`` (broken input
+    refused without naming the clause and the offending entry), or ``""``: the property's own tier
+    (broken input accepted: what that costs is what the property guards). ``kind`` says what went
+    wrong in a few words, so distinct failures of one property can be told apart.
+    """
+
+    def __init__(self, clause: str, message: str, *, tier: str = "correctness", kind: str = "") -> None:
         self.clause = clause.split()[0]
+        self.tier = tier
+        self.kind = kind or tier
         super().__init__(f"[{self.clause}] {message}")
 
 
@@ -152,10 +164,11 @@ class Recorded:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a call did: returned ``value`` or raised a ContractViolation naming ``clause``."""
+    """What a call did: returned ``value`` or raised a ContractViolation naming ``clause`` (``error``)."""
 
     value: Any = None
     clause: str | None = None
+    error: ContractViolation | None = None
 
     @property
     def raised(self) -> bool:
@@ -212,37 +225,65 @@ def call_backend(fn: Callable[[], Any]) -> Outcome:
     try:
         return Outcome(value=fn())
     except ContractViolation as err:
-        return Outcome(clause=err.clause_id)
+        return Outcome(clause=err.clause_id, error=err)
 
 
 def judge(clause: str, what: str, expected: Outcome, call: Callable[[], Any],
-          compare: Callable[[Any, Any], None]) -> Any:
+          compare: Callable[[Any, Any], None], *, where: frozenset[Where] = frozenset()) -> Any:
     """The backend call must raise the clause the reference raised, or return what ``compare`` accepts.
 
     ``clause`` is the property's clause: charged when the backend crashes on valid input, refuses it
-    (inventing a breach) or returns a wrong value; a missed or misnamed breach is charged to the
-    clause the reference raised.
+    (inventing a breach) or returns a wrong value (correctness); a missed or misnamed breach, or one
+    that does not name an entry of ``where``, is charged to the clause the reference raised (strictness).
+    Any refusal of broken input is safe: another exception is "refused, unnamed".
     """
     try:
         got = call_backend(call)
+    except Unsupported:
+        raise
     except Exception as err:  # a crash deep inside the backend instead of a ContractViolation
-        wanted = f"ContractViolation [{expected.clause}]" if expected.raised else "a result"
-        raise Mismatch(expected.clause or clause, f"{what}: crashed with {type(err).__name__}: {err} "
-                       f"(expected {wanted})") from err
+        if expected.raised:
+            raise Mismatch(expected.clause or clause, f"{what}: refused, unnamed: {type(err).__name__}: {err} "
+                           f"(expected ContractViolation [{expected.clause}])", tier="strictness",
+                           kind="refused, unnamed") from err
+        raise Mismatch(clause, f"{what}: crashed with {type(err).__name__}: {err} (expected a result)",
+                       kind=f"crashed ({type(err).__name__})") from err
     if expected.raised:
         if not got.raised:
             raise Mismatch(expected.clause or clause, f"{what}: accepted input that breaks "
-                           f"{expected.clause}; returned {summarize(got.value)}")
+                           f"{expected.clause}; returned {summarize(got.value)}", tier="",
+                           kind="accepted broken input")
         if got.clause != expected.clause:
             raise Mismatch(expected.clause or clause, f"{what}: raised [{got.clause}], expected "
-                           f"[{expected.clause}]")
+                           f"[{expected.clause}]", tier="strictness", kind=f"refused as {got.clause}")
+        if where and not any(_names(got.error, entry) for entry in where):
+            raise Mismatch(expected.clause or clause, f"{what}: raised [{got.clause}] at {_located(got.error)}, "
+                           f"expected one of {_entries(where)}", tier="strictness", kind="misplaced refusal")
         return None
     if got.raised:
-        raise Mismatch(clause, f"{what}: raised [{got.clause}] on input the contract accepts")
+        raise Mismatch(clause, f"{what}: raised [{got.clause}] on input the contract accepts",
+                       kind=f"refused valid input as {got.clause}")
     compare(got.value, expected.value)
     return got.value
 
 
-def expect_raises(clause: str, what: str, call: Callable[[], Any]) -> None:
-    """The backend must raise a ContractViolation naming ``clause``."""
-    judge(clause, what, Outcome(clause=clause.split()[0]), call, lambda _g, _e: None)
+def _names(err: ContractViolation | None, entry: Where) -> bool:
+    """The refusal names the entry's group, row and column (each one the entry has)."""
+    if err is None:
+        return False
+    return all(want is None or got == want for got, want in zip((err.group, err.row, err.col), entry, strict=True))
+
+
+def _located(err: ContractViolation | None) -> str:
+    return "(nowhere)" if err is None else f"(group {err.group!r}, row {err.row}, col {err.col})"
+
+
+def _entries(where: frozenset[Where]) -> str:
+    shown = sorted(where, key=lambda e: tuple((x is None, x if x is not None else 0) for x in e))[:6]
+    more = f" and {len(where) - 6} more" if len(where) > 6 else ""
+    return ", ".join(f"(group {g!r}, row {r}, col {c})" for g, r, c in shown) + more
+
+
+def expect_raises(clause: str, what: str, call: Callable[[], Any], *, where: frozenset[Where] = frozenset()) -> None:
+    """The backend must raise a ContractViolation naming ``clause`` (and an entry of ``where``, if given)."""
+    judge(clause, what, Outcome(clause=clause.split()[0]), call, lambda _g, _e: None, where=where)

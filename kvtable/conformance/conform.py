@@ -26,7 +26,7 @@ from kvtable.backends import BackendUnavailable, default_spec
 from kvtable.backends.profiles import ALIASES, PROFILES
 from kvtable.conformance.isolation import DEFAULT_TIMEOUT_S
 from kvtable.conformance.preflight import check_backend, checked_properties, isolate_by_default
-from kvtable.conformance.runner import Report, run_conformance
+from kvtable.conformance.runner import DEFAULT_LEVEL, LEVELS, Report, run_conformance
 from kvtable.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PASSED, EXIT_SKIPPED, UsageError
 
 
@@ -42,6 +42,9 @@ def add_common(parser: argparse.ArgumentParser, *, examples: int, examples_help:
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("--property", action="append", default=None, metavar="NAME",
                         help="run only this property, or every property tagged with this clause id (repeatable)")
+    parser.add_argument("--level", default=DEFAULT_LEVEL, choices=sorted(LEVELS),
+                        help="what fails the run: safety (writes stay in allowed slots), correct (safety and exact "
+                             "values on valid input; default), strict (also refusals naming clause and entry)")
     add_execution(parser)
 
 
@@ -93,7 +96,7 @@ def emit(report: Report, as_json: bool) -> int:
         print(report.to_json())
     else:
         print(report.table())
-        if report.not_applicable:
+        if report.notes():
             print(report.notes())
         if report.failures:
             print()
@@ -118,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with sanitized(args):
             report = run_conformance(spec, examples=args.examples, seed=args.seed, profile=args.profile,
-                                     properties=properties, **execution(args, spec))
+                                     properties=properties, level=args.level, **execution(args, spec))
     except BackendUnavailable as err:
         return unavailable(err, args.json)
     return emit(report, args.json)

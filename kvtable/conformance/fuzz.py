@@ -54,7 +54,7 @@ def fuzz(backend: BackendLike, *, examples: int, seed: int, database: str | Exam
          progress: Progress | None = None, **execution: Any) -> Report:
     """Fuzz ``backend`` with ``examples`` examples in all, shared out over the properties by weight.
 
-    ``execution``: ``isolate``, ``workers``, ``timeout``, as ``run_properties`` takes them.
+    ``execution``: ``level``, ``isolate``, ``workers``, ``timeout``, as ``run_properties`` takes them.
     """
     chosen = PROPERTIES if properties is None else properties
     shares = budget(examples, chosen)
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         with sanitized(args):
             report = fuzz(spec, examples=args.examples, seed=args.seed, database=database, profile=args.profile,
                           properties=properties, progress=None if args.no_progress else progress_bar,
-                          **execution(args, spec))
+                          level=args.level, **execution(args, spec))
     except BackendUnavailable as err:
         return unavailable(err, args.json)
     return emit(report, args.json)

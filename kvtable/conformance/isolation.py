@@ -59,6 +59,8 @@ class WorkerSetup:
     shrink: bool
     database: bool
     """Whether the parent holds an example database the worker reaches through the pipe."""
+    level: str = "correct"
+    """The verdict level (``runner.LEVELS``) each property is judged at."""
 
 
 # -- the worker ---------------------------------------------------------------------------------
@@ -124,7 +126,7 @@ def _serve(conn: Connection, setup: WorkerSetup) -> None:
         name, examples = job
         try:
             result = run_property(BY_NAME[name], ctx, examples=examples, seed=setup.seed, spec=spec,
-                                  database=database, shrink=setup.shrink)
+                                  database=database, shrink=setup.shrink, level=setup.level)
         except UsageError as err:
             conn.send(("fatal", str(err)))
             return

@@ -19,41 +19,70 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import ExampleDatabase
-from hypothesis.errors import HypothesisException
+from hypothesis.errors import HypothesisException, Unsatisfiable
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvtable.backends import Backend, debug_twin, is_backend, load, spec_of
+from kvtable.backends import Backend, debug_twin, is_backend, load, missing_methods, spec_of
 from kvtable.backends.profiles import Profile, get_profile
 from kvtable.conformance.checks import Mismatch, Recorded, Transcript
+from kvtable.conformance.core import CORRECTNESS, SAFETY, TIERS, Context, Property
 from kvtable.conformance.database import KeyedDatabase, database_prefix
-from kvtable.conformance.properties import PROPERTIES, Context, Property
+from kvtable.conformance.properties import PROPERTIES
 from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
 
-__all__ = ["NOT_APPLICABLE", "PropertyResult", "Report", "make_context", "run_conformance", "run_properties",
-           "run_property"]
+__all__ = ["DEFAULT_LEVEL", "LEVELS", "NOT_APPLICABLE", "Failure", "PropertyResult", "Report", "make_context",
+           "run_conformance", "run_properties", "run_property"]
 
 Progress = Callable[[int, int, "PropertyResult"], None]
 STEPS_PER_MACHINE = 12
 NOT_APPLICABLE = "not applicable"
+MAX_FAILURES = 4
+"""Distinct failures (by clause and kind) sought per property before the search stops."""
+LEVELS = {"safety": (SAFETY,), "correct": (SAFETY, CORRECTNESS), "strict": TIERS}
+"""What each ``--level`` judges: the tiers whose failures fail the run."""
+DEFAULT_LEVEL = "correct"
+
+
+@dataclass
+class Failure:
+    """One distinct way a property failed: the clause the example broke, the tier and kind of the failure."""
+
+    clause: str
+    """The clause the backend broke (as ``"T4 live-pages"``); the property charged is the result's."""
+    tier: str
+    kind: str
+    message: str
+    counterexample: str
 
 
 @dataclass
 class PropertyResult:
-    """One property's verdict against one backend."""
+    """One property's verdict against one backend, at one level."""
 
     property: str
     clause: str
-    """The clause the property checks, or, on failure, the clause the backend broke (as ``"T4 live-pages"``)."""
+    """The clause the property checks, or, on failure, the clause the backend broke (as ``"T4 live-pages"``);
+    ``property_clause`` is always the property's own."""
     status: str
-    """``passed``, ``failed`` (the backend broke the clause), ``error`` (the run itself could not proceed),
-    ``crash`` or ``timeout`` (the backend took its worker process down or hung: ``kvtable.conformance.isolation``)
-    or ``not applicable`` (not run: ``message`` says why)."""
+    """``passed``, ``failed`` (the backend broke the clause at the run's level), ``error`` (the run itself
+    could not proceed), ``crash`` or ``timeout`` (the backend took its worker process down or hung:
+    ``kvtable.conformance.isolation``) or ``not applicable`` (not run, or every example unsupported:
+    ``message`` says why)."""
     examples: int
     seconds: float
     debug: bool
     message: str = ""
     counterexample: str = ""
+    property_clause: str = ""
+    """The property's own clause: every failure of the property is charged to it."""
+    tier: str = CORRECTNESS
+    """The property's verdict tier, or on failure the tier of the first failure at the run's level."""
+    failures: list[Failure] = field(default_factory=list)
+    """Every distinct failure found (up to ``MAX_FAILURES``), at any tier; those above the run's level are notes."""
+    unsupported: dict[str, int] = field(default_factory=dict)
+    """Examples discarded because the backend raised ``kvtable.Unsupported``, by reason."""
+    level: str = DEFAULT_LEVEL
 
     @property
     def passed(self) -> bool:
@@ -72,6 +101,11 @@ class PropertyResult:
     def clause_id(self) -> str:
         return self.clause.split()[0]
 
+    @property
+    def notes(self) -> list[Failure]:
+        """Failures of tiers above the run's level: reported, not failing the run."""
+        return [f for f in self.failures if f.tier not in LEVELS[self.level]]
+
 
 @dataclass
 class Report:
@@ -86,11 +120,14 @@ class Report:
     results: list[PropertyResult] = field(default_factory=list)
     interrupted: bool = False
     """Ctrl-C stopped the run: ``results`` holds the properties that finished."""
+    level: str = DEFAULT_LEVEL
+    """``safety``, ``correct`` (safety + correctness) or ``strict`` (all three tiers): what fails the run."""
 
     @property
     def passed(self) -> bool:
-        """No property failed or errored (not-applicable ones neither pass nor fail the run)."""
-        return not self.failures
+        """No property failed or errored at the level, and at least one property applied and ran examples
+        (not-applicable ones neither pass nor fail the run; a run where none applied is no pass)."""
+        return not self.failures and any(r.applicable and r.examples > 0 for r in self.results)
 
     @property
     def failures(self) -> list[PropertyResult]:
@@ -106,41 +143,75 @@ class Report:
         return list(dict.fromkeys(r.clause for r in self.failures))
 
     @property
+    def unsupported(self) -> dict[str, int]:
+        """Examples discarded as unsupported by the backend, by reason, over all properties."""
+        total: dict[str, int] = {}
+        for r in self.results:
+            for reason, n in r.unsupported.items():
+                total[reason] = total.get(reason, 0) + n
+        return total
+
+    @property
     def seconds(self) -> float:
         return sum(r.seconds for r in self.results)
 
     def table(self) -> str:
-        """The per-clause table: clause, property, result (N/A for a property that does not apply), examples, time."""
-        rows = [("clause", "property", "result", "examples", "time")]
-        for r in sorted(self.results, key=lambda r: (_clause_order(r.clause_id), r.property)):
-            rows.append((r.clause, r.property, r.label, str(r.examples) if r.applicable else "-",
-                         f"{r.seconds:.2f}s"))
-        widths = [max(len(row[i]) for row in rows) for i in range(5)]
-        lines = ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in
+        """The per-clause table: clause, property, tier, result (N/A where it does not apply), examples, time."""
+        rows = [("clause", "property", "tier", "result", "examples", "time")]
+        for r in sorted(self.results, key=lambda r: (_clause_order(_own_id(r)), r.property)):
+            result = r.label + (f" ({len(r.notes)} note{'s' * (len(r.notes) > 1)})" if r.notes else "")
+            broke = f" (broke {r.clause_id})" if not r.passed and r.applicable and r.clause != r.property_clause \
+                else ""
+            rows.append((r.property_clause or r.clause, r.property, r.tier, result + broke,
+                         str(r.examples) if r.applicable else "-", f"{r.seconds:.2f}s"))
+        widths = [max(len(row[i]) for row in rows) for i in range(6)]
+        lines = ["  ".join(cell.ljust(w) if i < 4 else cell.rjust(w) for i, (cell, w) in
                            enumerate(zip(row, widths, strict=True))) for row in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
     def summary(self) -> str:
-        verdict = "PASS" if self.passed else f"FAIL: {', '.join(self.failed_clauses)}"
+        if self.passed:
+            verdict = "PASS"
+        elif self.failures:
+            verdict = "FAIL: " + ", ".join(dict.fromkeys(
+                f"{r.property_clause or r.clause} ({r.property}"
+                + (f", broke {r.clause_id})" if r.clause_id != _own_id(r) else ")") for r in self.failures))
+        else:
+            verdict = "FAIL: no property applied to this backend"
         if self.interrupted:
             verdict = f"INTERRUPTED after {len(self.results)} properties; {verdict} so far"
         applicable = len(self.results) - len(self.not_applicable)
         skipped = f", {len(self.not_applicable)} not applicable" if self.not_applicable else ""
-        return (f"kvtable {self.kind}: backend {self.backend}, profile {self.profile}, seed {self.seed}: "
-                f"{sum(r.passed for r in self.results)}/{applicable} properties passed{skipped} in "
-                f"{self.seconds:.1f}s; {verdict}")
+        unsupported = sum(self.unsupported.values())
+        discarded = f", unsupported: {unsupported} examples" if unsupported else ""
+        return (f"kvtable {self.kind}: backend {self.backend}, profile {self.profile}, level {self.level}, "
+                f"seed {self.seed}: {sum(r.passed for r in self.results)}/{applicable} properties passed{skipped}"
+                f"{discarded} in {self.seconds:.1f}s; {verdict}")
 
     def notes(self) -> str:
-        """Why each not-applicable property was not run, one line each."""
-        return "\n".join(f"N/A {r.property}: {r.message}" for r in self.not_applicable)
+        """Why each not-applicable property was not run, unsupported examples by reason, and failures of
+        tiers above the run's level, one line each."""
+        lines = [f"N/A {r.property}: {r.message}" for r in self.not_applicable]
+        lines += [f"unsupported: {n} examples: {reason}" for reason, n in sorted(self.unsupported.items())]
+        lines += [f"note [{f.tier}] {r.property} ({f.clause}): {f.kind}: {f.message.splitlines()[0]}"
+                  for r in self.results for f in r.notes]
+        return "\n".join(lines)
 
     def details(self) -> str:
-        """Each failure: the clause, the message and the replayable counterexample."""
+        """Each failure at the level: the property and its clause, the clause broken, the message and the
+        replayable counterexample; every distinct failure of a property in turn."""
         blocks = []
         for r in self.failures:
-            blocks.append(f"=== {r.status.upper()} [{r.clause}] {r.property}\n{r.message}\n"
-                          f"--- counterexample (replayable):\n{r.counterexample}")
+            if r.status == "error" or not r.failures:
+                blocks.append(f"=== {r.status.upper()} [{r.clause}] {r.property}\n{r.message}\n"
+                              f"--- counterexample (replayable):\n{r.counterexample}")
+                continue
+            for f in r.failures:
+                if f.tier in LEVELS[r.level]:
+                    blocks.append(f"=== FAILED [{r.property_clause}] {r.property}: broke [{f.clause}] "
+                                  f"({f.tier}: {f.kind})\n{f.message}\n"
+                                  f"--- counterexample (replayable):\n{f.counterexample}")
         return "\n\n".join(blocks)
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,12 +219,18 @@ class Report:
         out["passed"] = self.passed
         out["failed_clauses"] = self.failed_clauses
         out["not_applicable"] = [r.property for r in self.not_applicable]
+        out["unsupported"] = self.unsupported
         for r in out["results"]:
             r["clause_id"] = r["clause"].split()[0]
+            r["property_clause_id"] = r["property_clause"].split()[0] if r["property_clause"] else r["clause_id"]
         return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
+
+
+def _own_id(result: PropertyResult) -> str:
+    return (result.property_clause or result.clause).split()[0]
 
 
 def _clause_order(clause_id: str) -> int:
@@ -217,47 +294,98 @@ def _settings(examples: int, database: ExampleDatabase | None, shrink: bool, **e
                     **extra)
 
 
+def _lacking(prop: Property, ctx: Context) -> str | None:
+    """Why ``prop`` cannot run on this backend: the protocol methods it needs that the backend lacks."""
+    backend = getattr(ctx.backend, "target", ctx.backend)
+    missing = set(missing_methods(backend))
+    lacking = [m for m in prop.needs if m in missing]
+    if not lacking:
+        return None
+    name = getattr(backend, "name", type(backend).__name__)
+    return f"backend {name!r} has no {', '.join(lacking)}"
+
+
 def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec: str = "backend",
-                 database: ExampleDatabase | None = None, shrink: bool = True) -> PropertyResult:
+                 database: ExampleDatabase | None = None, shrink: bool = True,
+                 level: str = DEFAULT_LEVEL) -> PropertyResult:
     """Run one property for up to ``examples`` examples; on failure keep the (shrunk, unless not ``shrink``)
-    example's transcript."""
-    reason = prop.not_applicable(ctx) if prop.not_applicable is not None else None
+    example's transcript, and search on for up to ``MAX_FAILURES`` distinct failures (by clause and kind).
+
+    Examples the backend raises ``kvtable.Unsupported`` for are discarded and counted; a failure's tier
+    decides whether it fails the property at ``level`` or stays a note.
+    """
+    own = clause_label(prop.clause)
+    reason = _lacking(prop, ctx) or (prop.not_applicable(ctx) if prop.not_applicable is not None else None)
     if reason:
-        return PropertyResult(prop.name, clause_label(prop.clause), NOT_APPLICABLE, 0, 0.0, prop.debug, reason)
+        return PropertyResult(prop.name, own, NOT_APPLICABLE, 0, 0.0, prop.debug, reason, property_clause=own,
+                              tier=prop.tier, level=level)
     count = [0]
+    ctx.seen.clear()
+    ctx.unsupported.clear()
+    failures: list[Failure] = []
     start = time.perf_counter()
+
+    def result(status: str, message: str = "", counterexample: str = "", clause: str = own,
+               tier: str = prop.tier) -> PropertyResult:
+        return PropertyResult(prop.name, clause, status, count[0], time.perf_counter() - start, prop.debug, message,
+                              counterexample, own, tier, failures, dict(ctx.unsupported), level)
+
     try:
-        if prop.stateful is not None:
-            base = prop.stateful(ctx)
-            machine_cls = type(base.__name__, (base,), {"__init__": _counting_init(base, count)})
-            hypothesis_seed(seed)(machine_cls)
-            run_state_machine_as_test(machine_cls, settings=_settings(examples, database, shrink,
-                                                                      stateful_step_count=STEPS_PER_MACHINE))
-        else:
-            assert prop.strategy is not None and prop.check is not None
-            check = prop.check
-
-            def body(example: Any) -> None:
-                count[0] += 1
-                ctx.transcript.reset()
-                check(ctx, example)
-
-            # settings outside @seed: @seed alone would also switch the example database off
-            test = _settings(examples, database, shrink)(hypothesis_seed(seed)(given(prop.strategy)(body)))
-            test._hypothesis_internal_database_key = f"kvtable:{prop.name}".encode()  # type: ignore[attr-defined]
-            test()
+        while len(failures) < (MAX_FAILURES if shrink else 1):  # a find run (no shrinking) stops at the first
+            try:
+                # only the first search uses the database: a later one would drop the saved example it rejects
+                _search(prop, ctx, count, examples=examples, seed=seed, database=None if failures else database,
+                        shrink=shrink)
+                break
+            except Mismatch as err:
+                ctx.seen.add((err.clause, err.kind))
+                failures.append(Failure(clause_label(err.clause), err.tier or prop.tier, err.kind, str(err),
+                                        _counterexample(ctx, spec, err)))
+            except Unsatisfiable:
+                if not failures:
+                    raise
+                break  # every example left repeats a failure already reported
     except UsageError:  # the database failed: infrastructure, not a verdict
         raise
-    except Mismatch as err:
-        return PropertyResult(prop.name, clause_label(err.clause), "failed", count[0], time.perf_counter() - start,
-                              prop.debug, str(err), _counterexample(ctx, spec, err))
+    except Unsatisfiable as err:
+        if not ctx.unsupported or count[0] > sum(ctx.unsupported.values()):
+            return result("error", f"{type(err).__name__}: {err}")
+        reasons = "; ".join(f"{n} examples: {why}" for why, n in sorted(ctx.unsupported.items()))
+        return result(NOT_APPLICABLE, f"every example unsupported by the backend ({reasons})")
     except (HypothesisException, Exception) as err:  # the run itself broke (strategy, reference, loader)
         frame = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
         where = f" (at {frame.filename}:{frame.lineno})" if frame else ""
-        return PropertyResult(prop.name, clause_label(prop.clause), "error", count[0], time.perf_counter() - start,
-                              prop.debug, f"{type(err).__name__}: {err}{where}", _counterexample(ctx, spec, err))
-    return PropertyResult(prop.name, clause_label(prop.clause), "passed", count[0], time.perf_counter() - start,
-                          prop.debug)
+        return result("error", f"{type(err).__name__}: {err}{where}", _counterexample(ctx, spec, err))
+    failing = [f for f in failures if f.tier in LEVELS[level]]
+    if failing:
+        first = failing[0]
+        return result("failed", first.message, first.counterexample, first.clause, first.tier)
+    return result("passed")
+
+
+def _search(prop: Property, ctx: Context, count: list[int], *, examples: int, seed: int,
+            database: ExampleDatabase | None, shrink: bool) -> None:
+    """One hypothesis run of the property; raises the (shrunk) ``Mismatch`` of a failure not seen before."""
+    if prop.stateful is not None:
+        base = prop.stateful(ctx)
+        machine_cls = type(base.__name__, (base,), {"__init__": _counting_init(base, count)})
+        hypothesis_seed(seed)(machine_cls)
+        run_state_machine_as_test(machine_cls, settings=_settings(examples, database, shrink,
+                                                                  stateful_step_count=STEPS_PER_MACHINE))
+        return
+    assert prop.strategy is not None and prop.check is not None
+    check = prop.check
+
+    def body(example: Any) -> None:
+        count[0] += 1
+        ctx.transcript.reset()
+        with ctx.example():
+            check(ctx, example)
+
+    # settings outside @seed: @seed alone would also switch the example database off
+    test = _settings(examples, database, shrink)(hypothesis_seed(seed)(given(prop.strategy)(body)))
+    test._hypothesis_internal_database_key = f"kvtable:{prop.name}".encode()  # type: ignore[attr-defined]
+    test()
 
 
 def _counting_init(base: type, count: list[int]) -> Callable[[Any], None]:
@@ -281,30 +409,33 @@ def counterexample_text(spec: str, transcript: str, verdict: str) -> str:
 def run_properties(backend: BackendLike, properties: Sequence[Property], *, examples: Callable[[Property], int],
                    seed: int, profile: str | Profile | None = None, database: ExampleDatabase | None = None,
                    kind: str = "conform", total_examples: int = 0, progress: Progress | None = None,
-                   shrink: bool = True, level: str = "correct", isolate: bool = False, workers: int = 1,
+                   shrink: bool = True, level: str = DEFAULT_LEVEL, isolate: bool = False, workers: int = 1,
                    timeout: float | None = None) -> Report:
     """Run ``properties`` against ``backend``; ``examples(prop)`` gives each property's example budget.
 
-    ``shrink=False`` reports each failure at the first failing example, unshrunk (the zoo's find runs).
+    ``shrink=False`` reports each failure at the first failing example, unshrunk (the zoo's find runs);
+    ``level`` (``safety``, ``correct``, ``strict``) says which tiers' failures fail the run.
     The database keeps one entry per (property, backend, profile, level). ``isolate`` (implied by
     ``workers`` > 1) runs the properties in worker processes (``kvtable.conformance.isolation``): a crash
     or a silence of ``timeout`` seconds is that property's verdict. Ctrl-C ends the run with the
     properties finished so far (``report.interrupted``).
     """
+    if level not in LEVELS:
+        raise ValueError(f"no level {level!r}; known: {sorted(LEVELS)}")
     ctx, spec = make_context(backend, profile)
-    report = Report(spec, ctx.profile.name, seed, total_examples, kind)
+    report = Report(spec, ctx.profile.name, seed, total_examples, kind, level=level)
     if database is not None:
         database = KeyedDatabase(database, database_prefix(spec, ctx.profile.name, level))
     results: Iterator[PropertyResult]
     if isolate or workers > 1:
         from kvtable.conformance.isolation import DEFAULT_TIMEOUT_S, WorkerSetup, run_isolated
 
-        setup = WorkerSetup(backend, ctx.profile.name, seed, shrink, database is not None)
+        setup = WorkerSetup(backend, ctx.profile.name, seed, shrink, database is not None, level)
         results = run_isolated(setup, properties, examples, workers=workers, database=database,
                                timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout)
     else:
         results = (run_property(prop, ctx, examples=examples(prop), seed=seed, spec=spec, database=database,
-                                shrink=shrink) for prop in properties)
+                                shrink=shrink, level=level) for prop in properties)
     try:
         for result in results:
             report.results.append(result)

@@ -68,7 +68,8 @@ def properties_for(clause: str | None) -> tuple[Property, ...]:
 
 def failing(backend: Any, properties: Sequence[Property], *, examples: int, seed: int) -> list[PropertyResult]:
     """The properties ``backend`` fails, each stopped at its first failing example (no shrinking)."""
-    return run_properties(backend, properties, examples=lambda _p: examples, seed=seed, shrink=False).failures
+    return run_properties(backend, properties, examples=lambda _p: examples, seed=seed, shrink=False,
+                          level="strict").failures
 
 
 class Baseline:
@@ -136,7 +137,7 @@ def hunt(backend: Any, expected: str, *, name: str, properties: Sequence[Propert
     if caught_by is not None and shrink:
         start = time.perf_counter()
         shrunk = run_properties(backend, [_by_name(caught_by.property)], examples=lambda _p: examples,
-                                seed=seed).results[0]
+                                seed=seed, level="strict").results[0]
         final = caught_by if shrunk.passed else shrunk
         catch.message, catch.counterexample = final.message, final.counterexample
         catch.shrink_seconds = time.perf_counter() - start

@@ -14,8 +14,10 @@ UNTESTED = {"W0": "slot-meaning is the definition every location property compar
 
 
 @pytest.mark.parametrize("prop", PROPERTIES, ids=[p.name for p in PROPERTIES])
-def test_property(prop: Property, kvtable_context, kvtable_backend_spec: str, conformance_examples: int) -> None:
-    result = run_property(prop, kvtable_context, examples=conformance_examples, seed=0, spec=kvtable_backend_spec)
+def test_property(prop: Property, kvtable_context, kvtable_backend_spec: str, kvtable_level: str,
+                  conformance_examples: int) -> None:
+    result = run_property(prop, kvtable_context, examples=conformance_examples, seed=0, spec=kvtable_backend_spec,
+                          level=kvtable_level)
     if not result.applicable:
         pytest.skip(f"not applicable: {result.message}")
     assert result.passed, (f"{result.status} [{result.clause}] {prop.name}: {result.message}\n"

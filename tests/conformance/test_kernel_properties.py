@@ -7,10 +7,11 @@ import pytest
 
 from kvtable.backends.torch_backend import TorchBackend
 from kvtable.conformance import kernel_model
-from kvtable.conformance.kernel_properties import Layout, place
 from kvtable.conformance.properties import select
+from kvtable.conformance.properties.kernels import place
 from kvtable.conformance.runner import NOT_APPLICABLE, run_conformance
 from kvtable.impl.torch_kernels import TORCH_KERNELS, TorchKernels
+from kvtable.strategies.kernels import Layout
 
 S = -7  # an untouched output element
 
@@ -143,4 +144,4 @@ def test_a_backend_without_kernels_is_not_applicable_never_passed() -> None:
     assert "exposes no fused kernels" in na.message
     assert report.passed and report.failures == [] and report.not_applicable == [na]
     assert "1/1 properties passed, 1 not applicable" in report.summary()
-    assert "kernels/replay-fill  N/A" in report.table()
+    assert "kernels/replay-fill  correctness  N/A" in report.table()

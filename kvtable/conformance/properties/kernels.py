@@ -14,17 +14,30 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-from hypothesis import strategies as st
 
 from kvtable.conformance import kernel_model
 from kvtable.conformance.checks import Mismatch, first_difference
-from kvtable.strategies import PAGE_LIMIT
-
-if TYPE_CHECKING:
-    from kvtable.conformance.properties import Context
+from kvtable.conformance.core import Context, Property
+from kvtable.errors import Unsupported
+from kvtable.strategies.kernels import (
+    POISON,
+    ExtendCase,
+    FillCase,
+    GroupedCase,
+    GroupedLocsCase,
+    Layout,
+    LocsCase,
+    Rows,
+    Stack,
+    extend_cases,
+    fill_cases,
+    grouped_cases,
+    grouped_locs_cases,
+    locs_cases,
+)
 
 KERNEL_OPERATIONS = ("stacked_locs", "stacked_extend_locs", "replay_fill")
 GROUPED_LOCS = "grouped_locs"
@@ -33,11 +46,6 @@ GROUPED_EXTEND = "grouped_extend_locs"
 """The optional fast path of impl/kernels.py's ``GroupedExtendLocs``."""
 SENTINEL = -7
 """Every output element starts as this: no kernel ever computes it (locations are >= 0, pads -1 or 0)."""
-POISON = 4242
-"""Input buffers around the views, and stack columns past a group's width: a real page no draw uses."""
-PAGE_SIZES = (1, 2, 3, 4, 8, 16)
-
-Rows = list[list[int]]
 
 
 def missing_kernels(ctx: Context) -> str | None:
@@ -74,23 +82,6 @@ def missing_grouped_extend(ctx: Context) -> str | None:
     return _missing_fast_path(ctx, GROUPED_EXTEND)
 
 
-# ------------------------------------------------------------------------------------------------
-# Memory layouts: a view in the corner of a larger buffer, maybe strided along its last dimension
-# ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Layout:
-    """``extra`` elements per dimension around the view, every ``step``-th element along the last one."""
-
-    extra: tuple[int, ...]
-    step: int = 1
-
-
-def layouts(dims: int) -> st.SearchStrategy[Layout]:
-    return st.builds(Layout, st.tuples(*[st.integers(0, 2)] * dims), st.sampled_from((1, 2)))
-
-
 @dataclass
 class Placed:
     """A kernel argument: ``view`` (what the kernel gets) inside ``storage`` at ``box``, the rest ``fill``."""
@@ -123,195 +114,6 @@ def place(values: Any, shape: Sequence[int], layout: Layout, *, fill: int, devic
     return Placed(view, storage, box, fill)
 
 
-# ------------------------------------------------------------------------------------------------
-# Inputs
-# ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Stack:
-    """``[G, R, W]`` tables, each group's real width and page size; columns past a width hold POISON."""
-
-    tables: list[Rows]
-    widths: list[int]
-    page_sizes: list[int]
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        return len(self.tables), len(self.tables[0]), len(self.tables[0][0])
-
-    @property
-    def reach(self) -> int:
-        """A position bound well past every group's width (stale lengths reach up to it)."""
-        return (self.shape[2] + 2) * max(self.page_sizes)
-
-
-def _entries(page_size: int) -> st.SearchStrategy[int]:
-    """Pads, holes, small pages and pages at the top of the W5 range (``(p + 1) * ps <= 2^31``)."""
-    top = PAGE_LIMIT // page_size - 1
-    return st.one_of(st.sampled_from((-1, 0)), st.integers(1, 64), st.integers(top - 64, top))
-
-
-@st.composite
-def stacks(draw: st.DrawFn, rows: int) -> Stack:
-    groups, width = draw(st.integers(1, 3)), draw(st.integers(1, 6))
-    page_sizes = [draw(st.sampled_from(PAGE_SIZES)) for _ in range(groups)]
-    widths = [draw(st.integers(1, width)) for _ in range(groups)]
-    tables = [[[draw(_entries(page_sizes[g])) if c < widths[g] else POISON for c in range(width)]
-               for _ in range(rows)] for g in range(groups)]
-    return Stack(tables, widths, page_sizes)
-
-
-@dataclass(frozen=True)
-class LocsCase:
-    """``stacked_locs`` arguments: ``seq_lens`` (maybe stale, past a width) for ``bs`` rows of ``n`` tokens."""
-
-    stack: Stack
-    seq_lens: list[int]
-    bs: int
-    n: int
-    cap: int
-    layouts: dict[str, Layout]
-
-
-@st.composite
-def locs_cases(draw: st.DrawFn) -> LocsCase:
-    bs, n = draw(st.integers(0, 4)), draw(st.integers(1, 4))
-    stack = draw(stacks(bs + draw(st.integers(0, 2)) or 1))
-    seq = draw(st.lists(st.integers(1, stack.reach + n), min_size=bs, max_size=bs + 2))
-    cap = bs * n + draw(st.integers(0, 3))
-    names = {"tables": 3, "widths": 1, "page_sizes": 1, "seq_lens": 1, "out": 2}
-    return LocsCase(stack, seq, bs, n, cap, {k: draw(layouts(d)) for k, d in names.items()})
-
-
-@dataclass(frozen=True)
-class ExtendCase:
-    """``stacked_extend_locs`` arguments: tokens at (row, position), in any order, positions past widths."""
-
-    stack: Stack
-    rows: list[int]
-    positions: list[int]
-    cap: int
-    layouts: dict[str, Layout]
-
-
-@st.composite
-def extend_cases(draw: st.DrawFn) -> ExtendCase:
-    stack = draw(stacks(draw(st.integers(1, 4))))
-    tokens = draw(st.integers(0, 10))
-    rows = [draw(st.integers(0, stack.shape[1] - 1)) for _ in range(tokens)]
-    positions = [draw(st.integers(0, stack.reach)) for _ in range(tokens)]
-    names = {"tables": 3, "widths": 1, "page_sizes": 1, "rows": 1, "positions": 1, "out": 2}
-    return ExtendCase(stack, rows, positions, tokens + draw(st.integers(0, 3)),
-                      {k: draw(layouts(d)) for k, d in names.items()})
-
-
-@dataclass(frozen=True)
-class GroupedLocsCase:
-    """``grouped_locs`` arguments: each group's own table (its width its column count) and page size,
-    ``seq_lens`` (maybe stale, past a width) for ``bs`` rows of ``n`` tokens."""
-
-    tables: list[Rows]
-    page_sizes: list[int]
-    seq_lens: list[int]
-    bs: int
-    n: int
-    cap: int
-    layouts: list[Layout]
-    """One per table, then the lengths', then the output's."""
-
-
-@st.composite
-def grouped_locs_cases(draw: st.DrawFn) -> GroupedLocsCase:
-    bs, n, groups = draw(st.integers(0, 4)), draw(st.integers(1, 4)), draw(st.integers(1, 3))
-    page_sizes = [draw(st.sampled_from(PAGE_SIZES)) for _ in range(groups)]
-    widths = [draw(st.integers(1, 6)) for _ in range(groups)]
-    tables = [[[draw(_entries(ps)) for _ in range(w)] for _ in range(bs + draw(st.integers(0, 2)) or 1)]
-              for ps, w in zip(page_sizes, widths, strict=True)]
-    reach = (max(widths) + 2) * max(page_sizes)
-    seq = draw(st.lists(st.integers(1, reach + n), min_size=bs, max_size=bs + 2))
-    cap = bs * n + draw(st.integers(0, 3))
-    return GroupedLocsCase(tables, page_sizes, seq, bs, n, cap,
-                           [*(draw(layouts(2)) for _ in range(groups)), draw(layouts(1)), draw(layouts(2))])
-
-
-@dataclass(frozen=True)
-class GroupedCase:
-    """``grouped_extend_locs`` arguments: each group's own table and page size, request runs inside every
-    table (its precondition), pads wherever they fall."""
-
-    tables: list[Rows]
-    page_sizes: list[int]
-    prefix_lens: list[int]
-    extend_lens: list[int]
-    cap: int
-    layouts: list[Layout]
-    """One per table, then the output's."""
-
-    def tokens(self) -> tuple[list[int], list[int]]:
-        """(rows, positions) of every token, in request order."""
-        pairs = [(b, p) for b, (start, count) in enumerate(zip(self.prefix_lens, self.extend_lens, strict=True))
-                 for p in range(start, start + count)]
-        return [b for b, _ in pairs], [p for _, p in pairs]
-
-
-@st.composite
-def grouped_cases(draw: st.DrawFn) -> GroupedCase:
-    requests, groups = draw(st.integers(1, 4)), draw(st.integers(1, 3))
-    page_sizes = [draw(st.sampled_from(PAGE_SIZES)) for _ in range(groups)]
-    widths = [draw(st.integers(1, 6)) for _ in range(groups)]
-    tables = [[[draw(_entries(ps)) for _ in range(w)] for _ in range(requests + draw(st.integers(0, 2)))]
-              for ps, w in zip(page_sizes, widths, strict=True)]
-    reach = min(w * ps for w, ps in zip(widths, page_sizes, strict=True))
-    prefix = [draw(st.integers(0, reach)) for _ in range(requests)]
-    extend = [draw(st.integers(0, reach - p)) for p in prefix]
-    cap = sum(extend) + draw(st.integers(0, 3))
-    return GroupedCase(tables, page_sizes, prefix, extend, cap, [draw(layouts(2)) for _ in range(groups + 1)])
-
-
-@dataclass(frozen=True)
-class FillCase:
-    """``replay_fill`` arguments: every group's live rows packed (POISON in the gaps), into ``[G, max_bs, W]``."""
-
-    packed: list[int]
-    meta: list[tuple[int, int, int]]
-    max_bs: int
-    width: int
-    bs: int
-    actual_bs: int
-    tail_pad: int
-    layouts: dict[str, Layout]
-
-
-@st.composite
-def fill_cases(draw: st.DrawFn) -> FillCase:
-    groups, max_bs, width = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 8))
-    bs = draw(st.integers(0, max_bs))
-    actual_bs = draw(st.integers(0, bs))
-    blocks = []
-    for _ in range(groups):
-        cols, ratio = draw(st.integers(1, 4)), draw(st.sampled_from((1, 2, 3, 4)))
-        entries = [draw(_entries(ratio)) for _ in range(actual_bs * cols)]
-        blocks.append((draw(st.integers(0, 2)), cols, ratio, entries))
-    order = list(range(groups))[:: -1 if draw(st.booleans()) else 1]  # offsets need not follow group order
-    packed: list[int] = []
-    meta: list[tuple[int, int, int]] = [(0, 0, 0)] * groups
-    for g in order:
-        gap, cols, ratio, entries = blocks[g]
-        packed += [POISON] * gap
-        meta[g] = (len(packed), cols, ratio)
-        packed += entries
-    packed += [POISON] * draw(st.integers(0, 2))
-    names = {"packed": 1, "meta": 2, "dst": 3}
-    return FillCase(packed, meta, max_bs, width, bs, actual_bs, draw(st.sampled_from((-1, 0))),
-                    {k: draw(layouts(d)) for k, d in names.items()})
-
-
-# ------------------------------------------------------------------------------------------------
-# Checks
-# ------------------------------------------------------------------------------------------------
-
-
 def _judge(ctx: Context, clause: str, what: str, call: Callable[[], Any], inputs: dict[str, Placed],
            out: Placed, expected: list[Any]) -> None:
     """Run the kernel; ``out`` must hold ``expected`` and nothing else may change."""
@@ -320,6 +122,8 @@ def _judge(ctx: Context, clause: str, what: str, call: Callable[[], Any], inputs
     before = {name: arg.storage.clone() for name, arg in inputs.items()}
     try:
         call()
+    except Unsupported:
+        raise
     except Exception as err:  # a crash on arguments the Kernels protocol defines
         raise Mismatch(clause, f"kernels.{what}: crashed with {type(err).__name__}: {err}") from err
     got = out.view.tolist()
@@ -432,3 +236,22 @@ def check_replay_fill(ctx: Context, case: FillCase) -> None:
     _judge(ctx, "G3", "replay_fill",
            lambda: kernels.replay_fill(inputs["packed"].view, inputs["meta"].view, dst.view, case.bs,
                                        case.actual_bs, case.tail_pad), inputs, dst, expected)
+
+
+PROPERTIES = (
+    Property("kernels/stacked-locs", "G4", "backend.kernels: fixed-count locations on pitched views; stale "
+             "lengths and pads sink into page 0, nothing else is written", locs_cases(), check_stacked_locs,
+             weight=2, not_applicable=missing_kernels),
+    Property("kernels/grouped-locs", "G4", "backend.kernels' optional fixed-count fast path: per-group "
+             "pitched tables, equal to the stacked kernel; stale lengths and pads sink into page 0",
+             grouped_locs_cases(), check_grouped_locs, not_applicable=missing_grouped_locs),
+    Property("kernels/stacked-extend-locs", "W3", "backend.kernels: extend locations on pitched views, "
+             "positions past a width sink into page 0", extend_cases(), check_stacked_extend_locs,
+             not_applicable=missing_kernels),
+    Property("kernels/grouped-extend-locs", "W3", "backend.kernels' optional extend fast path: per-group "
+             "pitched tables, equal to the stacked kernel, pads sink into page 0", grouped_cases(),
+             check_grouped_extend_locs, not_applicable=missing_grouped_extend),
+    Property("kernels/replay-fill", "G3", "backend.kernels: replay fill on pitched views; rows >= bs and "
+             "the buffer around the view untouched", fill_cases(), check_replay_fill,
+             not_applicable=missing_kernels),
+)

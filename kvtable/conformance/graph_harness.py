@@ -1,33 +1,34 @@
-"""The CUDA-graph buffer protocol (G1-G5) as a hypothesis state machine, against ``reference.GraphModel``.
+"""One backend graph runner and one ``reference.GraphModel``, stepped together and compared after every step.
 
-``GraphHarness`` drives one backend runner and one model side by side and compares, after every step,
-the runner's persistent buffers with the model's over their full extent: rows and entries the step
-must leave alone are compared too (a ``scribble`` step fills everything with a sentinel first, so
-"untouched" is visible). Buffer identity is checked by data pointer: buffers never move, and capture
-views alias them. ``GraphProtocol`` runs random sequences of init, captures at several bs, replays
-with changing tables and seq_lens, the last replay again with fresh page ids, draft re-anchors on
-captured views, stale deliveries and bad steps.
+``GraphHarness`` compares the runner's persistent buffers with the model's over their full extent:
+rows and entries the step must leave alone are compared too (a ``scribble`` step fills everything
+with a sentinel first, so "untouched" is visible). Buffer identity is checked by data pointer:
+buffers never move, and capture views alias them. The stale deliveries (``STALE_KINDS``) and the
+steps outside the allocation (``BAD_STEPS``) are written here once, for the graph properties and the
+``GraphProtocol`` state machine alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
 import torch
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from kvtable.conformance.checks import Mismatch, as_plain, first_difference, judge, reference_outcome
+from kvtable.conformance.calls import loc_dtypes
+from kvtable.conformance.checks import Mismatch, check_tensor, first_difference, judge, reference_outcome
+from kvtable.conformance.core import Context
 from kvtable.reference import GraphModel
-from kvtable.strategies import MAX_N, GraphSetup, Replay, as_tensor, graph_setups, repaged, replays
-
-if TYPE_CHECKING:
-    from kvtable.conformance.properties import Context
+from kvtable.strategies import GraphSetup, Replay, as_tensor
 
 SENTINEL = 77
 """Written over every buffer by ``scribble``: not 0 (the dummy page), not a tail pad, a valid page id."""
 STALE_KINDS = ("none", "empty dict", "missing group", "extra group", "empty table", "only state")
+"""G5: deliveries a replay must refuse before writing anything."""
+BAD_STEPS = ("capture bs 0", "capture bs > max_bs", "capture N > spec_n", "capture unknown group", "replay bs 0",
+             "replay bs > max_bs", "replay N > spec_n", "replay short seq_lens")
+"""G2-G4: capture and replay sizes outside what the buffers were allocated for, and unknown groups."""
 
 
 class GraphHarness:
@@ -36,7 +37,7 @@ class GraphHarness:
     def __init__(self, ctx: Context, setup: GraphSetup) -> None:
         self.ctx = ctx
         self.setup = setup
-        self.expected_init = reference_outcome(lambda: GraphModel(setup.specs, **setup.kwargs()))
+        self.expected_init = reference_outcome(lambda: ctx.profile.graph_model(setup.specs, **setup.kwargs()))
         self.model: GraphModel | None = self.expected_init.value
         self.runner: Any = None
         self.pointers: dict[tuple[str, str], int] = {}
@@ -124,7 +125,8 @@ class GraphHarness:
                                    "loc_buffers")
 
     # -- G2 ---------------------------------------------------------------------------------------
-    def capture(self, bs: int, group_ids: Sequence[str], tokens_per_req: int) -> None:
+    def capture(self, bs: int, group_ids: Sequence[str], tokens_per_req: int) -> int | None:
+        """G2: capture on both sides; the index of the views handed out in ``views`` (None: refused or none)."""
         assert self.model is not None
         model = self.model
         expected = reference_outcome(lambda: model.capture(bs, list(group_ids), tokens_per_req))
@@ -144,9 +146,11 @@ class GraphHarness:
                                    f"{sorted(want_tables)} (state groups skipped)")
             self.views.append((bs, tokens_per_req, dict(got[0]), dict(got[1])))
 
+        before = len(self.views)
         judge("G2", f"capture(bs={bs})", expected,
               lambda: self.runner.capture(bs, list(group_ids), tokens_per_req), compare)
         self.check_views()
+        return before if len(self.views) > before else None
 
     # -- G3-G5 ------------------------------------------------------------------------------------
     def replay(self, step: Replay, tables: Mapping[str, Any] | None = None, *, clause: str = "G3") -> None:
@@ -203,9 +207,8 @@ class GraphHarness:
         view = tables[group_id]
 
         def compare(got: Any, want: list[int]) -> None:
-            if not isinstance(got, torch.Tensor) or got.dtype != torch.int32 or as_plain(got) != want:
-                raise Mismatch("W4", f"reanchor on the captured view of {group_id!r}: got {as_plain(got)}, "
-                               f"expected {want}")
+            check_tensor("W4", f"reanchor on the captured view of {group_id!r}", got, want,
+                         dtypes=loc_dtypes(self.ctx))
 
         self.ctx.transcript.note(f"view = runner.capture({bs}, [{group_id!r}])[0][{group_id!r}]")
         judge("W4", "reanchor_locs on a captured view", expected,
@@ -226,88 +229,28 @@ class GraphHarness:
             group.locs[:] = [value] * len(group.locs)
         self.live_seq = [1] * self.setup.max_bs
 
-
-def machine(ctx: Context) -> type[RuleBasedStateMachine]:
-    """A ``GraphProtocol`` state machine bound to ``ctx`` (its backend, profile and transcript)."""
-
-    class GraphProtocol(RuleBasedStateMachine):
-        def __init__(self) -> None:
-            super().__init__()
-            ctx.transcript.reset()
-            self.harness: GraphHarness | None = None
-
-        @initialize(setup=graph_setups())
-        def init(self, setup: GraphSetup) -> None:
-            self.harness = GraphHarness(ctx, setup)
-            self.harness.init()
-
-        def _h(self) -> GraphHarness:
-            assert self.harness is not None and self.harness.model is not None
-            return self.harness
-
-        @rule(data=st.data())
-        def capture(self, data: st.DataObject) -> None:
-            h = self._h()
-            ids = [s.group_id for s in h.setup.specs]
-            bs = data.draw(st.integers(1, h.setup.max_bs), label="bs")
-            group_ids = data.draw(st.lists(st.sampled_from(ids), unique=True, min_size=1), label="group_ids")
-            h.capture(bs, group_ids, data.draw(st.integers(1, h.setup.spec_n), label="tokens_per_req"))
-
-        @rule(data=st.data())
-        def replay(self, data: st.DataObject) -> None:
-            h = self._h()
-            h.replay(data.draw(replays(h.setup), label="replay"))
-
-        @rule(data=st.data())
-        def replay_again(self, data: st.DataObject) -> None:
-            """The last replay's shape again, with fresh page ids: no fill may be cached by shape."""
-            h = self._h()
-            if h.last is not None:
-                h.replay(data.draw(repaged(h.setup, h.last), label="replay again"))
-
-        @rule(data=st.data())
-        def stale_delivery(self, data: st.DataObject) -> None:
-            h = self._h()
-            h.stale(data.draw(replays(h.setup), label="replay"), data.draw(st.sampled_from(STALE_KINDS)))
-
-        @rule(data=st.data())
-        def bad_step(self, data: st.DataObject) -> None:
-            h = self._h()
-            step = data.draw(replays(h.setup), label="replay")
-            kind = data.draw(st.sampled_from(("bs 0", "bs > max_bs", "N > spec_n", "short seq_lens")))
-            if kind == "bs 0":
-                step = Replay(0, step.tables, step.seq_lens, step.tokens_per_req, None, ())
-            elif kind == "bs > max_bs":
-                step = Replay(h.setup.max_bs + 1, step.tables, step.seq_lens + (1,) * h.setup.max_bs,
-                              step.tokens_per_req, None, ())
-            elif kind == "N > spec_n":
-                step = Replay(step.bs, step.tables, step.seq_lens, h.setup.spec_n + 1, step.actual_bs, ())
+    def bad_step(self, step: Replay, kind: str) -> None:
+        """One of ``BAD_STEPS``: refused (or, where the model accepts it, done) exactly as the model does it."""
+        setup = self.setup
+        if kind.startswith("capture"):
+            ids = [s.group_id for s in setup.attention]
+            bs, tpr, group_ids = 1, 1, ids
+            if kind == "capture bs 0":
+                bs = 0
+            elif kind == "capture bs > max_bs":
+                bs = setup.max_bs + 1
+            elif kind == "capture N > spec_n":
+                tpr = setup.spec_n + 1
             else:
-                step = Replay(step.bs, step.tables, step.seq_lens[: step.bs - 1], step.tokens_per_req,
-                              step.actual_bs, ())
-            h.replay(step, clause="G4" if kind == "short seq_lens" else "G3")
-
-        @rule(data=st.data())
-        def reanchor(self, data: st.DataObject) -> None:
-            h = self._h()
-            if not h.views:
-                return
-            index = data.draw(st.integers(0, len(h.views) - 1), label="view")
-            bs, _, tables, _ = h.views[index]
-            if not tables:
-                return
-            gid = data.draw(st.sampled_from(sorted(tables)), label="group")
-            frontier = [data.draw(st.integers(1, h.live_seq[r])) for r in range(bs)]
-            h.reanchor(index, gid, frontier, data.draw(st.integers(1, MAX_N), label="n"))
-
-        @rule()
-        def scribble(self) -> None:
-            self._h().scribble()
-
-        @invariant()
-        def buffers_match(self) -> None:
-            if self.harness is not None and self.harness.model is not None and self.harness.runner is not None:
-                self.harness.check_buffers()
-                self.harness.check_views()
-
-    return GraphProtocol
+                group_ids = [*ids, "ghost"]
+            self.capture(bs, group_ids, tpr)
+            return
+        if kind == "replay bs 0":
+            step = replace(step, bs=0, actual_bs=None, live_seq=())
+        elif kind == "replay bs > max_bs":
+            step = replace(step, bs=setup.max_bs + 1, seq_lens=step.seq_lens + (1,) * setup.max_bs, actual_bs=None)
+        elif kind == "replay N > spec_n":
+            step = replace(step, tokens_per_req=setup.spec_n + 1)
+        else:
+            step = replace(step, seq_lens=step.seq_lens[: step.bs - 1])
+        self.replay(step, clause="G4" if kind == "replay short seq_lens" else "G3")

@@ -1,0 +1,92 @@
+"""The backend calls a location property makes, each with the reference's expected outcome through the profile.
+
+Shared by the lone, grouped, expansion and rejects families: ``lone_call`` builds one group's
+lone-table call of the case's mode, ``check_group_locs`` judges one ``group_locs`` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from kvtable.conformance.checks import Mismatch, Outcome, check_tensor, judge
+from kvtable.conformance.checks import reference_outcome as outcome
+from kvtable.conformance.core import Context
+from kvtable.reference.model import Table
+from kvtable.reference.tables import as_table
+from kvtable.strategies import Case
+
+MODE_CLAUSE = {"decode": "W1", "verify": "W2", "reanchor": "W4", "extend": "W3"}
+"""The clause each mode's locations are defined by."""
+
+
+def loc_dtypes(ctx: Context) -> tuple[torch.dtype, ...]:
+    """The location dtypes the profile accepts (int64 engines may hand back int32)."""
+    return tuple(d for d in (torch.int32, torch.int64) if ctx.profile.accepts_loc_dtype(d))
+
+
+def lone_call(ctx: Context, backend: Any, case: Case, gid: str) -> tuple[str, Outcome, Callable[[], Any]]:
+    """The lone-table call of the case's mode for group ``gid``: (description, expected, backend call)."""
+    profile = ctx.profile
+    tensor = case.tensors()[gid]
+
+    def table() -> Table:  # the plain rows, after the T1 checks a backend makes on the tensor it gets
+        return as_table(tensor, group=gid)
+
+    ps = case.spec(gid).block_granularity
+    batch = case.batch
+    seq = list(batch.seq_lens)
+    if batch.mode == "decode":
+        return (f"decode_locs[{gid}]", outcome(lambda: profile.decode_locs(table(), seq, ps)),
+                lambda: backend.decode_locs(tensor, case.seq_tensor(), ps))
+    if batch.mode == "verify":
+        return (f"verify_locs[{gid}]", outcome(lambda: profile.verify_locs(table(), seq, ps, batch.n, batch.actual_bs)),
+                lambda: backend.verify_locs(tensor, case.seq_tensor(), ps, batch.n, actual_bs=batch.actual_bs))
+    if batch.mode == "reanchor":
+        return (f"reanchor_locs[{gid}]", outcome(lambda: profile.reanchor_locs(table(), seq, ps, batch.n)),
+                lambda: backend.reanchor_locs(tensor, case.seq_tensor(), ps, batch.n))
+    assert batch.prefix_lens is not None
+    prefix, extend = list(batch.prefix_lens), case.extend_lens
+    return (f"extend_locs[{gid}]", outcome(lambda: profile.extend_locs(table(), prefix, extend, ps)),
+            lambda: backend.extend_locs(tensor, prefix, extend, ps))
+
+
+def tensor_compare(ctx: Context, clause: str, what: str) -> Callable[[Any, Any], None]:
+    """A ``judge`` comparison: the result holds exactly the expected locations, in the profile's dtype."""
+    return lambda got, want: check_tensor(clause, what, got, want, device=ctx.device, dtypes=loc_dtypes(ctx))
+
+
+def check_lone(ctx: Context, backend: Any, case: Case, clause: str | None = None) -> None:
+    """Every attention group's lone-table call equals the reference (or refuses with its clause)."""
+    for spec in case.attention:
+        what, expected, call = lone_call(ctx, backend, case, spec.group_id)
+        tag = clause or MODE_CLAUSE[case.batch.mode]
+        judge(tag, what, expected, call, tensor_compare(ctx, tag, what))
+
+
+def _group_compare(ctx: Context, case: Case, clause: str) -> Callable[[Any, Any], None]:
+    state = {s.group_id for s in case.specs if s.is_state}
+
+    def compare(got: Any, want: dict[str, list[int]]) -> None:
+        if not isinstance(got, dict):
+            raise Mismatch(clause, f"group_locs returned {type(got).__name__}, expected a dict")
+        if sorted(got) != sorted(want):
+            leaked = sorted(set(got) & state)
+            raise Mismatch("T6" if leaked else clause, f"group_locs keys {sorted(got)}, expected {sorted(want)}"
+                           + (f" (state groups {leaked} must be shed)" if leaked else ""))
+        for gid in sorted(want):
+            check_tensor(clause, f"group_locs[{gid!r}]", got[gid], want[gid], device=ctx.device,
+                         dtypes=loc_dtypes(ctx))
+
+    return compare
+
+
+def check_group_locs(ctx: Context, backend: Any, case: Case, clause: str) -> None:
+    """One ``group_locs`` call equals the reference through the profile (or refuses with its clause)."""
+    plain = dict(case.tables)
+    expected = outcome(lambda: ctx.profile.group_locs(list(case.specs), plain, case.batch))
+    judge(clause, "group_locs", expected,
+          lambda: backend.group_locs(list(case.specs), case.tensors(), case.batch, tail_pad=case.tail_pad),
+          _group_compare(ctx, case, clause))

@@ -1,0 +1,89 @@
+"""The conformance suite's core types: what a property is (``Property``) and what it runs against (``Context``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import reject
+from hypothesis.strategies import SearchStrategy
+
+from kvtable.backends.profiles import Profile
+from kvtable.conformance.checks import Mismatch, Transcript
+from kvtable.errors import Unsupported
+
+SAFETY = "safety"
+CORRECTNESS = "correctness"
+STRICTNESS = "strictness"
+TIERS = (SAFETY, CORRECTNESS, STRICTNESS)
+"""Verdict tiers, weakest promise first: never write outside the allowed slots; exact values on valid
+input; refusals that name the clause and the offending entry."""
+
+
+@dataclass
+class Context:
+    """What a property runs against: the backend (and its debug twin), the profile, the transcript."""
+
+    backend: Any
+    profile: Profile
+    transcript: Transcript = field(default_factory=Transcript)
+    debug_factory: Callable[[], Any] | None = None
+    _debug: Any = None
+    seen: set[tuple[str, str]] = field(default_factory=set)
+    """(clause, kind) of the failures already reported for the property running: examples that only
+    repeat one are discarded, so the search goes on to the next distinct failure."""
+    unsupported: Counter[str] = field(default_factory=Counter)
+    """Examples discarded because the backend raised ``Unsupported``, by reason."""
+
+    @contextmanager
+    def example(self) -> Iterator[None]:
+        """Run one example (or one state-machine step): an ``Unsupported`` configuration or a failure of a
+        kind already reported discards it (hypothesis never shrinks toward it)."""
+        try:
+            yield
+        except Unsupported as err:
+            self.unsupported[err.reason] += 1
+            reject()
+        except Mismatch as err:
+            if (err.clause, err.kind) in self.seen:
+                reject()
+            raise
+
+    @property
+    def debug_backend(self) -> Any:
+        """The backend built with ``debug=True`` (recorded as ``debug_backend`` in the transcript)."""
+        if self._debug is None:
+            if self.debug_factory is None:
+                raise RuntimeError("no debug-mode backend: pass a factory that accepts debug=True")
+            self._debug = self.debug_factory()
+        return self._debug
+
+    @property
+    def device(self) -> str:
+        return str(getattr(self.backend, "device", "cpu"))
+
+
+@dataclass(frozen=True)
+class Property:
+    """One differential property: inputs, the clause it checks, and the check itself."""
+
+    name: str
+    clause: str
+    summary: str
+    strategy: SearchStrategy | None
+    check: Callable[[Context, Any], None] | None
+    debug: bool = False
+    weight: int = 1
+    """Share of ``kvtable fuzz``'s example budget (large input spaces get more)."""
+    stateful: Callable[[Context], type] | None = None
+    """A state machine bound to the context (``graph/protocol``), run instead of ``strategy``/``check``."""
+    not_applicable: Callable[[Context], str | None] | None = None
+    """Why the property does not apply to a backend (None: it does), e.g. no ``backend.kernels``; such a
+    property is reported "not applicable", never run and never counted as passed."""
+    tier: str = CORRECTNESS
+    """The verdict tier a failure of this property counts against (``TIERS``)."""
+    needs: tuple[str, ...] = ()
+    """The backend methods the property calls; a backend lacking one gets the property reported N/A."""

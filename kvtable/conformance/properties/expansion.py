@@ -1,0 +1,79 @@
+"""Block-to-kernel expansion (E1-E3): ratios refused, tables expanded, locations invariant under expansion."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from kvtable.conformance.calls import lone_call, tensor_compare
+from kvtable.conformance.checks import Mismatch, check_tensor, expect_raises, judge
+from kvtable.conformance.checks import reference_outcome as outcome
+from kvtable.conformance.core import Context, Property
+from kvtable.reference import GroupSpec, page_ratio
+from kvtable.reference.model import Table
+from kvtable.strategies import Case, ExpandCase, GraphSetup, as_tensor, cases, expand_cases
+from kvtable.strategies.draws import between, pick
+from kvtable.strategies.graph import draw_setup
+
+_KERNEL_PAGE_SIZES = (2, 4, 8, 16)
+
+
+def _expand(ctx: Context, ex: ExpandCase) -> None:
+    width = ex.max_kernel_pages if ex.max_kernel_pages is not None else ex.width * ex.ratio
+    expected = outcome(lambda: ctx.profile.expand_table(ex.table, ex.ratio, max_kernel_pages=ex.max_kernel_pages,
+                                                        tail_pad=ex.tail_pad, actual_bs=ex.actual_bs))
+
+    def compare(got: Any, want: Table) -> None:
+        if isinstance(got, torch.Tensor) and tuple(got.shape) != (len(ex.table), width):
+            raise Mismatch("E2", f"expand_table: shape {tuple(got.shape)}, expected {(len(ex.table), width)}")
+        check_tensor("E2", "expand_table", got, want, device=ctx.device)
+
+    judge("E2", "expand_table", expected,
+          lambda: ctx.backend.expand_table(as_tensor(ex.table, ex.width), ex.ratio,
+                                           max_kernel_pages=ex.max_kernel_pages, tail_pad=ex.tail_pad,
+                                           actual_bs=ex.actual_bs), compare)
+
+
+def _unit_invariance(ctx: Context, case: Case) -> None:
+    """E3: the backend's locations on its own expanded table at K equal the reference's at B."""
+    k = case.kernel_page_size
+    for spec in case.attention:
+        ratio = page_ratio(spec.block_granularity, k)
+        expanded = ctx.backend.expand_table(case.tensors()[spec.group_id], ratio, tail_pad=case.tail_pad)
+        kernel_spec = GroupSpec(spec.group_id, spec.family, k, window=spec.window)
+        kernel_case = replace(case, specs=(kernel_spec,), tables={spec.group_id: case.tables[spec.group_id]},
+                              raw={spec.group_id: expanded})
+        what, _, call = lone_call(ctx, ctx.backend, kernel_case, spec.group_id)
+        _, expected, _ = lone_call(ctx, ctx.backend, replace(case, specs=(spec,)), spec.group_id)
+        judge("E3", f"{what} on expand_table(r={ratio}) at K={k}", expected, call,
+              tensor_compare(ctx, "E3", what))
+
+
+@st.composite
+def _bad_ratios(draw: st.DrawFn) -> tuple[GraphSetup, int]:
+    setup = draw_setup(draw)
+    k = pick(draw, _KERNEL_PAGE_SIZES)
+    spec = GroupSpec("full_odd", "full", k * draw(between(1, 3)) + draw(between(1, k - 1)))
+    return replace(setup, specs=(*setup.specs, spec), kernel_page_size=k, expand=True), draw(between(-2, 0))
+
+
+def _page_ratio(ctx: Context, arg: tuple[GraphSetup, int]) -> None:
+    setup, ratio = arg
+    expect_raises("E1", "graph() with B not a multiple of K",
+                  lambda: ctx.backend.graph(list(setup.specs), **setup.kwargs()))
+    expect_raises("E1", f"expand_table(ratio={ratio})",
+                  lambda: ctx.backend.expand_table(as_tensor([[1, 2]]), ratio))
+
+
+PROPERTIES = (
+    Property("expand_table", "E2", "block-to-kernel expansion: real blocks to b*r+j, holes and pads repeated",
+             expand_cases(), _expand, weight=2, needs=("expand_table",)),
+    Property("unit-invariance", "E3", "locations on the expanded table at K equal those on the block table at B",
+             cases(), _unit_invariance, weight=2,
+             needs=("expand_table", "decode_locs", "verify_locs", "reanchor_locs", "extend_locs")),
+    Property("page-ratio", "E1", "B not a positive multiple of K, or ratio < 1, is refused",
+             _bad_ratios(), _page_ratio, needs=("graph", "expand_table")),
+)

@@ -1,0 +1,330 @@
+"""CUDA-graph buffers (G1-G5, T6): init, capture, replay, stale guards and bounds, and the random protocol.
+
+Every property drives ``GraphHarness`` (one backend runner beside one ``GraphModel``). ``GraphProtocol``
+is the protocol as a hypothesis state machine: captured views go into a Bundle, rules that need a
+captured view or a previous replay say so with ``@precondition``, and every value a rule takes comes
+from a strategy built once (the setup is ``st.shared``, so the rules' replays fit the runner drawn
+by ``init``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+from hypothesis import assume
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, precondition, rule
+
+from kvtable.conformance import kernel_model
+from kvtable.conformance.checks import Mismatch, call_backend, first_difference
+from kvtable.conformance.core import SAFETY, Context, Property
+from kvtable.conformance.graph_harness import BAD_STEPS, STALE_KINDS, GraphHarness
+from kvtable.reference import GroupSpec
+from kvtable.strategies import MAX_N, GraphCase, GraphSetup, Replay, graph_cases, graph_setups
+from kvtable.strategies.draws import BOOLEANS, SEEDS, between, pick, rng
+from kvtable.strategies.graph import Capture, draw_capture, draw_replay, repage
+
+_NEEDS = ("graph",)
+
+
+def _graph_init(ctx: Context, setup: GraphSetup) -> None:
+    GraphHarness(ctx, setup).init()
+
+
+def _graph_capture(ctx: Context, gc: GraphCase) -> None:
+    h = GraphHarness(ctx, gc.setup)
+    h.init()
+    for bs, ids, tpr in gc.captures:
+        h.capture(bs, ids, tpr)
+    h.replay(gc.replay)  # the views see what replay wrote
+
+
+def _graph_replay(ctx: Context, gc: GraphCase) -> None:
+    h = GraphHarness(ctx, gc.setup)
+    h.init()
+    h.scribble()
+    for bs, ids, tpr in gc.captures:
+        h.capture(bs, ids, tpr)
+    h.replay(gc.replay)
+
+
+@st.composite
+def _twice_cases(draw: st.DrawFn) -> tuple[GraphCase, Replay]:
+    gc = draw(_GRAPH_CASES)
+    return gc, repage(gc.setup, gc.replay, rng(draw))
+
+
+def _graph_replay_twice(ctx: Context, arg: tuple[GraphCase, Replay]) -> None:
+    """G3/G4: a second replay of the same shape with fresh page ids refills every table and location.
+
+    A runner that caches what it filled by batch shape (sglang #25889) keeps the first replay's pages.
+    """
+    gc, again = arg
+    h = GraphHarness(ctx, gc.setup)
+    h.init()
+    for bs, ids, tpr in gc.captures:
+        h.capture(bs, ids, tpr)
+    h.replay(gc.replay)
+    h.replay(again)
+
+
+@dataclass(frozen=True)
+class StaleSeq:
+    """A valid graph case whose replay then comes again with row ``row`` at a stale ``seq_len``."""
+
+    case: GraphCase
+    row: int
+    seq_len: int
+    inside: bool
+    """The stale length stays inside every group's buffer width (it lands on a tail pad, vLLM #53982's
+    neighbourhood), rather than reaching past the buffer."""
+
+
+def _live_rows(step: Replay, groups: object) -> int:
+    return min(step.bs, *(len(step.tables[g]) for g in groups), step.bs if step.actual_bs is None else step.actual_bs)
+
+
+@st.composite
+def _stale_seq(draw: st.DrawFn) -> StaleSeq:
+    gc = draw(_GRAPH_CASES)
+    step, setup = gc.replay, gc.setup
+    live = _live_rows(step, [s.group_id for s in setup.attention])
+    assume(live >= 1)
+    row = draw(between(0, live - 1))
+    capacity = min(setup.source_width(s) * s.block_granularity for s in setup.attention)
+    reach = max(setup.source_width(s) * s.block_granularity for s in setup.attention)
+    inside = draw(BOOLEANS) and step.seq_lens[row] < capacity
+    seq_len = (draw(between(step.seq_lens[row] + 1, capacity)) if inside else reach + draw(between(1, 64)))
+    return StaleSeq(gc, row, seq_len, inside)
+
+
+def _graph_stale_seq(ctx: Context, stale_case: StaleSeq) -> None:
+    """G4: a live row's seq_len past its pages (on a tail pad inside the buffer, or past the buffer) is
+    reported, or its tokens land where ``kernel_model.stacked_locs`` sinks them: the null page.
+
+    The reference reports it (T4/T8). A runner that does not (no sync on the device lengths) must mask
+    its table read by the group's width and send the token to the null page: never to another row's
+    page (vLLM #53982), never past the buffer. Its tables are filled as usual.
+    """
+    gc, row = stale_case.case, stale_case.row
+    h = GraphHarness(ctx, gc.setup)
+    h.init()
+    model = h.model
+    assert model is not None
+    step = gc.replay
+    h.replay(step)  # the model's staged rows for this delivery
+    seq = list(step.seq_lens)
+    seq[row] = stale_case.seq_len
+    stale = replace(step, seq_lens=tuple(seq))
+    got = call_backend(lambda: h.runner.replay(stale.bs, stale.tensors(), stale.seq_tensor(), stale.tokens_per_req,
+                                               actual_bs=stale.actual_bs))
+    if got.raised:
+        if got.clause not in ("T4", "T8"):
+            raise Mismatch("G4", f"stale seq_len {seq[row]}: raised [{got.clause}], expected T4/T8 or null-page writes")
+        h.check_buffers()
+        return
+    n = stale.tokens_per_req
+    live = _live_rows(stale, model.groups)
+    for gid, group in model.groups.items():
+        width, ps = len(group.table[0]), group.page_size
+        out = [[0] * (stale.bs * n)]
+        kernel_model.stacked_locs([group.table], [width], [ps], seq, out, stale.bs, n)
+        expected = ctx.profile.pad_rows(out[0], live, n)
+        got_locs = h.runner.loc_buffers[gid].tolist()[: stale.bs * n]
+        if got_locs != expected:
+            raise Mismatch("G4", f"loc_buffers[{gid!r}] after a replay with row {row} at stale seq_len {seq[row]} "
+                           f"(buffer holds {width} columns of {ps}): {first_difference(got_locs, expected)}\n"
+                           f"  got      {got_locs}\n  expected {expected} (pads and columns past the width "
+                           "read as the null page 0)")
+
+
+@st.composite
+def _stale_cases(draw: st.DrawFn) -> tuple[GraphCase, str]:
+    return draw(_GRAPH_CASES), pick(draw, STALE_KINDS)
+
+
+def _graph_stale(ctx: Context, arg: tuple[GraphCase, str]) -> None:
+    gc, kind = arg
+    h = GraphHarness(ctx, gc.setup)
+    h.init()
+    h.scribble()
+    h.replay(gc.replay)
+    h.stale(gc.replay, kind)
+
+
+@st.composite
+def _state_only(draw: st.DrawFn) -> tuple[GraphSetup, GraphCase]:
+    gc = draw(_GRAPH_CASES)
+    only = replace(gc.setup, specs=tuple(GroupSpec(f"state{i}", "state", 0) for i in range(draw(between(1, 2)))))
+    return only, gc
+
+
+def _graph_state_only(ctx: Context, arg: tuple[GraphSetup, GraphCase]) -> None:
+    """T6: a runner over state groups only has no buffers, captures nothing and refuses replays (G5)."""
+    setup, gc = arg
+    h = GraphHarness(ctx, setup)
+    h.init()
+    h.capture(1, [s.group_id for s in setup.specs], 1)
+    h.replay(replace(gc.replay, bs=min(gc.replay.bs, setup.max_bs), actual_bs=None), clause="G5")
+
+
+@st.composite
+def _bounds_cases(draw: st.DrawFn) -> tuple[GraphCase, str]:
+    return draw(_GRAPH_CASES), pick(draw, BAD_STEPS)
+
+
+def _graph_bounds(ctx: Context, arg: tuple[GraphCase, str]) -> None:
+    """G2/G3/G4: sizes outside what the buffers were allocated for are refused, and nothing is written."""
+    gc, kind = arg
+    h = GraphHarness(ctx, gc.setup)
+    h.init()
+    h.scribble()
+    h.bad_step(gc.replay, kind)
+
+
+# ------------------------------------------------------------------------------------------------
+# The protocol as a state machine
+# ------------------------------------------------------------------------------------------------
+
+_SETUP = st.shared(graph_setups(), key="kvtable.graph-protocol.setup")
+
+
+@st.composite
+def _replays(draw: st.DrawFn) -> Replay:
+    """A valid replay for the runner ``init`` allocated (the shared setup)."""
+    return draw_replay(draw, draw(_SETUP))
+
+
+@st.composite
+def _captures(draw: st.DrawFn) -> Capture:
+    return draw_capture(draw, draw(_SETUP), min_groups=1)
+
+
+@dataclass(frozen=True)
+class CapturedView:
+    """One group's table view of one capture (``GraphHarness.views[index]``)."""
+
+    index: int
+    group_id: str
+
+
+_REPLAYS = _replays()
+_CAPTURES = _captures()
+
+
+class GraphProtocol(RuleBasedStateMachine):
+    """Random sequences of init, captures at several bs, replays with changing tables and seq_lens, the last
+    replay again with fresh page ids, draft re-anchors on captured views, stale deliveries and bad steps."""
+
+    ctx: Context
+    """Bound by :meth:`bound`: the backend, profile and transcript this machine runs against."""
+    views = Bundle("views")
+
+    @classmethod
+    def bound(cls, ctx: Context) -> type[GraphProtocol]:
+        """This machine bound to ``ctx``."""
+        return type(cls.__name__, (cls,), {"ctx": ctx})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ctx.transcript.reset()
+        self.harness: GraphHarness | None = None
+
+    @initialize(setup=_SETUP)
+    def init(self, setup: GraphSetup) -> None:
+        self.harness = GraphHarness(self.ctx, setup)
+        with self.ctx.example():
+            self.harness.init()
+
+    def ready(self) -> bool:
+        return self.harness is not None and self.harness.model is not None
+
+    @property
+    def h(self) -> GraphHarness:
+        assert self.harness is not None
+        return self.harness
+
+    @precondition(ready)
+    @rule(target=views, capture=_CAPTURES)
+    def capture(self, capture: Capture) -> object:
+        bs, group_ids, tokens_per_req = capture
+        with self.ctx.example():
+            index = self.h.capture(bs, group_ids, tokens_per_req)
+        if index is None:
+            return multiple()
+        return multiple(*(CapturedView(index, gid) for gid in sorted(self.h.views[index][2])))
+
+    @precondition(ready)
+    @rule(step=_REPLAYS)
+    def replay(self, step: Replay) -> None:
+        with self.ctx.example():
+            self.h.replay(step)
+
+    @precondition(lambda self: self.ready() and self.h.last is not None)
+    @rule(seed=SEEDS)
+    def replay_again(self, seed: int) -> None:
+        """The last replay's shape again, with fresh page ids: no fill may be cached by shape."""
+        assert self.h.last is not None
+        with self.ctx.example():
+            self.h.replay(repage(self.h.setup, self.h.last, random.Random(seed)))
+
+    @precondition(ready)
+    @rule(step=_REPLAYS, kind=st.sampled_from(STALE_KINDS))
+    def stale_delivery(self, step: Replay, kind: str) -> None:
+        with self.ctx.example():
+            self.h.stale(step, kind)
+
+    @precondition(ready)
+    @rule(step=_REPLAYS, kind=st.sampled_from(BAD_STEPS))
+    def bad_step(self, step: Replay, kind: str) -> None:
+        with self.ctx.example():
+            self.h.bad_step(step, kind)
+
+    @precondition(ready)
+    @rule(view=views, n=st.integers(1, MAX_N), seed=SEEDS)
+    def reanchor(self, view: CapturedView, n: int, seed: int) -> None:
+        """W4 on a captured table view, at a frontier inside each row's current length."""
+        bs = self.h.views[view.index][0]
+        rand = random.Random(seed)
+        frontier = [rand.randint(1, self.h.live_seq[r]) for r in range(bs)]
+        with self.ctx.example():
+            self.h.reanchor(view.index, view.group_id, frontier, n)
+
+    @precondition(ready)
+    @rule()
+    def scribble(self) -> None:
+        with self.ctx.example():
+            self.h.scribble()
+
+    @invariant()
+    def buffers_match(self) -> None:
+        if self.ready() and self.h.runner is not None:
+            with self.ctx.example():
+                self.h.check_buffers()
+                self.h.check_views()
+
+
+_GRAPH_CASES = graph_cases()
+PROPERTIES = (
+    Property("graph/init", "G1", "zeroed int32 buffers per non-state group, shapes from max_kernel_pages",
+             graph_setups(), _graph_init, needs=_NEEDS),
+    Property("graph/capture", "G2", "capture views alias the buffers at every bs; state groups skipped",
+             _GRAPH_CASES, _graph_capture, needs=_NEEDS),
+    Property("graph/replay-fill", "G3", "replay fills live rows, tail pads, zero dummy rows, nothing past bs",
+             _GRAPH_CASES, _graph_replay, weight=3, needs=_NEEDS),
+    Property("graph/replay-locs", "G4", "replay recomputes locations into [:bs*N] only",
+             _GRAPH_CASES, _graph_replay, weight=2, needs=_NEEDS),
+    Property("graph/replay-twice", "G3", "a second replay of the same shape with fresh page ids refills "
+             "every buffer (no cache keyed by shape)", _twice_cases(), _graph_replay_twice, weight=2, needs=_NEEDS),
+    Property("graph/stale-seq-lens", "G4", "a stale seq_len (on a tail pad inside the buffer, or past it) writes "
+             "the null page, nothing else", _stale_seq(), _graph_stale_seq, needs=_NEEDS),
+    Property("graph/stale-guard", "G5", "missing, empty, extra or state-only deliveries are refused unwritten",
+             _stale_cases(), _graph_stale, tier=SAFETY, needs=_NEEDS),
+    Property("graph/state-only", "T6", "a runner over state groups only: no buffers, no views, replay refused",
+             _state_only(), _graph_state_only, needs=_NEEDS),
+    Property("graph/bounds", "G3", "bs or N outside the allocation, unknown groups, short seq_lens: refused",
+             _bounds_cases(), _graph_bounds, tier=SAFETY, needs=_NEEDS),
+    Property("graph/protocol", "G3", "random capture/replay/re-anchor/stale sequences match GraphModel",
+             None, None, weight=4, stateful=GraphProtocol.bound, needs=("graph", "reanchor_locs")),
+)

@@ -1,0 +1,168 @@
+"""CUDA-graph runners (G1-G5): setups, captures, valid replays, and a replay again with fresh page ids."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from kvtable.reference import GroupSpec
+from kvtable.reference.model import Table
+from kvtable.strategies.batches import KERNEL_PAGE_SIZES, MAX_N, as_tensor, ceil_div, draw_case, draw_group_specs
+from kvtable.strategies.draws import BOOLEANS, TAIL_PADS, between, pick, rng
+
+
+@dataclass(frozen=True)
+class GraphSetup:
+    """The arguments of ``backend.graph``."""
+
+    specs: tuple[GroupSpec, ...]
+    max_bs: int
+    max_kernel_pages: int
+    kernel_page_size: int
+    spec_n: int
+    tail_pad: int
+    expand: bool
+
+    @property
+    def attention(self) -> tuple[GroupSpec, ...]:
+        return tuple(sorted((s for s in self.specs if not s.is_state), key=lambda s: s.group_id))
+
+    def source_width(self, spec: GroupSpec) -> int:
+        """G1: a group's buffer width in its own block pages, ``ceil(max_kernel_pages * K / B)``."""
+        return ceil_div(self.max_kernel_pages * self.kernel_page_size, spec.block_granularity)
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"max_bs": self.max_bs, "max_kernel_pages": self.max_kernel_pages,
+                "kernel_page_size": self.kernel_page_size, "spec_n": self.spec_n, "tail_pad": self.tail_pad,
+                "expand": self.expand}
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One replay: padded ``bs``, the tables delivered (maybe fewer rows, maybe state ones), the seq_lens."""
+
+    bs: int
+    tables: Mapping[str, Table]
+    seq_lens: tuple[int, ...]
+    tokens_per_req: int
+    actual_bs: int | None
+    live_seq: tuple[int, ...]
+    """The lengths that rows ``[0, bs)`` hold after this replay (1 for the zero-filled dummy rows)."""
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {gid: as_tensor(t, 1) for gid, t in self.tables.items()}
+
+    def seq_tensor(self) -> torch.Tensor:
+        return torch.tensor(self.seq_lens, dtype=torch.int32)
+
+
+def draw_setup(draw: st.DrawFn) -> GraphSetup:
+    """A runner's arguments; its buffers hold at least one verify step of ``spec_n`` tokens (no engine has less)."""
+    k = pick(draw, KERNEL_PAGE_SIZES)
+    specs = draw_group_specs(draw, k)
+    spec_n = draw(between(1, MAX_N))
+    max_kernel_pages = draw(between(ceil_div(spec_n, k), 12))
+    return GraphSetup(specs, draw(between(1, 5)), max_kernel_pages, k, spec_n, pick(draw, TAIL_PADS),
+                      draw(BOOLEANS))
+
+
+@st.composite
+def graph_setups(draw: st.DrawFn) -> GraphSetup:
+    return draw_setup(draw)
+
+
+_DELIVERIES = ("padded", "live rows only", "garbage dummy rows")
+_GARBAGE = (-1, 5, 7)
+
+
+def draw_replay(draw: st.DrawFn, setup: GraphSetup, *, bs: int | None = None) -> Replay:
+    """A replay the reference accepts: every live position falls on a real page inside the buffer."""
+    bs = bs or draw(between(1, setup.max_bs))
+    n = draw(between(1, setup.spec_n))
+    attention = setup.attention
+    limit = min(setup.source_width(s) * s.block_granularity for s in attention)
+    widths = {s.group_id: max(1, setup.source_width(s) + draw(between(-2, 2))) for s in attention}
+    limit = min(limit, *(w * s.block_granularity for s, w in zip(attention, widths.values(), strict=True)))
+    case = draw_case(draw, modes=("verify",), specs=setup.specs, kernel_page_size=setup.kernel_page_size, bs=bs,
+                     n=n, max_seq=max(limit, n), widths=widths)
+    assume(max(case.batch.seq_lens) <= limit)
+    live = case.batch.live_rows
+    tables: dict[str, Table] = {gid: [list(r) for r in t] for gid, t in case.tables.items()}
+    actual_bs = case.batch.actual_bs
+    delivery = pick(draw, _DELIVERIES)
+    if delivery == "live rows only":  # the runner pads the dummy rows itself
+        tables = {gid: t[:live] if gid in widths else t for gid, t in tables.items()}
+        actual_bs = None
+        assume(live >= 1)
+    elif delivery == "garbage dummy rows" and actual_bs is not None:
+        for gid in widths:
+            for row in tables[gid][live:bs]:
+                row[:] = [pick(draw, _GARBAGE)] * len(row)
+    if not draw(BOOLEANS):  # state tables may travel along; the runner ignores them
+        tables = {gid: t for gid, t in tables.items() if gid in widths}
+    seq = case.batch.seq_lens + tuple(draw(between(1, 9)) for _ in range(draw(between(0, 2))))
+    live_seq = case.batch.seq_lens[:live] + (1,) * (bs - live)
+    return Replay(bs, tables, seq, n, actual_bs, live_seq)
+
+
+@st.composite
+def replays(draw: st.DrawFn, setup: GraphSetup, *, bs: int | None = None) -> Replay:
+    return draw_replay(draw, setup, bs=bs)
+
+
+Capture = tuple[int, tuple[str, ...], int]
+"""The arguments of ``runner.capture``: bs, group ids, tokens per request."""
+
+
+def draw_capture(draw: st.DrawFn, setup: GraphSetup, *, min_groups: int = 0) -> Capture:
+    """A capture inside the allocation: bs in [1, max_bs], distinct declared groups (state ones too), N <= spec_n."""
+    ids = [s.group_id for s in setup.specs]
+    chosen = tuple(dict.fromkeys(pick(draw, ids) for _ in range(draw(between(min_groups, len(ids))))))
+    return draw(between(1, setup.max_bs)), chosen, draw(between(1, setup.spec_n))
+
+
+@dataclass(frozen=True)
+class GraphCase:
+    setup: GraphSetup
+    captures: tuple[tuple[int, tuple[str, ...], int], ...]
+    replay: Replay
+
+
+@st.composite
+def graph_cases(draw: st.DrawFn) -> GraphCase:
+    """A graph setup, a few captures (bs, group ids, tokens per request) and one valid replay."""
+    setup = draw_setup(draw)
+    captures = tuple(draw_capture(draw, setup) for _ in range(draw(between(1, 3))))
+    return GraphCase(setup, captures, draw_replay(draw, setup))
+
+
+def repage(setup: GraphSetup, step: Replay, rand: random.Random) -> Replay:
+    """``step`` again (same bs, N, actual_bs, seq_lens and table shapes) with every real page id of every
+    attention table swapped for a fresh one: a replay a runner may not tell from ``step`` by shape alone.
+
+    The renaming is one-to-one per group, so sharing, holes and pads keep their places and the replay
+    stays valid; fresh ids are small, inside the W5 range of any block size.
+    """
+    attention = {s.group_id for s in setup.attention}
+    tables: dict[str, Table] = {}
+    for gid, table in step.tables.items():
+        used = sorted({p for row in table for p in row if p > 0})
+        if gid not in attention or not used:
+            tables[gid] = table
+            continue
+        pool = sorted(set(range(1, 2 * len(used) + 64)) - set(used))
+        rename = dict(zip(used, rand.sample(pool, len(used)), strict=True))
+        tables[gid] = [[rename.get(p, p) for p in row] for row in table]
+    return replace(step, tables=tables)
+
+
+@st.composite
+def repaged(draw: st.DrawFn, setup: GraphSetup, step: Replay) -> Replay:
+    """:func:`repage` with a drawn seed."""
+    return repage(setup, step, rng(draw))
