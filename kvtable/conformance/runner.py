@@ -156,17 +156,17 @@ class Report:
         return sum(r.seconds for r in self.results)
 
     def table(self) -> str:
-        """The per-clause table: clause, property, tier, result (N/A where it does not apply), examples, time."""
-        rows = [("clause", "property", "tier", "result", "examples", "time")]
+        """The per-clause table: clause, property, result (N/A where it does not apply), examples, time, tier."""
+        rows = [("clause", "property", "result", "examples", "time", "tier")]
         for r in sorted(self.results, key=lambda r: (_clause_order(_own_id(r)), r.property)):
             result = r.label + (f" ({len(r.notes)} note{'s' * (len(r.notes) > 1)})" if r.notes else "")
-            broke = f" (broke {r.clause_id})" if not r.passed and r.applicable and r.clause != r.property_clause \
-                else ""
-            rows.append((r.property_clause or r.clause, r.property, r.tier, result + broke,
-                         str(r.examples) if r.applicable else "-", f"{r.seconds:.2f}s"))
+            if not r.passed and r.applicable and r.clause_id != _own_id(r):
+                result += f" (broke {r.clause_id})"
+            rows.append((r.property_clause or r.clause, r.property, result, str(r.examples) if r.applicable else "-",
+                         f"{r.seconds:.2f}s", r.tier))
         widths = [max(len(row[i]) for row in rows) for i in range(6)]
-        lines = ["  ".join(cell.ljust(w) if i < 4 else cell.rjust(w) for i, (cell, w) in
-                           enumerate(zip(row, widths, strict=True))) for row in rows]
+        lines = ["  ".join(cell.rjust(w) if i in (3, 4) else cell.ljust(w) for i, (cell, w) in
+                           enumerate(zip(row, widths, strict=True))).rstrip() for row in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
@@ -175,8 +175,8 @@ class Report:
             verdict = "PASS"
         elif self.failures:
             verdict = "FAIL: " + ", ".join(dict.fromkeys(
-                f"{r.property_clause or r.clause} ({r.property}"
-                + (f", broke {r.clause_id})" if r.clause_id != _own_id(r) else ")") for r in self.failures))
+                (r.property_clause or r.clause) + (f" (broke {r.clause})" if r.clause_id != _own_id(r) else "")
+                for r in self.failures))
         else:
             verdict = "FAIL: no property applied to this backend"
         if self.interrupted:
