@@ -25,8 +25,9 @@ from kvtable.argtypes import positive_float, positive_int
 from kvtable.backends import BackendUnavailable, default_spec
 from kvtable.backends.profiles import ALIASES, PROFILES
 from kvtable.conformance.isolation import DEFAULT_TIMEOUT_S
+from kvtable.conformance.levels import DEFAULT_LEVEL, LEVELS
 from kvtable.conformance.preflight import check_backend, checked_properties, isolate_by_default
-from kvtable.conformance.runner import DEFAULT_LEVEL, LEVELS, Report, run_conformance
+from kvtable.conformance.runner import Report, run_conformance
 from kvtable.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PASSED, EXIT_SKIPPED, UsageError
 
 

@@ -13,14 +13,8 @@ from hypothesis.strategies import SearchStrategy
 
 from kvtable.backends.profiles import Profile
 from kvtable.conformance.checks import Mismatch, Transcript
+from kvtable.conformance.levels import CORRECTNESS
 from kvtable.errors import Unsupported
-
-SAFETY = "safety"
-CORRECTNESS = "correctness"
-STRICTNESS = "strictness"
-TIERS = (SAFETY, CORRECTNESS, STRICTNESS)
-"""Verdict tiers, weakest promise first: never write outside the allowed slots; exact values on valid
-input; refusals that name the clause and the offending entry."""
 
 
 @dataclass
@@ -84,6 +78,6 @@ class Property:
     """Why the property does not apply to a backend (None: it does), e.g. no ``backend.kernels``; such a
     property is reported "not applicable", never run and never counted as passed."""
     tier: str = CORRECTNESS
-    """The verdict tier a failure of this property counts against (``TIERS``)."""
+    """The verdict tier a failure of this property counts against (``levels.TIERS``)."""
     needs: tuple[str, ...] = ()
     """The backend methods the property calls; a backend lacking one gets the property reported N/A."""

@@ -25,8 +25,9 @@ from hypothesis.stateful import run_state_machine_as_test
 from kvtable.backends import Backend, debug_twin, is_backend, load, missing_methods, spec_of
 from kvtable.backends.profiles import Profile, get_profile
 from kvtable.conformance.checks import Mismatch, Recorded, Transcript
-from kvtable.conformance.core import CORRECTNESS, SAFETY, TIERS, Context, Property
+from kvtable.conformance.core import Context, Property
 from kvtable.conformance.database import KeyedDatabase, database_prefix
+from kvtable.conformance.levels import CORRECTNESS, DEFAULT_LEVEL, LEVELS
 from kvtable.conformance.properties import PROPERTIES
 from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
@@ -39,9 +40,6 @@ STEPS_PER_MACHINE = 12
 NOT_APPLICABLE = "not applicable"
 MAX_FAILURES = 4
 """Distinct failures (by clause and kind) sought per property before the search stops."""
-LEVELS = {"safety": (SAFETY,), "correct": (SAFETY, CORRECTNESS), "strict": TIERS}
-"""What each ``--level`` judges: the tiers whose failures fail the run."""
-DEFAULT_LEVEL = "correct"
 
 
 @dataclass

@@ -7,7 +7,8 @@ from collections.abc import Callable
 import torch
 
 from kvtable.conformance.checks import Outcome, judge
-from kvtable.conformance.core import STRICTNESS, Context, Property
+from kvtable.conformance.core import Context, Property
+from kvtable.conformance.levels import STRICTNESS
 from kvtable.strategies import WriteLocCase, as_tensor, write_loc_cases
 
 

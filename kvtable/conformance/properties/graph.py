@@ -18,8 +18,9 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 
 from kvtable.conformance import kernel_model
 from kvtable.conformance.checks import Mismatch, call_backend, first_difference
-from kvtable.conformance.core import SAFETY, Context, Property
+from kvtable.conformance.core import Context, Property
 from kvtable.conformance.graph_harness import BAD_STEPS, STALE_KINDS, GraphHarness
+from kvtable.conformance.levels import SAFETY
 from kvtable.reference import GroupSpec
 from kvtable.strategies import MAX_N, GraphCase, GraphSetup, Replay, graph_cases, graph_setups
 from kvtable.strategies.draws import BOOLEANS, SEEDS, between, pick, rng

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from kvtable.conformance.calls import check_group_locs, lone_call
 from kvtable.conformance.checks import expect_raises, judge
 from kvtable.conformance.checks import reference_outcome as outcome
-from kvtable.conformance.core import STRICTNESS, Context, Property
+from kvtable.conformance.core import Context, Property
+from kvtable.conformance.levels import STRICTNESS
 from kvtable.reference import GroupSpec
 from kvtable.strategies import Broken, Case, broken_cases, draw_case
 from kvtable.strategies.draws import BOOLEANS, between
