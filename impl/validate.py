@@ -239,10 +239,11 @@ def check_batch(batch: Batch) -> None:
 def check_width(batch: Batch, widths: Mapping[str, int], page_sizes: Mapping[str, int]) -> None:
     """T8 table-width: every live row that writes has a column for its last position, in every group."""
     seq = batch.seq_lens[: batch.live_rows]
-    writing = seq
-    if batch.mode == "extend":
-        writing = tuple(compress(seq, map(operator.gt, seq, batch.prefix_lens or ())))
-    longest = max(writing, default=0)
+    longest = max(seq, default=0)
+    if longest <= min((widths[gid] * page_sizes[gid] for gid in widths), default=longest):
+        return  # even the longest row fits the narrowest group
+    if batch.mode == "extend":  # a row that writes nothing needs no column
+        longest = max(compress(seq, map(operator.gt, seq, batch.prefix_lens or ())), default=0)
     for gid in sorted(widths):
         width, ps = widths[gid], page_sizes[gid]
         if longest <= width * ps:
