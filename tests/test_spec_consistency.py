@@ -116,3 +116,12 @@ def test_every_clause_names_the_impl_code_that_carries_it_and_that_code_exists(c
     named = re.findall(r"`(impl\.[A-Za-z0-9_.]+)`", _carried_by(clause, "Implemented by"))
     assert named, f"{clause.label} has no Implemented by line"
     assert [dotted for dotted in named if not callable(_resolve_impl(dotted))] == []
+
+
+def test_every_property_name_spec_lists_is_written_literally_in_the_conformance_code() -> None:
+    source = "\n".join(p.read_text() for p in (ROOT / "kvtable" / "conformance").rglob("*.py"))
+    listed = [name for clause in CLAUSES
+              for name in re.findall(r"`([^`]+)`", _carried_by(clause, "Tested by").split("properties ", 1)[-1]
+                                     .split(";")[0]) if "properties " in _carried_by(clause, "Tested by")]
+    assert sorted(listed) == sorted(p.name for p in PROPERTIES)
+    assert [name for name in listed if f'"{name}"' not in source] == []
