@@ -22,8 +22,9 @@ Run it with its profile, from a clone's root::
     kvtable conform --backend examples/tokenspeed_style.py:backend --profile tokenspeed
 
 Seeded variants: ``backend_709`` extends without the negative-page clamp (an extend over a -1 column returns
-a negative location: tokenspeed #709's class), and ``backend_stale_tail`` replays without it (a stale
-seq_len that lands on the -1 tail pad inside a buffer's width returns a negative location such as -2).
+a negative location: tokenspeed #709's class), and ``backend_stale_tail`` computes decode-side locations
+(eager decode, verify, re-anchor and the graph replay) without it, as before #709: a stale seq_len that
+lands on the -1 tail pad inside the width returns a negative location such as -2.
 """
 
 from __future__ import annotations
@@ -189,27 +190,28 @@ class TokenspeedStyleBackend:
     name = "tokenspeed-style"
 
     def __init__(self, device: str = "cpu", debug: bool | None = None, *, clamp_extend: bool = True,
-                 clamp_replay: bool = True) -> None:
+                 clamp_decode: bool = True) -> None:
         self.device = device
         self.debug = bool(debug)
         self.clamp_extend = clamp_extend
-        self.clamp_replay = clamp_replay
+        self.clamp_decode = clamp_decode
 
     def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
         _check_table(table, seq_lens.shape[0])
-        return _gather(table, torch.arange(seq_lens.shape[0]), seq_lens.long() - 1, page_size)
+        return _gather(table, torch.arange(seq_lens.shape[0]), seq_lens.long() - 1, page_size,
+                       clamp_page=self.clamp_decode)
 
     def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
                     *, actual_bs: int | None = None) -> torch.Tensor:
         _check_table(table, seq_lens.shape[0])
         assert actual_bs is None or 0 <= actual_bs <= seq_lens.shape[0], f"actual_bs {actual_bs}"
         table, seq_lens = _dummy_rows_scrubbed(table, seq_lens, actual_bs)
-        return _gather(table, *_clamped_positions(seq_lens, n), page_size)
+        return _gather(table, *_clamped_positions(seq_lens, n), page_size, clamp_page=self.clamp_decode)
 
     def reanchor_locs(self, table: torch.Tensor, frontier: torch.Tensor, page_size: int, n: int) -> torch.Tensor:
         _check_table(table, frontier.shape[0])
         assert bool((frontier >= 1).all()), "a re-anchor frontier is >= 1"
-        return _gather(table, *_clamped_positions(frontier, n), page_size)
+        return _gather(table, *_clamped_positions(frontier, n), page_size, clamp_page=self.clamp_decode)
 
     def extend_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int],
                     page_size: int) -> torch.Tensor:
@@ -269,7 +271,7 @@ class TokenspeedStyleBackend:
               spec_n: int = 1, tail_pad: int = -1, expand: bool = True) -> LazyGroupGraphBuffers:
         return LazyGroupGraphBuffers(specs, max_bs=max_bs, max_kernel_pages=max_kernel_pages,
                                      kernel_page_size=kernel_page_size, spec_n=spec_n, tail_pad=tail_pad,
-                                     expand=expand, clamp_page=self.clamp_replay)
+                                     expand=expand, clamp_page=self.clamp_decode)
 
 
 def backend(debug: bool | None = None) -> TokenspeedStyleBackend:
@@ -283,5 +285,5 @@ def backend_709(debug: bool | None = None) -> TokenspeedStyleBackend:
 
 
 def backend_stale_tail(debug: bool | None = None) -> TokenspeedStyleBackend:
-    """Seeded: replay has no negative-page clamp (a stale seq_len on the -1 tail pad inside the width gives -2)."""
-    return TokenspeedStyleBackend(debug=debug, clamp_replay=False)
+    """Seeded: decode-side locations without the negative-page clamp (a stale seq_len on the -1 tail gives -2)."""
+    return TokenspeedStyleBackend(debug=debug, clamp_decode=False)

@@ -87,6 +87,8 @@ def test_a_stale_seq_len_on_the_tail_pad_inside_the_width_sinks_unless_seeded() 
     buffer_row = [[3, -1, -1, -1]]  # the replayed buffer row: width 4, tail pad -1
     assert _replayed(TOKENSPEED, 7) == [2]  # page 0, the sink
     assert _replayed(TOKENSPEED_STALE_TAIL, 7) == [-2]
+    eager = load(TOKENSPEED_STALE_TAIL).decode_locs(torch.tensor(buffer_row, dtype=torch.int32), torch.tensor([7]), 4)
+    assert eager.tolist() == [-2]
     [bad] = unsafe_writes(buffer_row, [-2], tokens, 4)
     assert (bad.row, bad.token, bad.position, bad.loc) == (0, 0, 6, -2)
 
