@@ -1,14 +1,14 @@
 """kvtable's own Triton kernels (impl/triton_kernels.py) as bindings: how impl/ launches each one.
 
 Sizes and counts are int32 parameters; the ``requires`` are the host checks of ``TritonKernels``
-(``_require``, ``_check_stack``) and of impl/validate.py that the launch relies on.
+(``_require``, ``_check_stack``) and of impl/validate.py that the launch relies on. impl/ (torch, triton)
+is imported only when a binding is built, so ``kvtable prove --help`` stays light.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from types import ModuleType
 
-from kvtable.impl import triton_kernels as tk
 from kvtable.spec.kernel_binding import INT32_MAX, Binding, TensorSpec
 
 ANY = (0, INT32_MAX)
@@ -24,8 +24,14 @@ _STACK_ROLES = {"table": "tables_ptr", "widths": "widths_ptr", "page_sizes": "ps
 _STACK_REQUIRES = ("Gw >= G", "Gp >= G", "Go >= G")
 
 
+def _impl() -> ModuleType:
+    from kvtable.impl import triton_kernels
+    return triton_kernels
+
+
 def stacked_locs(kernel: object = None, clause: str = "G4") -> Binding:
     """``_stacked_locs_kernel`` as ``TritonKernels.stacked_locs`` launches it: grid (G, cdiv(bs*n, BLOCK))."""
+    tk = _impl()
     return Binding(
         kernel=kernel or tk._stacked_locs_kernel, clause=clause, name="stacked-locs",
         params={"G": SOME, "R": ANY, "W": SOME, "Gw": ANY, "Gp": ANY, "Go": ANY, "cap": ANY, "S": ANY,
@@ -41,6 +47,7 @@ def stacked_locs(kernel: object = None, clause: str = "G4") -> Binding:
 
 def stacked_extend_locs(kernel: object = None, clause: str = "W3") -> Binding:
     """``_stacked_extend_locs_kernel`` as ``TritonKernels.stacked_extend_locs`` launches it."""
+    tk = _impl()
     return Binding(
         kernel=kernel or tk._stacked_extend_locs_kernel, clause=clause, name="extend-locs",
         params={"G": SOME, "R": ANY, "W": SOME, "Gw": ANY, "Gp": ANY, "Go": ANY, "cap": ANY, "T": SOME},
@@ -56,6 +63,7 @@ def stacked_extend_locs(kernel: object = None, clause: str = "W3") -> Binding:
 
 def replay_fill(kernel: object = None, clause: str = "G3") -> Binding:
     """``_replay_fill_kernel`` as ``TritonKernels.replay_fill`` launches it: grid (G, bs, cdiv(W, BLOCK_W))."""
+    tk = _impl()
     return Binding(
         kernel=kernel or tk._replay_fill_kernel, clause=clause, name="replay-fill",
         params={"G": SOME, "P": ANY, "Gd": ANY, "Rd": ANY, "W": SOME, "bs": SOME, "live": ANY,
@@ -71,6 +79,3 @@ def replay_fill(kernel: object = None, clause: str = "G3") -> Binding:
                "packed_numel": "P", "dst_w": "W", "tail_pad": "pad"},
     )
 
-
-def with_clause(binding: Binding, clause: str) -> Binding:
-    return replace(binding, clause=clause)

@@ -92,6 +92,14 @@ def replay(binding: Binding, model: Mapping[str, int | bool], *, budget: int = B
     if nbytes > budget:
         return Replay(False, [f"not replayed: the counterexample's tensors need {nbytes / 2**30:.1f} GiB "
                               f"(shapes {shapes}); the replay budget is {budget >> 20} MiB"])
+    narrow = [k.removesuffix(" hardware offset") for k, v in model.items() if k.endswith(" hardware offset")]
+    if narrow:  # the wrap lives in the model's strides; a contiguous replay would not show it
+        extent = sum(1 + sum((d - 1) * int(model.get(s, 1) if isinstance(s, str) else s)
+                             for d, s in zip(shapes[name], spec.strides, strict=True))
+                     for name, spec in binding.tensors.items()) * 8
+        return Replay(False, [f"not replayed: the counterexample's addresses are computed below 64 bits ({narrow[0]}"
+                              f"), so they depend on its strides, and its tensors need {extent / 2**30:.1f} GiB "
+                              f"with them; the replay builds contiguous tensors"])
     guard = GuardBuffer([(name, _TORCH[spec.dtype], shapes[name]) for name, spec in binding.tensors.items()])
     elements, accesses = model_parts(model)
     ones = {binding.roles.get(r) for r in ("page_sizes", "widths")}  # a default that divides and spans

@@ -29,21 +29,28 @@ def _clause(name: str) -> str:
     return name.split(".", 1)[0]
 
 
+def _kernel(name: str) -> str:
+    """``"G4.kernel-stacked-locs-in-bounds"`` -> ``"stacked-locs"`` (no binding built, no impl/ imported)."""
+    rest = name.split(".kernel-", 1)[1]
+    return next(rest[:-len(s)] for s in ("-in-bounds", "-agrees", "-safe", "-negative-position", "")
+                if rest.endswith(s))
+
+
 def in_bounds(name: str, binding: Callable[[], Binding], what: str) -> KernelObligation:
     return KernelObligation(name, _clause(name),
-                            f"{binding().label} kernel: every masked load and store stays inside its tensor, per"
+                            f"{_kernel(name)} kernel: every masked load and store stays inside its tensor, per"
                             f" dimension, for every program id, lane and loaded value ({what})",
                             lambda: kq.in_bounds(binding()), "proved", binding)
 
 
 def agrees(name: str, binding: Callable[[], Binding], what: str) -> KernelObligation:
-    return KernelObligation(name, _clause(name), f"{binding().label} kernel: {what}",
+    return KernelObligation(name, _clause(name), f"{_kernel(name)} kernel: {what}",
                             lambda: kq.agreement(binding(), _clause(name)), "proved", binding)
 
 
 def safe(name: str, binding: Callable[[], Binding], what: str, expect: Expect = "proved",
          build: Callable[[], Query] | None = None) -> KernelObligation:
-    return KernelObligation(name, _clause(name), f"{binding().label} kernel: {what}",
+    return KernelObligation(name, _clause(name), f"{_kernel(name)} kernel: {what}",
                             build or (lambda: kq.safety(binding())), expect, binding)
 
 
