@@ -6,6 +6,8 @@ import os
 import signal
 import time
 
+import torch
+
 from kvtable.backends.torch_backend import TorchBackend
 
 
@@ -66,3 +68,15 @@ class DeviceAssertOnDecode(TorchBackend):
     def decode_locs(self, table, seq_lens, page_size):
         raise RuntimeError("CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA` to enable "
                            "device-side assertions.")
+
+
+class ReanchorOneRowOn(TorchBackend):
+    """W4: re-anchor reads each row one row further on in the table's storage where the storage goes on (a
+    captured view of a runner's buffer); on a copy of the same view it is right, so only a snippet that
+    replays the view itself reproduces it."""
+
+    def reanchor_locs(self, table, frontier, page_size, n):
+        spare = table.untyped_storage().nbytes() // table.element_size() - table.storage_offset() - table.numel()
+        if table.dim() == 2 and table.shape[0] and spare >= table.stride(0):
+            table = torch.as_strided(table, table.shape, table.stride(), table.storage_offset() + table.stride(0))
+        return super().reanchor_locs(table, frontier, page_size, n)

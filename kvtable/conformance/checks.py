@@ -78,10 +78,23 @@ class Transcript:
 
     lines: list[str] = field(default_factory=list)
     runners: int = 0
+    aliases: dict[tuple[Any, ...], str] = field(default_factory=dict)
+    """Tensors the transcript names (a captured buffer view), by where their data lives."""
 
     def reset(self) -> None:
         self.lines.clear()
         self.runners = 0
+        self.aliases.clear()
+
+    def alias(self, tensor: torch.Tensor, name: str) -> None:
+        """Render ``tensor`` as ``name`` from now on: a view of a runner's buffer replays as that view, not a copy."""
+        self.aliases[_where(tensor)] = name
+
+    def render(self, value: Any) -> str:
+        """``render(value)``, or the name of an aliased tensor."""
+        if isinstance(value, torch.Tensor) and (name := self.aliases.get(_where(value))):
+            return name
+        return render(value)
 
     def note(self, line: str) -> None:
         self.lines.append(line)
@@ -91,6 +104,12 @@ class Transcript:
 
     def text(self) -> str:
         return "\n".join(self.lines)
+
+
+def _where(tensor: torch.Tensor) -> tuple[Any, ...]:
+    """What makes two tensors the same view: storage, offset, shape, strides, dtype, device."""
+    return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride(),
+            tensor.dtype, str(tensor.device))
 
 
 def to_device(value: Any, device: str | None) -> Any:
@@ -133,7 +152,8 @@ class Recorded:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             args, kwargs = to_device(args, self._device), to_device(kwargs, self._device)
-            parts = [render(a) for a in args] + [f"{k}={render(v)}" for k, v in kwargs.items()]
+            render_arg = self._transcript.render
+            parts = [render_arg(a) for a in args] + [f"{k}={render_arg(v)}" for k, v in kwargs.items()]
             statement = f"{self._name}.{attr}({', '.join(parts)})"
             if attr == "graph":
                 self._transcript.runners += 1

@@ -211,6 +211,7 @@ class GraphHarness:
                          dtypes=loc_dtypes(self.ctx))
 
         self.ctx.transcript.note(f"view = runner.capture({bs}, [{group_id!r}])[0][{group_id!r}]")
+        self.ctx.transcript.alias(view, "view")  # the call below replays on the view, not on a copy of it
         judge("W4", "reanchor_locs on a captured view", expected,
               lambda: self.ctx.backend.reanchor_locs(view, torch.tensor(frontier, dtype=torch.int32),
                                                      group.page_size, n), compare)

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, reproduce_failure, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import ExampleDatabase
-from hypothesis.errors import HypothesisException, Unsatisfiable
+from hypothesis.errors import DidNotReproduce, HypothesisException, Unsatisfiable
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvtable.backends import Backend, debug_twin, is_backend, load, missing_methods, spec_of
@@ -29,6 +29,7 @@ from kvtable.conformance.core import Context, Property
 from kvtable.conformance.database import KeyedDatabase, database_prefix
 from kvtable.conformance.levels import CORRECTNESS, DEFAULT_LEVEL, LEVELS
 from kvtable.conformance.properties import PROPERTIES
+from kvtable.conformance.reproduce import Blob, blob_of, verdict_lines
 from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
 
@@ -287,7 +288,7 @@ FIND_PHASES = tuple(p for p in PHASES if p is not Phase.shrink)
 
 def _settings(examples: int, database: ExampleDatabase | None, shrink: bool, **extra: Any) -> settings:
     return settings(max_examples=examples, database=database, deadline=None, derandomize=False,
-                    report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False,
+                    report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=True,
                     suppress_health_check=list(HealthCheck), phases=PHASES if shrink else FIND_PHASES,
                     **extra)
 
@@ -305,9 +306,10 @@ def _lacking(prop: Property, ctx: Context) -> str | None:
 
 def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec: str = "backend",
                  database: ExampleDatabase | None = None, shrink: bool = True,
-                 level: str = DEFAULT_LEVEL) -> PropertyResult:
+                 level: str = DEFAULT_LEVEL, reproduce: Blob | None = None) -> PropertyResult:
     """Run one property for up to ``examples`` examples; on failure keep the (shrunk, unless not ``shrink``)
     example's transcript, and search on for up to ``MAX_FAILURES`` distinct failures (by clause and kind).
+    With ``reproduce`` only that one example runs (a counterexample snippet re-judging itself).
 
     Examples the backend raises ``kvtable.Unsupported`` for are discarded and counted; a failure's tier
     decides whether it fails the property at ``level`` or stays a note.
@@ -329,16 +331,19 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
                               counterexample, own, tier, failures, dict(ctx.unsupported), level)
 
     try:
-        while len(failures) < (MAX_FAILURES if shrink else 1):  # a find run (no shrinking) stops at the first
+        # a find run (no shrinking) and a reproduction stop at the first failure
+        while len(failures) < (MAX_FAILURES if shrink and reproduce is None else 1):
             try:
                 # only the first search uses the database: a later one would drop the saved example it rejects
                 _search(prop, ctx, count, examples=examples, seed=seed, database=None if failures else database,
-                        shrink=shrink)
+                        shrink=shrink, reproduce=reproduce)
+                break
+            except DidNotReproduce:  # the example of ``reproduce`` passes now
                 break
             except Mismatch as err:
                 ctx.seen.add((err.clause, err.kind))
                 failures.append(Failure(clause_label(err.clause), err.tier or prop.tier, err.kind, str(err),
-                                        _counterexample(ctx, spec, err)))
+                                        _counterexample(ctx, spec, err, prop.name, level)))
             except Unsatisfiable:
                 if not failures:
                     raise
@@ -353,7 +358,7 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
     except (HypothesisException, Exception) as err:  # the run itself broke (strategy, reference, loader)
         frame = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
         where = f" (at {frame.filename}:{frame.lineno})" if frame else ""
-        return result("error", f"{type(err).__name__}: {err}{where}", _counterexample(ctx, spec, err))
+        return result("error", f"{type(err).__name__}: {err}{where}", _counterexample(ctx, spec, err, prop.name, level))
     failing = [f for f in failures if f.tier in LEVELS[level]]
     if failing:
         first = failing[0]
@@ -362,12 +367,13 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
 
 
 def _search(prop: Property, ctx: Context, count: list[int], *, examples: int, seed: int,
-            database: ExampleDatabase | None, shrink: bool) -> None:
+            database: ExampleDatabase | None, shrink: bool, reproduce: Blob | None = None) -> None:
     """One hypothesis run of the property; raises the (shrunk) ``Mismatch`` of a failure not seen before."""
+    replay = reproduce_failure(*reproduce) if reproduce is not None else (lambda test: test)
     if prop.stateful is not None:
         base = prop.stateful(ctx)
         machine_cls = type(base.__name__, (base,), {"__init__": _counting_init(base, count)})
-        hypothesis_seed(seed)(machine_cls)
+        replay(hypothesis_seed(seed)(machine_cls))
         run_state_machine_as_test(machine_cls, settings=_settings(examples, database, shrink,
                                                                   stateful_step_count=STEPS_PER_MACHINE))
         return
@@ -381,7 +387,7 @@ def _search(prop: Property, ctx: Context, count: list[int], *, examples: int, se
             check(ctx, example)
 
     # settings outside @seed: @seed alone would also switch the example database off
-    test = _settings(examples, database, shrink)(hypothesis_seed(seed)(given(prop.strategy)(body)))
+    test = _settings(examples, database, shrink)(replay(hypothesis_seed(seed)(given(prop.strategy)(body))))
     test._hypothesis_internal_database_key = f"kvtable:{prop.name}".encode()  # type: ignore[attr-defined]
     test()
 
@@ -394,14 +400,33 @@ def _counting_init(base: type, count: list[int]) -> Callable[[Any], None]:
     return __init__
 
 
-def _counterexample(ctx: Context, spec: str, err: BaseException) -> str:
-    return counterexample_text(spec, ctx.transcript.text(), f"FAILED: {err}")
+def _counterexample(ctx: Context, spec: str, err: BaseException, prop: str, level: str) -> str:
+    blob = blob_of(err)
+    check = verdict_lines(prop, spec, ctx.profile.name, level, blob) if blob is not None else ""
+    return counterexample_text(spec, ctx.transcript.text(), f"FAILED: {err}", check)
 
 
-def counterexample_text(spec: str, transcript: str, verdict: str) -> str:
-    """A replayable snippet: the imports and backends, the recorded calls, the verdict as a comment."""
+def counterexample_text(spec: str, transcript: str, verdict: str, check: str = "") -> str:
+    """A replayable snippet: the imports and backends, the recorded calls (a call that raises ends them, as a
+    crash would), the verdict as a comment, then ``check``: lines that re-judge the example and exit 1 while
+    it still fails (0 once fixed)."""
     comment = "\n".join(f"# {line}" for line in verdict.splitlines())
-    return f"{_header(spec, 'debug_backend' in transcript)}\n{transcript}\n{comment}"
+    calls = "\n".join(f"    {line}" for line in _guarded(transcript.splitlines() or ["pass"]))
+    body = (f"try:\n{calls}\nexcept Exception as err:  # the verdict below decides whether this is the failure\n"
+            "    print(f'the calls stopped at {type(err).__name__}: {err}')")
+    return "\n".join(part for part in (_header(spec, "debug_backend" in transcript), body, comment, check) if part)
+
+
+def _guarded(lines: list[str]) -> list[str]:
+    """The transcript's lines, each call that raised when recorded in its own ``try`` (a refusal goes on)."""
+    out: list[str] = []
+    for line, after in zip(lines, [*lines[1:], ""], strict=True):
+        if after.startswith("#   raised ") and not line.startswith("#"):
+            out += ["try:", f"    {line}", "except Exception as err:",
+                    "    print(f'raised {type(err).__name__}: {err}')"]
+        else:
+            out.append(line)
+    return out
 
 
 def run_properties(backend: BackendLike, properties: Sequence[Property], *, examples: Callable[[Property], int],

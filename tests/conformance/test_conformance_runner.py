@@ -207,8 +207,10 @@ def test_the_counterexample_replays() -> None:
     text = report.failures[0].counterexample
     assert f"load({spec_of(DecodeLastOffByOne())!r}, debug=False)" in text
     namespace: dict = {}
-    exec(compile(text, "<counterexample>", "exec"), namespace)  # our own rendering of the calls made
-    call = next(line for line in text.splitlines() if line.startswith("out = backend.decode_locs("))
+    with pytest.raises(SystemExit) as stop:
+        exec(compile(text, "<counterexample>", "exec"), namespace)  # our own rendering of the calls made
+    assert stop.value.code == 1  # the snippet checks itself: the failure reproduces
+    call = next(line.strip() for line in text.splitlines() if line.strip().startswith("out = backend.decode_locs("))
     table, seq, ps = eval("(" + call.removeprefix("out = backend.decode_locs("), {"torch": torch})
     assert namespace["out"].tolist() != decode_locs(table.tolist(), seq.tolist(), ps)
 
