@@ -213,3 +213,10 @@ def test_repaged_replays_keep_the_shape_with_fresh_pages(data: st.DataObject) ->
     for replay in (step, again):
         model.replay(replay.bs, replay.tensors(), list(replay.seq_lens), replay.tokens_per_req,
                      actual_bs=replay.actual_bs)
+
+
+def test_extend_rows_of_length_zero_are_drawn() -> None:
+    """W3 allows a request that extends by 0 tokens, beside others that do not."""
+    case = find(cases(modes=("extend",)), lambda c: 0 in c.extend_lens and max(c.extend_lens) > 0,
+                settings=settings(database=None))
+    assert case.batch.mode == "extend" and 0 in case.extend_lens

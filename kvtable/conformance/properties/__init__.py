@@ -16,7 +16,16 @@ token's own page, the sink (page 0) or the profile's pad slot (the ``safety/*`` 
 from __future__ import annotations
 
 from kvtable.conformance.core import Context, Property
-from kvtable.conformance.properties import checker, expansion, graph, grouped_locs, kernels, lone_locs, rejects
+from kvtable.conformance.properties import (
+    checker,
+    expansion,
+    graph,
+    grouped_locs,
+    kernels,
+    lone_locs,
+    rejects,
+    safety,
+)
 
 PROPERTIES: tuple[Property, ...] = (
     *lone_locs.PROPERTIES,
@@ -26,6 +35,7 @@ PROPERTIES: tuple[Property, ...] = (
     *graph.PROPERTIES,
     *kernels.PROPERTIES,
     *rejects.PROPERTIES,
+    *safety.PROPERTIES,
 )
 
 BY_NAME = {p.name: p for p in PROPERTIES}

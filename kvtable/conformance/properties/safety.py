@@ -1,0 +1,110 @@
+"""The safety tier (any input): for broken or stale input a non-debug backend may refuse (any exception) or
+return anything, but every location it returns must be allowed by ``kvtable.reference.safety``: the
+token's own slot, a slot of the sink page 0, or the profile's pad slot. Never another request's page,
+never a negative slot other than the pad, never a wrapped int32.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from kvtable.conformance.calls import lone_call
+from kvtable.conformance.checks import Mismatch
+from kvtable.conformance.core import Context, Property
+from kvtable.conformance.levels import SAFETY
+from kvtable.errors import Unsupported
+from kvtable.reference.safety import UnsafeWrite, token_positions, unsafe_writes
+from kvtable.strategies import Case
+from kvtable.strategies.unsafe import UNSAFE_KINDS, UnsafeCase, unsafe_cases
+
+_LONE = {"decode": "decode_locs", "verify": "verify_locs", "reanchor": "reanchor_locs", "extend": "extend_locs"}
+
+
+def _methods(ctx: Context) -> set[str]:
+    backend = getattr(ctx.backend, "target", ctx.backend)
+    return {m for m in ("group_locs", *_LONE.values()) if callable(getattr(backend, m, None))}
+
+
+def no_location_calls(ctx: Context) -> str | None:
+    """N/A for a backend with no location call at all."""
+    return None if _methods(ctx) else "the backend has no location call (group_locs, decode/verify/reanchor/extend)"
+
+
+def scrubbed_dummy_rows(ctx: Context) -> str | None:
+    """N/A where the profile's engine holds its padded rows at page 0 (T2: the backend may read them)."""
+    if ctx.profile.scrubs_dummy_rows:
+        return (f"profile {ctx.profile.name!r} scrubs padded rows to page 0 (T2), so a backend may read them; "
+                "profiles whose dummy rows are never read (vllm, tokenspeed) run this property")
+    return no_location_calls(ctx)
+
+
+def _tokens(case: Case, actual_bs: int | None) -> list[tuple[int, int | None]]:
+    batch = case.batch
+    extend = case.extend_lens if batch.mode == "extend" else None
+    return token_positions(batch.mode, batch.seq_lens, n=batch.n, prefix_lens=batch.prefix_lens, extend_lens=extend,
+                           actual_bs=actual_bs)
+
+
+def _refused(call: Callable[[], Any]) -> tuple[bool, Any]:
+    """Run a backend call; any exception but ``Unsupported`` is a refusal (safe)."""
+    try:
+        return False, call()
+    except Unsupported:
+        raise
+    except Exception:  # noqa: BLE001 - any refusal is safe; what it is called is the strictness tier's business
+        return True, None
+
+
+def _kind(write: UnsafeWrite) -> str:
+    """A failure kind from the oracle's reason, numbers left out (``another page``, ``negative slot``, ...)."""
+    return "unsafe write: " + re.sub(r"-?\d+", "N", write.reason.split(":")[0])[:48]
+
+
+def _judge(ctx: Context, clause: str, what: str, u: UnsafeCase, gid: str, got: Any, actual_bs: int | None) -> None:
+    if not hasattr(got, "tolist"):
+        return  # not a location tensor: a correctness matter, judged by the valid-input properties
+    ps = u.case.spec(gid).block_granularity
+    bad = unsafe_writes(u.case.tables[gid], got, _tokens(u.case, actual_bs), ps, group=gid,
+                        pad_slot=ctx.profile.pad_slot)
+    if bad:
+        first = bad[0]
+        raise Mismatch(clause, f"{what} on {u.kind} ({u.how}): {len(bad)} unsafe write(s); first: group "
+                       f"{first.group!r} row {first.row} token {first.token} position {first.position} wrote "
+                       f"loc {first.loc}: {first.reason}", tier=SAFETY, kind=_kind(first))
+
+
+def _check(clause: str) -> Callable[[Context, UnsafeCase], None]:
+    def check(ctx: Context, u: UnsafeCase) -> None:
+        case, methods = u.case, _methods(ctx)
+        if "group_locs" in methods:
+            refused, got = _refused(lambda: ctx.backend.group_locs(list(case.specs), case.tensors(), case.batch,
+                                                                   tail_pad=case.tail_pad))
+            if not refused and isinstance(got, dict):
+                for gid in sorted(set(got) & {s.group_id for s in case.attention}):
+                    _judge(ctx, clause, f"group_locs[{gid!r}]", u, gid, got[gid], case.batch.live_rows)
+        if _LONE[case.batch.mode] not in methods:
+            return
+        actual_bs = case.batch.actual_bs if case.batch.mode == "verify" else None
+        for spec in case.attention:
+            what, _, call = lone_call(ctx, ctx.backend, case, spec.group_id)
+            refused, got = _refused(call)
+            if not refused:
+                _judge(ctx, clause, what, u, spec.group_id, got, actual_bs)
+
+    return check
+
+
+_SUMMARY = "non-debug calls on {} write only own slots, the sink or the pad slot (or refuse)"
+PROPERTIES = (
+    Property("safety/garbage-dummy-rows", "T2", _SUMMARY.format("garbage in dummy rows"),
+             unsafe_cases(UNSAFE_KINDS[3]), _check("T2"), tier=SAFETY, not_applicable=scrubbed_dummy_rows),
+    Property("safety/stale-seq-len", "T4", _SUMMARY.format("a stale seq_len landing on the tail pad inside the "
+             "width"), unsafe_cases(UNSAFE_KINDS[0]), _check("T4"), weight=2, tier=SAFETY,
+             not_applicable=no_location_calls),
+    Property("safety/pad-inside", "T4", _SUMMARY.format("-1 inside the live range (decode, verify, extend)"),
+             unsafe_cases(UNSAFE_KINDS[1]), _check("T4"), weight=2, tier=SAFETY, not_applicable=no_location_calls),
+    Property("safety/narrow-table", "T8", _SUMMARY.format("a table narrower than its group's sequence"),
+             unsafe_cases(UNSAFE_KINDS[4]), _check("T8"), tier=SAFETY, not_applicable=no_location_calls),
+)

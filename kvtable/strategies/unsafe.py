@@ -1,0 +1,111 @@
+"""Inputs that make real engine bugs live, for the safety tier: whatever a backend returns for them, every
+write must stay in the token's own slot, the sink (page 0) or the profile's pad slot.
+
+- ``stale seq_len on the tail pad``: a live row's seq_len grows past its pages while the table is wide
+  enough, so the new positions fall on tail-pad columns inside the width (no T8 to refuse it cheaply);
+- ``-1 inside the live range``: a needed column of a writing row holds the pad (decode, verify, extend:
+  the bug class of tokenspeed #709);
+- ``page id wrapping int32``: a written page ``p`` with ``p * B >= 2^31``;
+- ``garbage dummy rows``: padded rows hold live rows' pages, -1, or pages at the int32 edge;
+- ``narrow table``: a group's table narrower than its sequence (vLLM #53982 read the next row's pages).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from kvtable.reference.model import Table
+from kvtable.reference.tables import needed_columns
+from kvtable.strategies.batches import PAGE_LIMIT, Case, ceil_div, draw_case
+from kvtable.strategies.broken import copy_tables, real_cols, writing_rows
+from kvtable.strategies.draws import between, pick
+
+UNSAFE_KINDS = ("stale seq_len on the tail pad", "-1 inside the live range", "page id wrapping int32",
+                "garbage dummy rows", "narrow table")
+_FIXED = ("decode", "verify", "reanchor")
+
+
+@dataclass(frozen=True)
+class UnsafeCase:
+    """A batch broken so that a backend without validation would write somewhere it must not; ``how`` says how."""
+
+    case: Case
+    kind: str
+    how: str
+
+
+def _stale_tail(draw: st.DrawFn) -> UnsafeCase:
+    case = draw_case(draw, modes=_FIXED, min_live=1, tail_pads=(-1,))
+    row = draw(between(0, case.batch.live_rows - 1))
+    seq = list(case.batch.seq_lens)
+    seq[row] += draw(between(1, 8))
+    tables = copy_tables(case)
+    for spec in case.attention:  # wide enough (tail pads) that no width check sees the stale length
+        entries = tables[spec.group_id]
+        missing = ceil_div(seq[row], spec.block_granularity) - len(entries[0])
+        for r, entries_row in enumerate(entries):
+            entries_row.extend([case.tail_pad if r < case.batch.live_rows else 0] * max(missing, 0))
+    batch = replace(case.batch, seq_lens=tuple(seq))
+    return UnsafeCase(replace(case, tables=tables, batch=batch), UNSAFE_KINDS[0],
+                      f"row {row} at stale seq_len {seq[row]} (was {case.batch.seq_lens[row]}), past its pages")
+
+
+def _pad_inside(draw: st.DrawFn) -> UnsafeCase:
+    case = draw_case(draw, modes=("decode", "verify", "extend"), min_live=1)
+    tables = copy_tables(case)
+    gid = pick(draw, [s.group_id for s in case.attention])
+    row = pick(draw, writing_rows(case))
+    col = pick(draw, needed_columns(case.batch, row, case.spec(gid)))
+    tables[gid][row][col] = -1
+    return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[1], f"-1 at {gid!r} row {row} col {col}")
+
+
+def _int32_wrap(draw: st.DrawFn) -> UnsafeCase:
+    case = draw_case(draw, min_live=1, kernel_page_sizes=(2, 4, 8))
+    tables = copy_tables(case)
+    gid = pick(draw, [s.group_id for s in case.attention if s.block_granularity >= 2])
+    block = case.spec(gid).block_granularity
+    row = pick(draw, [r for r in writing_rows(case) if real_cols(tables[gid][r])])
+    col = pick(draw, real_cols(tables[gid][row]))
+    page = min(PAGE_LIMIT // block + draw(between(0, 3)), PAGE_LIMIT - 1)
+    tables[gid][row][col] = page
+    return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[2],
+                      f"page {page} at {gid!r} row {row} col {col}: slots past 2^31 - 1 at page size {block}")
+
+
+def _garbage_dummy(draw: st.DrawFn) -> UnsafeCase:
+    case = draw_case(draw, modes=_FIXED, min_live=1, min_pad=1)
+    tables = copy_tables(case)
+    for spec in case.attention:
+        table: Table = tables[spec.group_id]
+        used = [p for r in table[: case.batch.live_rows] for p in r if p > 0] or [1]
+        top = PAGE_LIMIT // spec.block_granularity - 1
+        for row in range(case.batch.live_rows, case.batch.bs):
+            table[row] = [pick(draw, (-1, pick(draw, used), top)) for _ in table[row]]
+    return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[3],
+                      f"dummy rows {case.batch.live_rows}..{case.batch.bs - 1} hold live pages, -1 or int32-edge pages")
+
+
+def _narrow(draw: st.DrawFn) -> UnsafeCase:
+    case = draw_case(draw, min_live=1, max_cols=6)
+    tables = copy_tables(case)
+    gid = pick(draw, [s.group_id for s in case.attention])
+    need = max([needed_columns(case.batch, r, case.spec(gid)).stop for r in writing_rows(case)], default=0)
+    assume(need >= 2)
+    width = draw(between(1, need - 1))
+    tables[gid] = [row[:width] for row in tables[gid]]
+    return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[4],
+                      f"table of {gid!r} cut to {width} columns; a row needs {need}")
+
+
+_MAKERS = {UNSAFE_KINDS[0]: _stale_tail, UNSAFE_KINDS[1]: _pad_inside, UNSAFE_KINDS[2]: _int32_wrap,
+           UNSAFE_KINDS[3]: _garbage_dummy, UNSAFE_KINDS[4]: _narrow}
+
+
+@st.composite
+def unsafe_cases(draw: st.DrawFn, kind: str) -> UnsafeCase:
+    """A batch broken the ``kind`` way (one of ``UNSAFE_KINDS``)."""
+    return _MAKERS[kind](draw)
