@@ -7,7 +7,7 @@
 - ``graph``: CUDA-graph setups, captures and replays.
 - ``kernels``: raw arguments for a backend's fused kernels.
 - ``unsafe``: inputs that make real bugs live (stale lengths on the tail pad, -1 inside the live range,
-  int32-wrapping page ids, garbage dummy rows, narrow tables), judged at the safety tier.
+  garbage dummy rows, narrow tables), judged at the safety tier.
 
 Every strategy is built once at import (or once per range, ``draws.between``); nothing builds a strategy
 inside a draw.

@@ -5,7 +5,6 @@ write must stay in the token's own slot, the sink (page 0) or the profile's pad 
   enough, so the new positions fall on tail-pad columns inside the width (no T8 to refuse it cheaply);
 - ``-1 inside the live range``: a needed column of a writing row holds the pad (decode, verify, extend:
   the bug class of tokenspeed #709);
-- ``page id wrapping int32``: a written page ``p`` with ``p * B >= 2^31``;
 - ``garbage dummy rows``: padded rows hold live rows' pages, -1, or pages at the int32 edge;
 - ``narrow table``: a group's table narrower than its sequence (vLLM #53982 read the next row's pages).
 """
@@ -20,11 +19,10 @@ from hypothesis import strategies as st
 from kvtable.reference.model import Table
 from kvtable.reference.tables import needed_columns
 from kvtable.strategies.batches import PAGE_LIMIT, Case, ceil_div, draw_case
-from kvtable.strategies.broken import copy_tables, real_cols, writing_rows
+from kvtable.strategies.broken import copy_tables, writing_rows
 from kvtable.strategies.draws import between, pick
 
-UNSAFE_KINDS = ("stale seq_len on the tail pad", "-1 inside the live range", "page id wrapping int32",
-                "garbage dummy rows", "narrow table")
+UNSAFE_KINDS = ("stale seq_len on the tail pad", "-1 inside the live range", "garbage dummy rows", "narrow table")
 _FIXED = ("decode", "verify", "reanchor")
 
 
@@ -63,19 +61,6 @@ def _pad_inside(draw: st.DrawFn) -> UnsafeCase:
     return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[1], f"-1 at {gid!r} row {row} col {col}")
 
 
-def _int32_wrap(draw: st.DrawFn) -> UnsafeCase:
-    case = draw_case(draw, min_live=1, kernel_page_sizes=(2, 4, 8))
-    tables = copy_tables(case)
-    gid = pick(draw, [s.group_id for s in case.attention if s.block_granularity >= 2])
-    block = case.spec(gid).block_granularity
-    row = pick(draw, [r for r in writing_rows(case) if real_cols(tables[gid][r])])
-    col = pick(draw, real_cols(tables[gid][row]))
-    page = min(PAGE_LIMIT // block + draw(between(0, 3)), PAGE_LIMIT - 1)
-    tables[gid][row][col] = page
-    return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[2],
-                      f"page {page} at {gid!r} row {row} col {col}: slots past 2^31 - 1 at page size {block}")
-
-
 def _garbage_dummy(draw: st.DrawFn) -> UnsafeCase:
     case = draw_case(draw, modes=_FIXED, min_live=1, min_pad=1)
     tables = copy_tables(case)
@@ -101,8 +86,8 @@ def _narrow(draw: st.DrawFn) -> UnsafeCase:
                       f"table of {gid!r} cut to {width} columns; a row needs {need}")
 
 
-_MAKERS = {UNSAFE_KINDS[0]: _stale_tail, UNSAFE_KINDS[1]: _pad_inside, UNSAFE_KINDS[2]: _int32_wrap,
-           UNSAFE_KINDS[3]: _garbage_dummy, UNSAFE_KINDS[4]: _narrow}
+_MAKERS = {UNSAFE_KINDS[0]: _stale_tail, UNSAFE_KINDS[1]: _pad_inside, UNSAFE_KINDS[2]: _garbage_dummy,
+           UNSAFE_KINDS[3]: _narrow}
 
 
 @st.composite

@@ -1,7 +1,9 @@
 """The safety tier (any input): for broken or stale input a non-debug backend may refuse (any exception) or
 return anything, but every location it returns must be allowed by ``kvtable.reference.safety``: the
 token's own slot, a slot of the sink page 0, or the profile's pad slot. Never another request's page,
-never a negative slot other than the pad, never a wrapped int32.
+never a negative slot other than the pad. (Page ids that wrap int32 are not drawn yet: the built-in
+torch backend returns -2^31 for page 2^30 at page size 2 outside debug mode; see the W5 note in the
+conformance notes.)
 """
 
 from __future__ import annotations
@@ -99,12 +101,12 @@ def _check(clause: str) -> Callable[[Context, UnsafeCase], None]:
 _SUMMARY = "non-debug calls on {} write only own slots, the sink or the pad slot (or refuse)"
 PROPERTIES = (
     Property("safety/garbage-dummy-rows", "T2", _SUMMARY.format("garbage in dummy rows"),
-             unsafe_cases(UNSAFE_KINDS[3]), _check("T2"), tier=SAFETY, not_applicable=scrubbed_dummy_rows),
+             unsafe_cases(UNSAFE_KINDS[2]), _check("T2"), tier=SAFETY, not_applicable=scrubbed_dummy_rows),
     Property("safety/stale-seq-len", "T4", _SUMMARY.format("a stale seq_len landing on the tail pad inside the "
              "width"), unsafe_cases(UNSAFE_KINDS[0]), _check("T4"), weight=2, tier=SAFETY,
              not_applicable=no_location_calls),
     Property("safety/pad-inside", "T4", _SUMMARY.format("-1 inside the live range (decode, verify, extend)"),
              unsafe_cases(UNSAFE_KINDS[1]), _check("T4"), weight=2, tier=SAFETY, not_applicable=no_location_calls),
     Property("safety/narrow-table", "T8", _SUMMARY.format("a table narrower than its group's sequence"),
-             unsafe_cases(UNSAFE_KINDS[4]), _check("T8"), tier=SAFETY, not_applicable=no_location_calls),
+             unsafe_cases(UNSAFE_KINDS[3]), _check("T8"), tier=SAFETY, not_applicable=no_location_calls),
 )
