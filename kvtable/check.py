@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import argparse
 
+from kvtable.argtypes import positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--examples", type=int, default=300,
+    parser.add_argument("--examples", type=positive_int, default=300,
                         help="fuzz examples in all, shared out across the properties (default 300)")
     parser.add_argument("--seed", type=int, default=0, help="fuzz seed (default 0)")
     parser.add_argument("--backend", default="torch", help="backend to fuzz (default: torch)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (there is none anyway when stderr is not a terminal)")
 
 
 def run(args: argparse.Namespace) -> int:
     from kvtable.cli import main
 
     proved = main(["prove"])
-    fuzzed = main(["fuzz", "--backend", args.backend, "--examples", str(args.examples), "--seed", str(args.seed)])
+    fuzz = ["fuzz", "--backend", args.backend, "--examples", str(args.examples), "--seed", str(args.seed)]
+    fuzzed = main(fuzz + ["--no-progress"] * args.no_progress)
     return proved or fuzzed

@@ -28,6 +28,7 @@ from kvtable.conformance.isolation import DEFAULT_TIMEOUT_S
 from kvtable.conformance.levels import DEFAULT_LEVEL, LEVELS
 from kvtable.conformance.preflight import check_backend, checked_properties, isolate_by_default
 from kvtable.conformance.runner import Report, run_conformance
+from kvtable.console import progress_bar, wants_progress
 from kvtable.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PASSED, EXIT_SKIPPED, UsageError
 
 
@@ -46,6 +47,8 @@ def add_common(parser: argparse.ArgumentParser, *, examples: int, examples_help:
     parser.add_argument("--level", default=DEFAULT_LEVEL, choices=sorted(LEVELS),
                         help="what fails the run: safety (writes stay in allowed slots), correct (safety and exact "
                              "values on valid input; default), strict (also refusals naming clause and entry)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (there is none anyway when stderr is not a terminal)")
     add_execution(parser)
 
 
@@ -120,9 +123,10 @@ def run(args: argparse.Namespace) -> int:
     spec = args.backend or default_spec()
     properties = checked_properties(args.property)
     try:
-        with sanitized(args):
+        options = execution(args, spec)
+        with sanitized(args), progress_bar(wants_progress(args.no_progress), "kvtable conform") as progress:
             report = run_conformance(spec, examples=args.examples, seed=args.seed, profile=args.profile,
-                                     properties=properties, level=args.level, **execution(args, spec))
+                                     properties=properties, level=args.level, progress=progress, **options)
     except BackendUnavailable as err:
         return unavailable(err, args.json)
     return emit(report, args.json)

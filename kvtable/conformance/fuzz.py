@@ -4,7 +4,8 @@
 
 ``--examples`` is the run's total budget, shared out across the properties by weight (the wide
 differential properties get most); a run is deterministic for a given seed and database contents.
-Progress goes to stderr; the summary table, each failure's clause, message and shrunk
+A progress bar goes to stderr when it is a terminal (never into a log; ``--no-progress`` turns it
+off); the summary table, each failure's clause, message and shrunk
 counterexample (a replayable Python snippet) go to stdout, or the whole report as JSON.
 
 Failures are kept in a hypothesis example database and replayed first on the next run, so a fixed
@@ -23,7 +24,6 @@ From Python: ``kvtable.conformance.fuzz.fuzz(backend, examples=2000, seed=0, dat
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,7 +35,8 @@ from kvtable.conformance.conform import add_common, emit, execution, sanitized, 
 from kvtable.conformance.database import open_database
 from kvtable.conformance.preflight import checked_properties
 from kvtable.conformance.properties import PROPERTIES, Property
-from kvtable.conformance.runner import BackendLike, Progress, PropertyResult, Report, run_properties
+from kvtable.conformance.runner import BackendLike, Progress, Report, run_properties
+from kvtable.console import progress_bar, wants_progress
 
 __all__ = ["DEFAULT_DATABASE", "budget", "fuzz", "open_database"]
 
@@ -63,20 +64,11 @@ def fuzz(backend: BackendLike, *, examples: int, seed: int, database: str | Exam
                           progress=progress, **execution)
 
 
-def progress_bar(done: int, total: int, result: PropertyResult) -> None:
-    """A one-line text progress bar on stderr."""
-    filled = 30 * done // total
-    line = (f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {result.label:6} "
-            f"{result.property[:40]:40}")
-    print(line, end="\n" if done == total else "", file=sys.stderr, flush=True)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser, examples=2000, examples_help="examples in all, shared out across properties (default 2000)")
     parser.add_argument("--database", default=DEFAULT_DATABASE, metavar="DIR",
                         help=f"example database: a directory (default {DEFAULT_DATABASE}), redis://host:port, "
                              "or none")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,10 +76,10 @@ def run(args: argparse.Namespace) -> int:
     properties = checked_properties(args.property)
     database = open_database(args.database)
     try:
-        with sanitized(args):
+        options = execution(args, spec)
+        with sanitized(args), progress_bar(wants_progress(args.no_progress), "kvtable fuzz") as progress:
             report = fuzz(spec, examples=args.examples, seed=args.seed, database=database, profile=args.profile,
-                          properties=properties, progress=None if args.no_progress else progress_bar,
-                          level=args.level, **execution(args, spec))
+                          properties=properties, progress=progress, level=args.level, **options)
     except BackendUnavailable as err:
         return unavailable(err, args.json)
     return emit(report, args.json)

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 
 from kvtable.argtypes import positive_int
+from kvtable.console import wants_progress
 from kvtable.exitcodes import EXIT_FAILED, EXIT_PASSED, UsageError
 from kvtable.zoo.entries import BY_NAME, ENTRIES, OUTSIDE, Entry
 from kvtable.zoo.hunt import Baseline
@@ -29,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-shrink", action="store_true", help="skip shrinking (faster; raw counterexamples)")
     parser.add_argument("--mutants", action="store_true", help="also run the source-level mutants of impl/")
     parser.add_argument("--quiet", action="store_true", help="tables only, no counterexamples")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no per-entry lines on stderr (there are none anyway when stderr is not a terminal)")
     parser.add_argument("--workers", type=positive_int, default=1, metavar="N",
                         help="spread the entries over N worker processes (default 1: this process)")
     parser.add_argument("--device", default="cpu",
@@ -70,10 +73,12 @@ def run(args: argparse.Namespace) -> int:
     check_device(args.device)
     entries = [BY_NAME[n] for n in args.names] if args.names else list(ENTRIES)
     baseline = Baseline(args.device)
+    progress = wants_progress(args.no_progress)
     verdicts = []
     for entry, verdict in zip(entries, _judge_entries(entries, args, baseline), strict=True):
         verdicts.append(verdict)
-        print(f"  {entry.name}: {'caught' if verdict.caught else 'NOT CAUGHT'}", file=sys.stderr, flush=True)
+        if progress:
+            print(f"  {entry.name}: {'caught' if verdict.caught else 'NOT CAUGHT'}", file=sys.stderr, flush=True)
     print(entry_table(entries, verdicts))
     if not args.quiet:
         for entry, v in zip(entries, verdicts, strict=True):
