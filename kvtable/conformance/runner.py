@@ -22,7 +22,7 @@ from hypothesis.database import ExampleDatabase
 from hypothesis.errors import DidNotReproduce, HypothesisException, Unsatisfiable
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvtable.backends import Backend, debug_twin, is_backend, load, missing_methods, spec_of
+from kvtable.backends import Backend, NoDebugMode, debug_twin, is_backend, load, missing_methods, spec_of
 from kvtable.backends.profiles import Profile, get_profile
 from kvtable.conformance.checks import Mismatch, Recorded, Transcript
 from kvtable.conformance.core import Context, Property
@@ -299,9 +299,20 @@ def _lacking(prop: Property, ctx: Context) -> str | None:
     missing = set(missing_methods(backend))
     lacking = [m for m in prop.needs if m in missing]
     if not lacking:
-        return None
+        return _no_debug_mode(prop, ctx)
     name = getattr(backend, "name", type(backend).__name__)
     return f"backend {name!r} has no {', '.join(lacking)}"
+
+
+def _no_debug_mode(prop: Property, ctx: Context) -> str | None:
+    """Why a debug-mode property cannot run: the backend's factory takes no ``debug`` (``NoDebugMode``)."""
+    if not prop.debug:
+        return None
+    try:
+        ctx.debug_backend  # noqa: B018 - built once and kept; the debug properties use it next
+    except NoDebugMode as err:
+        return str(err)
+    return None
 
 
 def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec: str = "backend",
