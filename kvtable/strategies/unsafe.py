@@ -70,7 +70,7 @@ def _garbage_dummy(draw: st.DrawFn) -> UnsafeCase:
         top = PAGE_LIMIT // spec.block_granularity - 1
         for row in range(case.batch.live_rows, case.batch.bs):
             table[row] = [pick(draw, (-1, pick(draw, used), top)) for _ in table[row]]
-    return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[3],
+    return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[2],
                       f"dummy rows {case.batch.live_rows}..{case.batch.bs - 1} hold live pages, -1 or int32-edge pages")
 
 
@@ -82,7 +82,7 @@ def _narrow(draw: st.DrawFn) -> UnsafeCase:
     assume(need >= 2)
     width = draw(between(1, need - 1))
     tables[gid] = [row[:width] for row in tables[gid]]
-    return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[4],
+    return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[3],
                       f"table of {gid!r} cut to {width} columns; a row needs {need}")
 
 
