@@ -8,7 +8,7 @@ and safety on any input. Unlike the formula-level obligations these are about th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kvtable.spec import kernel_bindings as kb
@@ -106,6 +106,14 @@ OBLIGATIONS: tuple[Obligation, ...] = (
     agrees("E2.kernel-replay-fill-agrees", lambda: kb.replay_fill(clause="E2"),
            "a live source entry v at kernel column w becomes v*r + w % r if v > 0, else stays v"),
 )
+
+
+def preload(obligations: Iterable[Obligation]) -> None:
+    """Import the kernels (impl/, triton, a user's module) once, before the obligations fork, so each forked
+    child inherits them instead of importing torch and triton again."""
+    for ob in obligations:
+        if isinstance(ob, KernelObligation):
+            ob.binding().kernel_object()
 
 
 def kernel_outcome(obligation: KernelObligation, timeout_ms: int, small: int | None) -> Outcome:

@@ -23,7 +23,7 @@ from kvtable.spec.clauses import clause_label
 from kvtable.spec.kernel_binding import load_binding, load_object
 from kvtable.spec.kernel_values import KernelNotSupported
 from kvtable.spec.obligations import OBLIGATIONS, Obligation
-from kvtable.spec.obligations_kernels import KernelObligation, kernel_obligations, kernel_outcome
+from kvtable.spec.obligations_kernels import KernelObligation, kernel_obligations, kernel_outcome, preload
 from kvtable.spec.z3_discharge import Outcome, discharge
 from kvtable.spec.z3_intblast import UnsupportedOperation
 
@@ -111,6 +111,8 @@ def prove_one(obligation: Obligation, timeout_s: float, *, isolate: bool | None 
 def prove(obligations: Iterable[Obligation], timeout_s: float = DEFAULT_TIMEOUT_S,
           on_result: Callable[[Result], None] | None = None, *, isolate: bool | None = None) -> list[Result]:
     """Discharge ``obligations`` in order, calling ``on_result`` as each finishes."""
+    obligations = list(obligations)
+    preload(obligations)
     results = []
     for obligation in obligations:
         result = prove_one(obligation, timeout_s, isolate=isolate)
