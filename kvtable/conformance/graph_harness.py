@@ -54,6 +54,8 @@ class GraphHarness:
                             lambda _g, _e: None)
         if self.model is None:
             return
+        if not self.ctx.profile.buffers_at_init:
+            return  # the profile's engine allocates a group's buffers at its first capture: compared from there
         for kind, buffers in self._buffer_dicts():
             names = sorted(buffers)
             if names != sorted(self.model.groups):
@@ -84,10 +86,12 @@ class GraphHarness:
         assert self.model is not None
         for kind, buffers in self._buffer_dicts():
             for gid, buf in buffers.items():
-                if buf.data_ptr() != self.pointers[(kind, gid)]:
+                if buf.data_ptr() != self.pointers.setdefault((kind, gid), buf.data_ptr()):
                     raise Mismatch("G2", f"{kind}[{gid!r}] moved: data_ptr changed since graph init "
                                    "(captured graphs would read the old storage)")
         for gid, group in self.model.groups.items():
+            if gid not in self.runner.table_buffers and not self.ctx.profile.buffers_at_init:
+                continue  # not captured yet: no buffer to compare
             got = self.runner.table_buffers[gid].tolist()
             if got != group.table:
                 row = next(r for r, (g, e) in enumerate(zip(got, group.table, strict=True)) if g != e)

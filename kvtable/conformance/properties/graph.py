@@ -22,6 +22,7 @@ from kvtable.conformance.core import Context, Property
 from kvtable.conformance.graph_harness import BAD_STEPS, STALE_KINDS, GraphHarness
 from kvtable.conformance.levels import SAFETY
 from kvtable.reference import GroupSpec
+from kvtable.reference.safety import token_positions, unsafe_writes
 from kvtable.strategies import MAX_N, GraphCase, GraphSetup, Replay, graph_cases, graph_setups
 from kvtable.strategies.draws import BOOLEANS, SEEDS, between, pick, rng
 from kvtable.strategies.graph import Capture, draw_capture, draw_replay, repage
@@ -133,11 +134,20 @@ def _graph_stale_seq(ctx: Context, stale_case: StaleSeq) -> None:
         kernel_model.stacked_locs([group.table], [width], [ps], seq, out, stale.bs, n)
         expected = ctx.profile.pad_rows(out[0], live, n)
         got_locs = h.runner.loc_buffers[gid].tolist()[: stale.bs * n]
-        if got_locs != expected:
-            raise Mismatch("G4", f"loc_buffers[{gid!r}] after a replay with row {row} at stale seq_len {seq[row]} "
-                           f"(buffer holds {width} columns of {ps}): {first_difference(got_locs, expected)}\n"
-                           f"  got      {got_locs}\n  expected {expected} (pads and columns past the width "
-                           "read as the null page 0)")
+        if got_locs == expected:
+            continue
+        tokens = token_positions("verify", seq, n=n, actual_bs=live)
+        unsafe = unsafe_writes(group.table, got_locs, tokens, ps, group=gid, pad_slot=ctx.profile.pad_slot)
+        where = (f"loc_buffers[{gid!r}] after a replay with row {row} at stale seq_len {seq[row]} "
+                 f"(buffer holds {width} columns of {ps})")
+        if unsafe:  # another request's page, a negative slot: the safety tier
+            bad = unsafe[0]
+            raise Mismatch("G4", f"{where}: row {bad.row} token {bad.token} position {bad.position} wrote loc "
+                           f"{bad.loc}: {bad.reason}\n  got      {got_locs}\n  expected {expected}", tier=SAFETY,
+                           kind="unsafe write: " + bad.reason.split(":")[0][:40])
+        raise Mismatch("G4", f"{where}: {first_difference(got_locs, expected)}\n  got      {got_locs}\n"
+                       f"  expected {expected} (pads and columns past the width read as the null page 0; what "
+                       "was written is safe, but not the sink)")
 
 
 @st.composite
