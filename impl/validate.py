@@ -22,7 +22,7 @@ from kvtable.errors import ContractViolation
 
 __all__ = [
     "DEBUG_ENV", "check_actual_bs", "check_batch", "check_batch_form", "check_group_page_sizes", "check_lengths",
-    "check_live_lengths", "check_n", "check_page_size", "check_same_device", "check_seq_tensor", "check_table",
+    "check_n", "check_page_size", "check_same_device", "check_seq_tensor", "check_table",
     "check_tail_pad", "check_width", "cpu_lengths", "debug_enabled", "extend_batch", "host_lengths", "one_device",
     "page_ratio",
 ]
@@ -215,19 +215,6 @@ def extend_batch(prefix_lens: object, extend_lens: object) -> Batch:
     if len(prefix) != len(extend):
         raise ContractViolation("T9", f"{len(prefix)} prefix lengths but {len(extend)} extend lengths")
     return Batch(tuple(map(operator.add, prefix, extend)), mode="extend", prefix_lens=prefix)
-
-
-def check_live_lengths(lengths: Sequence[int], n: int, live: int) -> None:
-    """T9 and W2 for the live rows of a graph replay: the first live row shorter than N is refused, as T9 when it
-    has no token at all."""
-    row = _first_below(lengths[:live], n)
-    if row is None:
-        return
-    if lengths[row] < 1:
-        raise ContractViolation("T9", f"live row has seq_len {lengths[row]}; it would write position 0 of its own "
-                                "page", row=row)
-    raise ContractViolation("W2", f"live row has seq_len {lengths[row]} < N={n}: clamped positions would write the "
-                            "slot of position 0 more than once", row=row)
 
 
 def check_batch(batch: Batch) -> None:

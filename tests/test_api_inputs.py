@@ -136,8 +136,6 @@ ROWS: list[tuple[str, Callable[[], Any], Any]] = [
                                                                  mode="verify"), {"f": [16, 17]}),
     # Graph replay (impl's GroupGraphBuffers, CPU lengths) -----------------------------------------------------
     ("replay seq_lens [6] (a valid call)", lambda: replayed([6], n=1), [17]),
-    ("replay, a live row of seq_len 0", lambda: replayed([0], n=1), Refused("T9")),
-    ("replay, a live verify row shorter than N", lambda: replayed([1], n=2), Refused("W2")),
     ("replay, a padded row shorter than N (clamped at 0, dummy page)", lambda: replayed([6, 1], n=2, actual_bs=1),
      [16, 17, 0, 0]),
     ("replay seq_lens [6.5]", lambda: replayed([6.5], n=1), Refused("G4")),

@@ -126,7 +126,7 @@ MUTANTS: tuple[SourceMutant, ...] = (
                  "T8", "the host-side width check (CPU lengths) never fires", killer="rejects-cheap/T8"),
     # impl's own validator: each clause's check dropped in turn, killed by that clause's own property ----------
     SourceMutant("validator-drops-T1", "validate_tables", (("    _t1_entries,\n", ""),),
-                 "T1", "debug mode no longer looks for entries below -1", examples=60, killer="rejects/T1"),
+                 "T1", "debug mode no longer looks for entries below -1", examples=200, killer="rejects/T1"),
     SourceMutant("validator-drops-T2", "validate_tables", (("    _t2_dummy_rows,\n", ""),),
                  "T2", "debug mode no longer checks padded rows (page 0, seq_len 1)", killer="rejects/T2"),
     SourceMutant("validator-drops-T3", "validate_tables",
