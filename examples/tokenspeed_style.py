@@ -141,7 +141,7 @@ class LazyGroupGraphBuffers:
         assert 1 <= bs <= self.max_bs, f"replay bs {bs} outside [1, {self.max_bs}]"
         if tokens_per_req > self.spec_n:
             raise RuntimeError("location stack too small: tokens_per_req must not exceed spec_num_tokens")
-        if not self.table_buffers:
+        if not self.layout:
             raise RuntimeError("replay: the backend published no cache groups")
         if not tables:
             raise RuntimeError(f"buffers exist for groups {sorted(self.table_buffers)} but block_tables is missing "
@@ -149,6 +149,8 @@ class LazyGroupGraphBuffers:
         missing = sorted(set(self.table_buffers) - set(tables))
         if missing:
             raise RuntimeError(f"replay is missing captured groups {missing} (delivered: {sorted(tables)})")
+        if not self.table_buffers:
+            return  # nothing captured yet: no graph reads any buffer
         assert seq_lens.shape[0] >= bs, f"{seq_lens.shape[0]} seq_lens for bs {bs}"
         live = bs if actual_bs is None else actual_bs
         assert 0 <= live <= bs, f"actual_bs {actual_bs} outside [0, {bs}]"

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -21,6 +25,7 @@ VALID_INPUT = ["decode_locs", "verify_locs", "reanchor_locs", "extend_locs", "gr
                "group_locs/verify", "group_locs/reanchor", "group_locs/extend", "group_locs/int32-edge",
                "expand_table", "unit-invariance"]
 """The valid-input properties that need no debug mode and no graph runner."""
+SAFETY = ["safety/garbage-dummy-rows", "safety/stale-seq-len", "safety/pad-inside", "safety/narrow-table"]
 
 
 @pytest.fixture(autouse=True)
@@ -29,9 +34,20 @@ def _from_the_repo_root(monkeypatch: pytest.MonkeyPatch, request: pytest.Fixture
 
 
 @pytest.mark.parametrize(("spec", "profile"), [(VLLM, "vllm"), (TOKENSPEED, "tokenspeed")])
-def test_an_example_gives_the_references_values_under_its_profile(spec: str, profile: str) -> None:
-    report = run_conformance(spec, examples=25, seed=0, profile=profile, properties=select(VALID_INPUT))
+def test_an_example_passes_safety_and_correctness_under_its_profile(spec: str, profile: str) -> None:
+    report = run_conformance(spec, examples=10, seed=0, profile=profile, properties=select(VALID_INPUT + SAFETY),
+                             level="correct")
     assert report.passed, report.details()
+    assert {r.property for r in report.not_applicable} <= {"safety/garbage-dummy-rows"}
+
+
+def test_the_vllm_examples_missing_validation_is_a_strictness_failure_not_a_safety_one() -> None:
+    properties = select(["rejects-cheap/T9"])
+    assert run_conformance(VLLM, examples=10, seed=0, profile="vllm", properties=properties, level="correct").passed
+    strict = run_conformance(VLLM, examples=10, seed=0, profile="vllm", properties=properties, level="strict")
+    assert not strict.passed
+    assert {f.tier for r in strict.results for f in r.failures} == {"strictness"}
+    assert any("accepted input that breaks" in f.message for r in strict.results for f in r.failures)
 
 
 def test_the_vllm_example_is_slot_mapping_only_int64_and_has_no_debug_mode() -> None:
@@ -141,3 +157,29 @@ def test_the_minimal_adapter_is_at_most_40_lines_and_passes_what_it_implements()
     report = run_conformance(ADAPTER, examples=25, seed=0, profile="vllm",
                              properties=select(["decode_locs", "verify_locs", "extend_locs"]))
     assert report.passed, report.details()
+
+
+# -- the seeded engine bugs, caught by the suite at the safety tier ------------------------------------------
+
+
+@pytest.mark.parametrize(("spec", "profile", "prop", "clause"), [
+    (VLLM_53982, "vllm", "safety/narrow-table", "T8"),
+    (TOKENSPEED_709, "tokenspeed", "safety/pad-inside", "T4"),
+    (TOKENSPEED_STALE_TAIL, "tokenspeed", "safety/stale-seq-len", "T4"),
+])
+def test_a_seeded_engine_bug_fails_safety_naming_clause_group_row_and_token(spec: str, profile: str, prop: str,
+                                                                           clause: str) -> None:
+    report = run_conformance(spec, examples=50, seed=0, profile=profile, properties=select([prop]), level="safety")
+    [result] = report.results
+    assert result.status == "failed" and result.clause.split()[0] == clause, report.details()
+    failure = result.failures[0]
+    assert failure.tier == "safety"
+    assert re.search(r"group '[^']+' row \d+ token \d+ position \d+ wrote loc -?\d+", failure.message), failure.message
+    pasted = subprocess.run([sys.executable, "-c", failure.counterexample], capture_output=True, text=True,
+                            timeout=300)
+    assert pasted.returncode == 1, pasted.stderr  # the snippet re-judges its example: 1 while the bug is there
+    assert f"still FAILED [{result.clause}]" in pasted.stderr
+
+
+def test_the_readme_shows_the_minimal_adapter_as_tested() -> None:
+    assert open("examples/minimal_adapter.py").read() in open("README.md").read()
