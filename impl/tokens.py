@@ -57,11 +57,20 @@ def extend_tokens(prefix_lens: Sequence[int], extend_lens: Sequence[int], device
     """W3: request i writes positions ``[prefix_i, prefix_i + extend_i)``, flattened in request order."""
     total = sum(extend_lens)
     extend, starts, lead = extend_runs(prefix_lens, extend_lens, device)
-    token = torch.arange(total, device=device)
-    # token t's row: how many requests end at or before t (repeat_interleave forks a thread team even for
-    # a handful of requests, which stalls for milliseconds on a busy machine)
-    rows = torch.searchsorted(starts + extend, token, right=True)
-    return rows, token + lead[rows]
+    rows = token_requests(extend, starts + extend, total)
+    return rows, torch.arange(total, device=device) + lead[rows]
+
+
+def token_requests(extend: torch.Tensor, ends: torch.Tensor, total: int) -> torch.Tensor:
+    """int64 ``[total]``: each flat token's request (``extend``: int64 token counts, ``ends``: their exclusive
+    ends). ``repeat_interleave`` on a GPU or on one CPU thread; on several CPU threads it forks a thread
+    team even for three requests (10-24 ms a call on a busy machine), so there the number of requests
+    ending at or before each token is counted instead (an index_add, then a running sum)."""
+    if ends.device.type != "cpu" or torch.get_num_threads() == 1:
+        return torch.repeat_interleave(extend, output_size=total)
+    marks = torch.zeros(total + 1, dtype=torch.int64, device=ends.device)
+    marks.index_add_(0, ends, torch.ones_like(ends))
+    return marks[:total].cumsum_(0)
 
 
 def fixed_tokens(seq_lens: torch.Tensor, rows: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:

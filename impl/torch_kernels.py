@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from kvtable.impl.tokens import extend_runs, upload
+from kvtable.impl.tokens import extend_runs, token_requests, upload
 
 INT32_END = 2**31
 """One past the largest int32: indices below it are computed in int32."""
@@ -194,12 +194,10 @@ class TorchKernels:
         first, step = (upload(column, device, torch.int64).view(-1, 1) for column in zip(*rows, strict=True))
         # request i's first spot, less its first token's index: then spot = per_request[i] + token index
         per_request = torch.addcmul(first + lead, torch.arange(len(extend_lens), device=device), step).to(dtype)
-        token = torch.arange(total, dtype=dtype, device=device)
-        # token t's request: how many requests end at or before t (repeat_interleave would fork a thread
-        # team even for three requests, which stalls for milliseconds on a busy machine)
-        request = torch.searchsorted((starts + extend).to(dtype), token, right=True)
-        spot = torch.gather(per_request, 1, request.expand(len(rows), total)).add_(token)
-        del request, token  # large temporaries are freed as soon as they are used
+        request = token_requests(extend, starts + extend, total)
+        spot = torch.gather(per_request, 1, request.expand(len(rows), total))
+        del request  # large temporaries are freed as soon as they are used
+        spot.add_(torch.arange(total, dtype=dtype, device=device))
         ps = upload(page_sizes, device, dtype).view(-1, 1)
         col = _page_col(spot, page_sizes, ps)
         dst = out[: len(tables), :total]
