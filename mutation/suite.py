@@ -15,17 +15,19 @@ The server saves each mutant the ~4 s of importing torch and hypothesis; it neve
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 
 CHILD_TIMEOUT_S = 600
 """A mutant that hangs the suite this long is killed (and counts as killed, as a cosmic-ray timeout does)."""
 
 
-def run_suite(examples: int, seed: int) -> int:
-    """0 when every property passes at its ``kvtable fuzz`` budget, 1 at the first that fails."""
+def run_suite(examples: int, seed: int, say: Callable[[str], object] = print) -> int:
+    """0 when every property passes at its ``kvtable fuzz`` budget, 1 at the first that fails (named via ``say``)."""
     from kvtable.backends import load
     from kvtable.conformance.fuzz import budget, fuzz
     from kvtable.conformance.properties import PROPERTIES
@@ -35,8 +37,9 @@ def run_suite(examples: int, seed: int) -> int:
     for prop in PROPERTIES:
         report = fuzz(backend, examples=shares[prop.name], seed=seed, database=None, properties=[prop])
         if not report.passed:
-            print(f"killed by {prop.name}: {[r.message for r in report.failures][:1]}", flush=True)
+            say(f"killed by {prop.name}: {report.failures[0].message[:300]}")
             return 1
+    say("survived: every property passed")
     return 0
 
 
@@ -59,17 +62,22 @@ def serve(path: str, examples: int, seed: int) -> None:
                 pid = os.fork()
                 if pid == 0:
                     signal.alarm(CHILD_TIMEOUT_S)
-                    os._exit(run_suite(examples, seed))
+                    os._exit(run_suite(examples, seed, say=functools.partial(_send_line, conn)))
                 _, status = os.waitpid(pid, 0)
-                conn.sendall(bytes([0 if os.waitstatus_to_exitcode(status) == 0 else 1]))
+                conn.sendall(b"exit %d\n" % (0 if os.waitstatus_to_exitcode(status) == 0 else 1))
+
+
+def _send_line(conn: socket.socket, line: str) -> None:
+    conn.sendall(line.encode() + b"\n")
 
 
 def via(path: str) -> int:
-    """One suite run on the server at ``path``: its exit status."""
+    """One suite run on the server at ``path``: its report on stdout, its exit status returned."""
     with socket.socket(socket.AF_UNIX) as client:
         client.connect(path)
-        answer = client.recv(1)
-    return answer[0] if answer else 1
+        answer = b"".join(iter(lambda: client.recv(4096), b"")).decode()
+    print(answer, end="")
+    return 0 if answer.endswith("exit 0\n") else 1
 
 
 def main(argv: list[str] | None = None) -> int:
