@@ -12,8 +12,8 @@ the kvcache Triton kernels):
 - expansion to kernel pages maps a hole or pad to the sub-pages ``0 .. r-1`` of dummy block 0 and leaves
   the expanded tail 0;
 - CUDA-graph buffers allocated lazily, at a group's first capture (the original mixin; the current code
-  allocates at graph init); a replay at bs 0 does nothing; a delivered group that was never captured is
-  ignored, a missing captured one refused;
+  allocates at graph init); a replay at bs 0 does nothing; a delivered group that was never declared is
+  ignored, a missing declared one refused;
 - refusals by ``assert`` and ``RuntimeError``, not by a named clause; the debug check only asks that a
   written page is non-zero and appears somewhere in the group's table.
 
@@ -146,14 +146,17 @@ class LazyGroupGraphBuffers:
         if not tables:
             raise RuntimeError(f"buffers exist for groups {sorted(self.table_buffers)} but block_tables is missing "
                                f"at bs={bs}; the captured graph would read stale page tables")
-        missing = sorted(set(self.table_buffers) - set(tables))
+        missing = sorted(set(self.layout) - set(tables))
         if missing:
-            raise RuntimeError(f"replay is missing captured groups {missing} (delivered: {sorted(tables)})")
-        if not self.table_buffers:
-            return  # nothing captured yet: no graph reads any buffer
+            raise RuntimeError(f"replay is missing groups {missing} (delivered: {sorted(tables)})")
         assert seq_lens.shape[0] >= bs, f"{seq_lens.shape[0]} seq_lens for bs {bs}"
         live = bs if actual_bs is None else actual_bs
         assert 0 <= live <= bs, f"actual_bs {actual_bs} outside [0, {bs}]"
+        for gid in self.layout:
+            _check_table(tables[gid], 0)
+            assert tables[gid].shape[1] >= 1, f"group {gid!r}: a zero-width table leaves dummy rows' col 0 unset"
+        if not self.table_buffers:
+            return  # nothing captured yet: no graph reads any buffer
         staged = {gid: self._staged(gid, tables[gid], bs, live) for gid in self.table_buffers}
         rows, pos = _clamped_positions(seq_lens[:bs], tokens_per_req)
         locs = {gid: self._locs(gid, staged[gid], rows, pos) for gid in self.table_buffers}

@@ -137,7 +137,7 @@ def test_the_tokenspeed_example_refuses_with_asserts_and_runtime_errors() -> Non
         backend.decode_locs(torch.tensor([[3]], dtype=torch.int32), torch.tensor([9]), 4)
     runner = backend.graph(SPECS, max_bs=2, max_kernel_pages=4, kernel_page_size=2)
     runner.capture(1, ["full", "sliding"])
-    with pytest.raises(RuntimeError, match="missing captured groups"):
+    with pytest.raises(RuntimeError, match="missing groups"):
         runner.replay(1, {"full": torch.tensor([[1]], dtype=torch.int32)}, torch.tensor([1]))
     debug = load(TOKENSPEED, debug=True)
     with pytest.raises(RuntimeError, match="outside the group's table"):
