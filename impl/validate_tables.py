@@ -2,8 +2,8 @@
 
 Every check turns a whole group's table into a flag per entry (or per row) at once and keeps only the
 first flagged entry (``impl/findings.py``); nothing is read back here. The checks run in the order the
-contract reports breaches (lengths, then per group in id order: T1 entries, T2, T8, T5, T3/T4 row by
-row, T7, W5), so the first breach named is the one a row-by-row reading meets first.
+contract reports breaches (lengths, then per group in id order: T1 entries, T2, T8, T5, T4, T3, T7, W5,
+each over all rows), so the first breach named is the one the reference's ``check_tables`` meets first.
 """
 
 from __future__ import annotations
@@ -136,12 +136,21 @@ def _t8_width(v: GroupView) -> Finding:
     return Finding(first_entry(flags, s.seq, v.end.squeeze(1)), explain)
 
 
-def _t5_needed_holes(v: GroupView) -> Finding:
-    """T5 swa-front-holes: no hole (page 0) of a sliding row covers a column its step needs."""
-    flags = v.needed & (v.rows == NULL_PAGE) if v.spec.family == "sliding" else torch.zeros_like(v.needed)
+def _t5_front_holes(v: GroupView) -> Finding:
+    """T5 swa-front-holes: a sliding row's holes (page 0) cover no column its step needs and, with a negative
+    tail pad, sit before its first real page (a 0 after a real page is the pad when the pad is 0)."""
+    page, live = v.rows, v.spans.live.unsqueeze(1)
+    zero = page == NULL_PAGE
+    after_page = live & zero & _before(page > 0) & ~_before(page == v.tail_pad) & (v.tail_pad < 0)
+    flags = torch.cat([v.needed & zero, after_page], 1)
+    if v.spec.family != "sliding":
+        flags = torch.zeros_like(flags)
 
     def explain(index: int, values: Sequence[int]) -> ContractViolation:
-        row, col = v.at(index)
+        row, col = v.at(index, 2 * v.width)
+        if col >= v.width:
+            return ContractViolation("T5", "hole (page 0) after a real page; holes sit only at the front",
+                                     group=v.gid, row=row, col=col - v.width)
         first, window = values[0], v.spec.window or 0
         return ContractViolation("T5", f"hole covers a needed column: queries from position {first} with window "
                                  f"{window} read from position {max(first - window + 1, 0)}", group=v.gid,
@@ -149,36 +158,40 @@ def _t5_needed_holes(v: GroupView) -> Finding:
     return Finding(first_entry(flags, v.spans.first.unsqueeze(1)), explain)
 
 
-def _t3_t4_layout(v: GroupView) -> Finding:
-    """T4 live-pages (needed columns hold real pages; a full row has no holes), then T3 tail-pad per row: a
-    row reads ``holes, real pages, tail pad`` (a hole after a real page in a sliding row is T5)."""
+def _t4_live_pages(v: GroupView) -> Finding:
+    """T4 live-pages: every column a live row's step needs holds a real page (a sliding row's front hole too,
+    T5's to report first); a full row has no holes."""
+    page = v.rows
+    flags = v.needed & ((page < 0) | ((page == NULL_PAGE) & (v.spec.family == "full")))
+
+    def explain(index: int, values: Sequence[int]) -> ContractViolation:
+        row, col = v.at(index)
+        entry, seq = values
+        if entry < 0:
+            return ContractViolation("T4", f"tail pad {entry} inside the live length (seq_len {seq})", group=v.gid,
+                                     row=row, col=col)
+        return ContractViolation("T4", "null page 0 inside the live length; full-attention rows have no holes",
+                                 group=v.gid, row=row, col=col)
+    return Finding(first_entry(flags, page, v.spans.seq.unsqueeze(1)), explain)
+
+
+def _t3_tail_pad(v: GroupView) -> Finding:
+    """T3 tail-pad: a live row reads ``holes, real pages, tail pad``; nothing but the pad follows a pad, and a
+    full row has no hole after a real page (a sliding row's is T5's to report)."""
     page, live = v.rows, v.spans.live.unsqueeze(1)
-    t4 = v.needed & ((page < 0) | ((page == NULL_PAGE) & (v.spec.family == "full")))
     real, zero = page > 0, page == NULL_PAGE
     real_before = _before(real)
     pad = (page == v.tail_pad) & (real_before | (page < 0))
     pad_before = _before(pad)
-    fits = (real & ~pad_before) | pad | (zero & ~real_before & ~pad_before)
-    hole_after_page = zero & ~pad_before & (v.spec.family == "sliding")
-    row_t4 = t4.any(1, keepdim=True)
-    flags = torch.where(row_t4, t4, live & ~fits)
-    code = torch.where(row_t4, 4, torch.where(hole_after_page, 5, 3))
-    probe = first_entry(flags, code, page, v.spans.seq.unsqueeze(1))
+    hole = zero & ~pad_before & (~real_before | (v.spec.family == "sliding"))
+    fits = (real & ~pad_before) | pad | hole
 
     def explain(index: int, values: Sequence[int]) -> ContractViolation:
         row, col = v.at(index)
-        clause, entry, seq = values
-        if clause == 4 and entry < 0:
-            message = f"tail pad {entry} inside the live length (seq_len {seq})"
-        elif clause == 4:
-            message = "null page 0 inside the live length; full-attention rows have no holes"
-        elif clause == 5:
-            message = "hole (page 0) after a real page; holes sit only at the front"
-        else:
-            what = "a real page" if entry > 0 else f"{entry}"
-            message = f"{what} where only the tail pad {v.tail_pad} may follow"
-        return ContractViolation(f"T{clause}", message, group=v.gid, row=row, col=col)
-    return Finding(probe, explain)
+        what = "a real page" if values[0] > 0 else f"{values[0]}"
+        return ContractViolation("T3", f"{what} where only the tail pad {v.tail_pad} may follow", group=v.gid,
+                                 row=row, col=col)
+    return Finding(first_entry(live & ~fits, page), explain)
 
 
 def _before(flags: torch.Tensor) -> torch.Tensor:
@@ -253,8 +266,9 @@ GROUP_CHECKS: tuple[Callable[[GroupView], Finding], ...] = (
     _t1_entries,
     _t2_dummy_rows,
     _t8_width,
-    _t5_needed_holes,
-    _t3_t4_layout,
+    _t5_front_holes,
+    _t4_live_pages,
+    _t3_tail_pad,
     _t7_twice_in_row,
     _t7_shared_write,
     _w5_int32,

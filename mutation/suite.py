@@ -1,10 +1,12 @@
 """The conformance suite as cosmic-ray's test command: ``kvtable fuzz`` on the torch backend, stopping at the first
 failing property.
 
-Each property runs with the examples and seed that ``kvtable fuzz --examples N --seed S`` gives it (its share of N
-by weight); the run exits 1 at the first property that fails (the mutant is killed) and 0 when all pass.
+Each property runs with the examples and seed that ``kvtable fuzz --examples N --seed S --level L`` gives it (its
+share of N by weight); the run exits 1 at the first property that fails (the mutant is killed) and 0 when all pass.
+The level is ``strict`` by default: a mutant that makes impl accept a breach it must refuse fails only the
+strictness tier (the ``rejects/*`` properties), and that is a defect of impl all the same.
 
-    python mutation/suite.py [--examples N] [--seed S]           # the suite, in this process
+    python mutation/suite.py [--examples N] [--seed S] [--level L]   # the suite, in this process
     python mutation/suite.py --serve SOCKET &                    # preload torch, hypothesis, the conformance suite
     python mutation/suite.py --via SOCKET                        # the test command: the server forks a child that
                                                                  # imports impl afresh from disk (the mutant)
@@ -26,7 +28,7 @@ CHILD_TIMEOUT_S = 600
 """A mutant that hangs the suite this long is killed (and counts as killed, as a cosmic-ray timeout does)."""
 
 
-def run_suite(examples: int, seed: int, say: Callable[[str], object] = print) -> int:
+def run_suite(examples: int, seed: int, level: str = "strict", say: Callable[[str], object] = print) -> int:
     """0 when every property passes at its ``kvtable fuzz`` budget, 1 at the first that fails (named via ``say``)."""
     from kvtable.backends import load
     from kvtable.conformance.fuzz import budget, fuzz
@@ -35,7 +37,7 @@ def run_suite(examples: int, seed: int, say: Callable[[str], object] = print) ->
     backend = load("torch")
     shares = budget(examples, PROPERTIES)
     for prop in PROPERTIES:
-        report = fuzz(backend, examples=shares[prop.name], seed=seed, database=None, properties=[prop])
+        report = fuzz(backend, examples=shares[prop.name], seed=seed, database=None, properties=[prop], level=level)
         if not report.passed:
             say(f"killed by {prop.name}: {report.failures[0].message[:300]}")
             return 1
@@ -43,7 +45,7 @@ def run_suite(examples: int, seed: int, say: Callable[[str], object] = print) ->
     return 0
 
 
-def serve(path: str, examples: int, seed: int) -> None:
+def serve(path: str, examples: int, seed: int, level: str) -> None:
     """Answer each connection with the exit status of one suite run in a forked child."""
     import hypothesis  # noqa: F401  (preloaded for the children)
     import torch  # noqa: F401
@@ -62,7 +64,7 @@ def serve(path: str, examples: int, seed: int) -> None:
                 pid = os.fork()
                 if pid == 0:
                     signal.alarm(CHILD_TIMEOUT_S)
-                    os._exit(run_suite(examples, seed, say=functools.partial(_send_line, conn)))
+                    os._exit(run_suite(examples, seed, level, say=functools.partial(_send_line, conn)))
                 _, status = os.waitpid(pid, 0)
                 conn.sendall(b"exit %d\n" % (0 if os.waitstatus_to_exitcode(status) == 0 else 1))
 
@@ -84,16 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=2000, help="kvtable fuzz's budget (default 2000)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--level", default="strict", help="the verdict tiers that fail a property (default strict)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--serve", metavar="SOCKET", help="preload and serve suite runs on this unix socket")
     mode.add_argument("--via", metavar="SOCKET", help="run the suite on the server at this socket")
     args = parser.parse_args(argv)
     if args.serve:
-        serve(args.serve, args.examples, args.seed)
+        serve(args.serve, args.examples, args.seed, args.level)
         return 0
     if args.via:
         return via(args.via)
-    return run_suite(args.examples, args.seed)
+    return run_suite(args.examples, args.seed, args.level)
 
 
 if __name__ == "__main__":

@@ -85,3 +85,26 @@ def test_host_width_check_skips_rows_that_write_nothing() -> None:
     with pytest.raises(ContractViolation) as err:
         validate.check_width(Batch.extend([9, 2], [1, 3]), {"g": 2}, {"g": 4})
     assert _where(err.value) == ("T8", "g", 0, 2)
+
+
+@pytest.mark.parametrize(("swa", "full", "where"), [
+    # T5 (a hole after a real page, row 1) is its own check, reported before T4 (the pad inside row 0's length)
+    ([[3, -1, -1], [5, 0, 6], [0, 0, 0]], [[7, 8, -1], [9, 10, -1], [0, 0, 0]], ("T5", "swa", 1, 1)),
+    # T4 in a later row (a pad inside row 1's length) before T3 in an earlier one (a page after row 0's pad)
+    ([[3, 4, -1, 11], [5, -1, -1, -1], [0, 0, 0, 0]], [[7, 8, -1, -1], [9, 10, -1, -1], [0, 0, 0, 0]],
+     ("T4", "swa", 1, 1)),
+    # with the tail pad -1, a 0 after row 0's real page in a sliding row is a hole (T5), not the pad
+    ([[3, 0, -1], [5, 6, -1], [0, 0, 0]], [[7, 8, -1], [9, 10, -1], [0, 0, 0]], ("T5", "swa", 0, 1)),
+    # a full row's 0 after a real page, outside the live length, breaks only the row grammar (T3)
+    ([[3, 4, -1], [5, 6, -1], [0, 0, 0]], [[7, 8, 0], [9, 10, -1], [0, 0, 0]], ("T3", "full", 0, 2)),
+])
+def test_each_layout_clause_has_its_own_check_in_the_reference_order(swa: list, full: list, where: tuple) -> None:
+    """T5, T4 and T3 are three checks over all rows each (T5, then T4, then T3), as in ``check_tables``
+    (groups in id order: ``full`` before ``swa``)."""
+    specs = (GroupSpec("swa", "sliding", 2, window=8), GroupSpec("full", "full", 2))
+    batch = Batch((4, 3, 1), mode="decode", actual_bs=2)
+    with pytest.raises(ContractViolation) as expected:
+        check_tables(specs, {"swa": swa, "full": full}, batch)
+    with pytest.raises(ContractViolation) as got:
+        group_locs(specs, {"swa": i32(swa), "full": i32(full)}, batch, debug=True)
+    assert _where(expected.value) == _where(got.value) == where
