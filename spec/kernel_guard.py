@@ -63,6 +63,10 @@ class GuardHit:
     address: int
     nearest: str
     """The tensor whose bytes are closest, and how far outside them (in elements)."""
+    offset: int
+    """The address as an element offset from that tensor's first byte (negative before it)."""
+    lanes: int
+    """How many lanes the access has (1 for a scalar load or store, which every lane shares)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class Touch:
     lane: int
     tensor: str
     flat: int
+    lanes: int
 
 
 @dataclass
@@ -101,14 +106,17 @@ class GuardLog:
                 return region, flat
         return None, 0
 
-    def nearest(self, address: int) -> str:
+    def nearest(self, address: int) -> tuple[str, int]:
+        """The closest tensor and how far outside it ``address`` lies, and its element offset from that tensor."""
         def distance(r: Region) -> int:
             return r.start - address if address < r.start else address - (r.start + r.nbytes) + 1
         if not self.regions:
-            return "no tensor registered"
+            return "no tensor registered", address
         region = min(self.regions, key=distance)
-        side = "before" if address < region.start else "past the end of"
-        return f"{distance(region) // region.itemsize + 1} element(s) {side} {region.name}"
+        offset = (address - region.start) // region.itemsize
+        if address < region.start:
+            return f"{-offset} element(s) before {region.name}", offset
+        return f"{offset - region.nbytes // region.itemsize + 1} element(s) past the end of {region.name}", offset
 
 
 def region_of(name: str, tensor: torch.Tensor) -> Region:
@@ -121,21 +129,25 @@ def region_of(name: str, tensor: torch.Tensor) -> Region:
                   tuple(tensor.shape), tuple(tensor.stride()))
 
 
-def _check(log: GuardLog, kind: str, ptrs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def check_access(log: GuardLog, kind: str, ptrs: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, list[Touch]]:
+    """Record one load or store of the running program: the mask with every lane outside all tensors turned
+    off (a ``GuardHit`` each), and a ``Touch`` for each lane that lands in a tensor."""
     from triton.runtime.interpreter import interpreter_builder
     program = tuple(interpreter_builder.grid_idx or (0, 0, 0))
     number = log.next_access(program)
     mask = np.broadcast_to(np.asarray(mask, dtype=bool), ptrs.shape).copy()
     flat_ptrs, flat_mask = ptrs.reshape(-1), mask.reshape(-1)
+    touched = []
     for lane in np.flatnonzero(flat_mask):
         address = int(flat_ptrs[lane])
         region, flat = log.locate(address)
         if region is None:
-            log.hits.append(GuardHit(kind, program, number, int(lane), address, log.nearest(address)))
+            log.hits.append(GuardHit(kind, program, number, int(lane), address, *log.nearest(address), ptrs.size))
             flat_mask[lane] = False
         else:
-            log.touches.append(Touch(kind, program, number, int(lane), region.name, flat))
-    return mask
+            touched.append(Touch(kind, program, number, int(lane), region.name, flat, ptrs.size))
+    log.touches += touched
+    return mask, touched
 
 
 @contextmanager
@@ -147,11 +159,11 @@ def guarded(tensors: dict[str, torch.Tensor]) -> Iterator[GuardLog]:
     load, store = interpreter_builder.create_masked_load, interpreter_builder.create_masked_store
 
     def checked_load(ptrs, mask, other, cache_policy, is_volatile):  # noqa: ANN001, ANN202 (Triton's hook)
-        allowed = _check(log, "load", ptrs.data, mask.data)
+        allowed, _ = check_access(log, "load", ptrs.data, mask.data)
         return load(ptrs, TensorHandle(allowed, mask.dtype), other, cache_policy, is_volatile)
 
     def checked_store(ptrs, value, mask, cache_policy):  # noqa: ANN001, ANN202
-        allowed = _check(log, "store", ptrs.data, mask.data)
+        allowed, _ = check_access(log, "store", ptrs.data, mask.data)
         return store(ptrs, value, TensorHandle(allowed, mask.dtype), cache_policy)
 
     interpreter_builder.create_masked_load = checked_load

@@ -1,16 +1,19 @@
-"""Replay a kernel obligation's counterexample in the Triton interpreter, on real tensors, under the guard.
+"""Replay a kernel obligation's counterexample in the Triton interpreter, under the guard.
 
 The counterexample gives the launch parameters, the program id and lane, and the tensor elements the
-failing lane reads. The replay builds those tensors (contiguous, inside spec/kernel_guard.py's guarded
-buffer, every element the model names set to its value, the rest 0, or 1 for page sizes and widths),
-launches the real kernel on the binding's grid, and reports what the failing lane did: the element it
+failing lane reads. The replay builds those tensors (every element the model names set to its value, the
+rest 0, or 1 for page sizes and widths): real contiguous tensors inside spec/kernel_guard.py's guarded
+buffer when they fit, else, or when the model's addresses were computed below 64 bits and so depend on its
+strides, virtual tensors with the model's strides (spec/kernel_memory.py: no host memory touched at all).
+It launches the real kernel on the binding's grid and reports what the failing lane did: the element it
 really read or wrote, any access the guard blocked, and for a store the value in the output next to the clause's.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +22,13 @@ import torch
 
 from kvtable.spec.kernel_binding import Binding
 from kvtable.spec.kernel_guard import GuardBuffer, GuardHit, GuardLog, Touch, guarded
+from kvtable.spec.kernel_memory import VirtualTensor, virtual_memory, virtual_tensors
 from kvtable.spec.kernel_symexec import python_function
 
 BUDGET_BYTES = 64 << 20
-"""The most memory a replay allocates; a counterexample needing more is reported, not run."""
+"""The most memory a replay allocates as real tensors; a counterexample needing more runs on virtual ones."""
+PROGRAM_LIMIT = 1 << 12
+"""The most programs a replay launches (the interpreter runs them one by one)."""
 _ELEMENT = re.compile(r"^(?P<name>[A-Za-z_][\w]*)\[(?P<index>-?\d+(?:, -?\d+)*)\]$")
 _ACCESS = re.compile(r"^(?P<kind>load|store) (?P<number>\d+) (?P<tensor>\w+) (?P<what>.+)$")
 _TORCH = {"int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64}
@@ -79,55 +85,81 @@ def _index(values: Mapping[str, int | bool], rank: int) -> tuple[int, ...] | Non
 
 
 def replay(binding: Binding, model: Mapping[str, int | bool], *, budget: int = BUDGET_BYTES) -> Replay:
-    """Run ``binding``'s kernel in the guarded interpreter on the counterexample ``model``."""
+    """Run ``binding``'s kernel in the guarded interpreter on the counterexample ``model``: on real contiguous
+    tensors when they fit ``budget``, else (or when its addresses were computed below 64 bits, so they depend on
+    its strides) on virtual tensors with the model's own strides (spec/kernel_memory.py)."""
     import kvtable.impl.triton_kernels as tk  # sets TRITON_INTERPRET before triton is first imported
 
     if not tk.triton_available() or not tk.interpreting():
         return Replay(False, ["not replayed: needs triton running in its interpreter (no CUDA)"])
     params = {p: int(model.get(p, lo)) for p, (lo, _) in binding.params.items()}
     shapes = {name: tuple(_evaluate(s, params) for s in spec.sizes) for name, spec in binding.tensors.items()}
-    nbytes = sum(int(np.prod(shape, dtype=np.int64)) * 8 for shape in shapes.values())
     if any(d < 0 for shape in shapes.values() for d in shape):
         return Replay(False, [f"not replayed: a negative size in {shapes}"])
-    if nbytes > budget:
-        return Replay(False, [f"not replayed: the counterexample's tensors need {nbytes / 2**30:.1f} GiB "
-                              f"(shapes {shapes}); the replay budget is {budget >> 20} MiB"])
-    narrow = [k.removesuffix(" hardware offset") for k, v in model.items() if k.endswith(" hardware offset")]
-    if narrow:  # the wrap lives in the model's strides; a contiguous replay would not show it
-        extent = sum(1 + sum((d - 1) * int(model.get(s, 1) if isinstance(s, str) else s)
-                             for d, s in zip(shapes[name], spec.strides, strict=True))
-                     for name, spec in binding.tensors.items()) * 8
-        return Replay(False, [f"not replayed: the counterexample's addresses are computed below 64 bits ({narrow[0]}"
-                              f"), so they depend on its strides, and its tensors need {extent / 2**30:.1f} GiB "
-                              f"with them; the replay builds contiguous tensors"])
-    guard = GuardBuffer([(name, _TORCH[spec.dtype], shapes[name]) for name, spec in binding.tensors.items()])
+    grid = tuple(_evaluate(g, params) for g in binding.grid)
+    if int(np.prod(grid, dtype=np.int64)) > PROGRAM_LIMIT:
+        return Replay(False, [f"not replayed: grid {grid} has more than {PROGRAM_LIMIT} programs"])
+    nbytes = sum(int(np.prod(shape, dtype=np.int64)) * 8 for shape in shapes.values())
+    narrow = any(k.endswith(" hardware offset") for k in model)
+    memory = _virtual(binding, model, shapes) if narrow or nbytes > budget else _real(binding, shapes)
+    if isinstance(memory, str):
+        return Replay(False, [f"not replayed: {memory}"])
+    tensors, context, intact, what = memory
     elements, accesses = model_parts(model)
     ones = {binding.roles.get(r) for r in ("page_sizes", "widths")}  # a default that divides and spans
-    for name, tensor in guard.tensors.items():
-        flat = tensor.view(-1)
+    for name, tensor in tensors.items():
         if name in ones:
-            flat.fill_(1)
+            tensor.fill_(1)
         for index, value in elements.get(name, {}).items():
-            offset = sum(i * s for i, s in zip(index, tensor.stride(), strict=True))
-            if 0 <= offset < flat.numel():
-                flat[offset] = value
-    arguments = _arguments(binding, guard.tensors, params)
-    grid = tuple(_evaluate(g, params) for g in binding.grid)
+            _set(tensor, index, value)
     kernel = binding.kernel_object()
-    with guarded(guard.tensors) as log:
-        kernel[grid](**arguments)
+    with context(tensors) as log, np.errstate(all="ignore"):  # a counterexample may well divide by 0 or wrap
+        kernel[grid](**_arguments(binding, tensors, params))
     program = tuple(int(model.get(f"pid{a}", 0)) for a in range(3))
     lane = next((int(v) for k, v in model.items() if re.fullmatch(r"lane\d+", k)), 0)
-    result = Replay(True, margins_intact=guard.margins_intact())
-    result.hits = [h for h in log.hits if h.program == program and h.lane == lane]
-    result.touches = [t for t in log.touches if t.program == program and t.lane == lane]
+    result = Replay(True, margins_intact=intact())
+    result.hits = [h for h in log.hits if h.program == program and (h.lane == lane or h.lanes == 1)]
+    result.touches = [t for t in log.touches if t.program == program and (t.lane == lane or t.lanes == 1)]
     name = python_function(kernel).__name__
-    result.lines.append(f"replayed {name} in the Triton interpreter: grid {grid}, program {program}, lane {lane}, "
-                        f"parameters {params}")
-    _describe(binding, guard.tensors, log, accesses, program, lane, result)
+    result.lines.append(f"replayed {name} in the Triton interpreter on {what}: grid {grid}, program {program}, "
+                        f"lane {lane}, parameters {params}")
+    _describe(binding, tensors, log, accesses, program, lane, result)
     if not result.margins_intact:
         result.lines.append("a poison margin was overwritten: a stray write outside every tensor")
     return result
+
+
+Memory = tuple[dict[str, Any], Callable[..., AbstractContextManager[GuardLog]], Callable[[], bool], str]
+
+
+def _real(binding: Binding, shapes: Mapping[str, tuple[int, ...]]) -> Memory:
+    """Contiguous torch tensors inside one guarded buffer with poison margins."""
+    guard = GuardBuffer([(name, _TORCH[spec.dtype], shapes[name]) for name, spec in binding.tensors.items()])
+    return guard.tensors, guarded, guard.margins_intact, "real tensors"
+
+
+def _virtual(binding: Binding, model: Mapping[str, int | bool], shapes: Mapping[str, tuple[int, ...]]) -> Memory | str:
+    """Virtual tensors with the model's strides (a contiguous last dimension where the binding says 1)."""
+    specs = [(name, _TORCH[spec.dtype], shapes[name],
+              tuple(int(model.get(s, 1)) if isinstance(s, str) else s for s in spec.strides))
+             for name, spec in binding.tensors.items()]
+    try:
+        tensors = virtual_tensors(specs)
+    except ValueError as error:
+        return str(error)
+    extent = sum(t.extent * t.itemsize for t in tensors.values())
+    return tensors, virtual_memory, lambda: True, (f"virtual tensors with the model's strides ({extent / 2**30:.1f}"
+                                                    f" GiB of address space, only the touched elements stored)")
+
+
+def _set(tensor: torch.Tensor | VirtualTensor, index: tuple[int, ...], value: int) -> None:
+    """Element ``index`` through the strides (a model's out-of-shape index lands where the kernel reads it)."""
+    offset = sum(i * tensor.stride(dim) for dim, i in enumerate(index))
+    if isinstance(tensor, VirtualTensor):
+        if 0 <= offset < tensor.extent:
+            tensor.write(offset, value)
+    elif 0 <= offset < tensor.numel():
+        tensor.view(-1)[offset] = value
 
 
 def _arguments(binding: Binding, tensors: Mapping[str, torch.Tensor], params: Mapping[str, int]) -> dict[str, Any]:
@@ -140,7 +172,19 @@ def _arguments(binding: Binding, tensors: Mapping[str, torch.Tensor], params: Ma
     return args
 
 
-def _describe(binding: Binding, tensors: Mapping[str, torch.Tensor], log: GuardLog,
+def _wrapped(tensor: torch.Tensor | VirtualTensor, index: tuple[int, ...] | None,
+             values: Mapping[str, int | bool]) -> str:
+    """Where the model's hardware offset (an address computed below 64 bits) is not the element's own."""
+    offset = values.get("hardware offset")
+    if offset is None or index is None:
+        return ""
+    exact = sum(i * tensor.stride(dim) for dim, i in enumerate(index))
+    if int(offset) == exact:
+        return ""
+    return f", element {exact}, at hardware offset {int(offset)} (computed below 64 bits, it wrapped)"
+
+
+def _describe(binding: Binding, tensors: Mapping[str, torch.Tensor | VirtualTensor], log: GuardLog,
               accesses: Mapping[tuple[str, int, str], Mapping[str, int | bool]], program: tuple[int, ...],
               lane: int, result: Replay) -> None:
     """One line per access of the failing lane that the model names with its mask on."""
@@ -156,10 +200,13 @@ def _describe(binding: Binding, tensors: Mapping[str, torch.Tensor], log: GuardL
         where = f"{kind} {number} {tensor}{list(index) if index else ''}"
         if outside:
             where += f" is outside its shape {list(shape)}"
+        wrapped = _wrapped(tensors[tensor], index, values)
+        if wrapped:
+            where += wrapped
         if hit is not None:
             result.lines.append(f"{where}: the guard blocked it ({hit.nearest})")
         elif touch is not None:
-            real = regions[tensor].index(touch.flat) if touch.tensor == tensor else None
+            real = regions[tensor].index(touch.flat) if touch.tensor == tensor and not wrapped else None
             landed = f"{touch.tensor}{list(real) if real is not None else f' element {touch.flat}'}"
             result.lines.append(f"{where}: the interpreter {'read' if kind == 'load' else 'wrote'} {landed}")
         if kind == "store" and index is not None and not outside:

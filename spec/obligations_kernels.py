@@ -117,7 +117,8 @@ def preload(obligations: Iterable[Obligation]) -> None:
 
 
 def kernel_outcome(obligation: KernelObligation, timeout_ms: int, small: int | None) -> Outcome:
-    """Discharge; for a counterexample, look again among launches small enough to replay, then replay it."""
+    """Discharge; for a counterexample, look again among launches small enough to replay (small tensors, else a
+    small grid), then replay it."""
     from kvtable.spec.kernel_replay import replay
 
     query = obligation.build()
@@ -125,8 +126,10 @@ def kernel_outcome(obligation: KernelObligation, timeout_ms: int, small: int | N
     if outcome.status != "counterexample":
         return outcome
     binding = obligation.binding()
-    smaller = discharge(kq.replayable(binding, query), timeout_ms, small=small)
-    if smaller.status == "counterexample":
-        outcome = smaller
+    for strides in (True, False):  # small tensors first; a wrap needs large strides, which a small grid can have
+        smaller = discharge(kq.replayable(binding, query, strides=strides), timeout_ms, small=small)
+        if smaller.status == "counterexample":
+            outcome = smaller
+            break
     report = replay(binding, dict(outcome.model))
     return Outcome(outcome.status, outcome.seconds, outcome.model, "\n".join([outcome.detail, str(report)]).strip())

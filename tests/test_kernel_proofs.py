@@ -77,7 +77,7 @@ def mutant_binding(name: str, clause: str) -> Binding:
 def test_every_kernel_mutant_is_a_one_line_slip() -> None:
     assert {m.name for m in KERNEL_MUTANTS} == {"triton-width-mask-dropped", "triton-page-clamp-dropped",
                                                "triton-position-clamp-dropped", "triton-int32-product",
-                                               "triton-ceil-division"}
+                                               "triton-fill-int32-product", "triton-ceil-division"}
     for m in KERNEL_MUTANTS:
         assert m.module == "triton_kernels" and len(m.edits) == 1
 
@@ -116,23 +116,80 @@ def test_wrong_position_or_division_stores_another_slot(name: str) -> None:
     assert f"the clause says {expected}" in str(report)
 
 
+def wrapped_accesses(binding: Binding, model: dict[str, int | bool]) -> dict[str, tuple[int, int]]:
+    """The model's accesses whose hardware offset (computed below 64 bits) is not their element's own:
+    label -> (hardware offset, element offset by the per-dimension indices and strides)."""
+    out = {}
+    for key, offset in model.items():
+        label = key.removesuffix(" hardware offset")
+        if label == key or not model[f"{label} mask"]:
+            continue
+        strides = binding.tensors[label.split()[2]].strides
+        exact = sum(model[f"{label} index[{k}]"] * (model[s] if isinstance(s, str) else s)
+                    for k, s in enumerate(strides))
+        if offset != exact:
+            out[label] = (offset, exact)
+    return out
+
+
+def assert_the_interpreter_wraps_as_predicted(binding: Binding, model: dict[str, int | bool], report: Replay) -> None:
+    """Every wrapped access of the failing lane landed at the predicted hardware offset: read or written there
+    in the virtual memory, or blocked there (outside the tensor) by the guard."""
+    wrapped = wrapped_accesses(binding, model)
+    assert wrapped
+    for label, (offset, exact) in wrapped.items():
+        kind, number, tensor = label.split()
+        hit = [h.offset for h in report.hits if h.number == int(number)]
+        touch = [t.flat for t in report.touches if t.number == int(number) and t.tensor == tensor]
+        assert hit + touch == [offset], (label, hit, touch)
+        assert f"{label}[" in str(report) and f"element {exact}, at hardware offset {offset}" in str(report)
+
+
 def test_int32_product_wraps_the_address() -> None:
     binding = mutant_binding("triton-int32-product", "G4")
-    outcome = discharge(kq.in_bounds(binding), TIMEOUT_MS)
+    outcome = discharge(kq.replayable(binding, kq.in_bounds(binding), strides=False), TIMEOUT_MS)
     assert outcome.status == "counterexample"
     model = dict(outcome.model)
-    def exact(label: str) -> int:
-        tensor = label.split()[2]
-        strides = binding.tensors[tensor].strides
-        return sum(model[f"{label} index[{k}]"] * model[s] for k, s in enumerate(strides))
-
-    labels = [k.removesuffix(" hardware offset") for k in model if k.endswith(" hardware offset")]
-    wrapped = [lb for lb in labels if model[f"{lb} mask"] and model[f"{lb} hardware offset"] != exact(lb)]
-    assert wrapped  # an access whose int32 address differs from its per-dimension decomposition
-    offset = model[f"{wrapped[0]} hardware offset"]
-    assert offset == (exact(wrapped[0]) + 2**31) % 2**32 - 2**31  # exactly the int32 wrap of the true offset
+    wrapped = wrapped_accesses(binding, model)
+    assert all((exact - offset) % 2**32 == 0 for offset, exact in wrapped.values())  # off by whole int32 wraps
+    assert all(model[p] <= kq.REPLAY_LIMIT for p in binding.params)  # a small grid; the strides are large
     report = replay(binding, model)
-    assert not report.ran and "GiB" in str(report)  # the wrap needs > 2^31 elements: reported, not run
+    assert report.ran and "virtual tensors with the model's strides" in str(report)
+    assert_the_interpreter_wraps_as_predicted(binding, model, report)
+
+
+def test_the_fill_kernels_int32_stride_product_reads_before_the_metadata() -> None:
+    """The real bug the proof found in _replay_fill_kernel, put back: ratio at meta + 2 * stride_mf."""
+    kernels = mutant_kernels("triton-fill-int32-product")
+    binding = kb.replay_fill(kernel=kernels._replay_fill_kernel)
+    query = kq.in_bounds(binding)
+    assert discharge(kq.replayable(binding, query), TIMEOUT_MS).status == "proved"  # small strides never wrap
+    outcome = discharge(kq.replayable(binding, query, strides=False), TIMEOUT_MS, small=prove.SMALL_VALUES)
+    assert outcome.status == "counterexample"
+    model = dict(outcome.model)
+    stride = model["stride_mf"]
+    assert 2**30 <= stride < 2**31 and model["load 2 meta_ptr index[1]"] == 2
+    assert model["load 2 meta_ptr hardware offset"] == model["load 2 meta_ptr index[0]"] * model["stride_mg"] \
+        + 2 * stride - 2**32
+    report = replay(binding, model)
+    assert report.ran
+    assert_the_interpreter_wraps_as_predicted(binding, model, report)
+    (hit,) = report.hits
+    assert hit.kind == "load" and hit.number == 2 and "before meta_ptr" in hit.nearest  # blocked, never read
+
+
+def test_a_kernel_obligations_counterexample_is_replayed_with_large_strides() -> None:
+    """``kvtable prove``'s path: refuted, looked for small (no wrap with small strides), then on a small grid."""
+    from kvtable.spec.obligations_kernels import in_bounds, kernel_outcome
+
+    kernels = mutant_kernels("triton-fill-int32-product")
+    def binding() -> Binding:
+        return kb.replay_fill(kernel=kernels._replay_fill_kernel)
+    obligation = in_bounds("G3.kernel-replay-fill-in-bounds", binding, "the fill-int32-product mutant")
+    outcome = kernel_outcome(obligation, TIMEOUT_MS, prove.SMALL_VALUES)
+    assert outcome.status == "counterexample"
+    assert "replayed _replay_fill_kernel in the Triton interpreter on virtual tensors" in outcome.detail
+    assert "at hardware offset -" in outcome.detail and "element(s) before meta_ptr" in outcome.detail
 
 
 # A user's kernel: the vLLM-style slot mapping of examples/ ---------------------------------------

@@ -33,6 +33,11 @@ KERNEL_MUTANTS: tuple[SourceMutant, ...] = (
                    "    g = tl.program_id(0)\n    i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)\n"
                    "    mask = i < total\n    b = i // n"),),
                  "G4", "group and row indices stay int32: g * stride_tg wraps past 2^31 elements (vLLM #1486's class)"),
+    SourceMutant("triton-fill-int32-product", "triton_kernels",
+                 (("ratio = tl.load(meta + stride_mf + stride_mf).to(tl.int64)  # not 2 * stride_mf: an int32 product",
+                   "ratio = tl.load(meta + 2 * stride_mf).to(tl.int64)"),),
+                 "G3", "the replay fill's metadata column 2 at 2 * stride_mf, an int32 product that wraps for strides"
+                       " >= 2^30 (the bug the kernel proof found in impl/triton_kernels.py, put back)"),
     SourceMutant("triton-ceil-division", "triton_kernels",
                  (("col = pos // ps", "col = (pos + ps - 1) // ps"),),
                  "W2", "the column rounds up instead of down: a position inside a page reads the next column"),
