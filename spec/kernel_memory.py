@@ -24,8 +24,9 @@ from kvtable.spec.kernel_guard import GuardLog, Region, check_access
 
 FIRST_BASE = 1 << 40
 """Where the first virtual tensor starts: a virtual address, never dereferenced."""
-GAP_BYTES = 1 << 36
-"""Space between two virtual tensors: more than an int32 wrap moves an address (2^32 elements of 8 bytes), so a
+GAP_BYTES = 1 << 44
+"""Space between two virtual tensors: more than a replayable launch's addresses stray from their tensor (its
+offsets, wrapped or not, stay within 3 dimensions x 64 x 2^31 elements of 8 bytes, under 2^42 bytes), so a
 wrapped address lands in no neighbour by accident."""
 ADDRESS_LIMIT = 1 << 62
 

@@ -13,6 +13,7 @@ from kvtable.spec import (
     obligations_kernels,
     obligations_locs,
     obligations_swa,
+    obligations_torch,
 )
 from kvtable.spec.obligation_types import Expect, Obligation
 
@@ -22,6 +23,7 @@ OBLIGATIONS: tuple[Obligation, ...] = (
     *obligations_swa.OBLIGATIONS,
     *obligations_graph.OBLIGATIONS,
     *obligations_kernels.OBLIGATIONS,
+    *obligations_torch.OBLIGATIONS,
 )
 
 _BY_NAME = {ob.name: ob for ob in OBLIGATIONS}

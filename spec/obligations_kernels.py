@@ -111,9 +111,13 @@ OBLIGATIONS: tuple[Obligation, ...] = (
 def preload(obligations: Iterable[Obligation]) -> None:
     """Import the kernels (impl/, triton, a user's module) once, before the obligations fork, so each forked
     child inherits them instead of importing torch and triton again."""
+    from kvtable.spec.obligations_torch import TorchObligation
+
     for ob in obligations:
         if isinstance(ob, KernelObligation):
             ob.binding().kernel_object()
+        elif isinstance(ob, TorchObligation):
+            import kvtable.impl.torch_kernels  # noqa: F401
 
 
 def kernel_outcome(obligation: KernelObligation, timeout_ms: int, small: int | None) -> Outcome:

@@ -141,7 +141,7 @@ def assert_the_interpreter_wraps_as_predicted(binding: Binding, model: dict[str,
         kind, number, tensor = label.split()
         hit = [h.offset for h in report.hits if h.number == int(number)]
         touch = [t.flat for t in report.touches if t.number == int(number) and t.tensor == tensor]
-        assert hit + touch == [offset], (label, hit, touch)
+        assert hit + touch == [offset], (label, hit, touch, str(report), model)
         assert f"{label}[" in str(report) and f"element {exact}, at hardware offset {offset}" in str(report)
 
 
@@ -336,3 +336,27 @@ def test_a_mutant_kernel_is_not_the_encoding() -> None:
     assert outcome.status == "counterexample"
     model = dict(outcome.model)
     assert model["stored"] != model["encoding"]
+
+
+def test_virtual_memory_serves_a_tensor_past_2_31_elements_sparsely() -> None:
+    import triton
+    import triton.language as tl
+
+    import kvtable.impl.triton_kernels  # noqa: F401 (interpreter mode, set before triton decorates)
+    from kvtable.spec.kernel_memory import virtual_memory, virtual_tensors
+
+    @triton.jit
+    def copy_column(src_ptr, stride_sr, dst_ptr, n, BLOCK: tl.constexpr):
+        rows = tl.arange(0, BLOCK).to(tl.int64)
+        tl.store(dst_ptr + rows, tl.load(src_ptr + rows * stride_sr, mask=rows < n, other=-7), mask=rows < BLOCK)
+
+    stride = 2**31 + 5  # rows of src 2^31 + 5 elements apart: 3 rows span > 2^32 elements (16 GiB as int32)
+    tensors = virtual_tensors([("src", torch.int32, (3, 1), (stride, 1)), ("dst", torch.int32, (4,), (1,))])
+    src, dst = tensors["src"], tensors["dst"]
+    src.write(src.offset((2, 0)), 42)
+    with virtual_memory(tensors) as log:
+        copy_column[(1,)](src, stride, dst, 5, BLOCK=4)  # n=5 > 3 rows: lane 3 reads row 3, past the end
+    assert [dst[(i,)] for i in range(4)] == [0, 0, 42, -7]  # lane 3 blocked: it gets `other`
+    assert src.extent == 2 * stride + 1 and src.values == {2 * stride: 42} and len(dst.values) == 4
+    (hit,) = log.hits
+    assert (hit.kind, hit.lane, hit.offset) == ("load", 3, 3 * stride) and "past the end of src" in hit.nearest
