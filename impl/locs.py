@@ -12,6 +12,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 
 from kvtable.contract import DEFAULT_TAIL_PAD, Batch, GroupSpec, Mode
@@ -19,10 +20,12 @@ from kvtable.impl import validate
 from kvtable.impl.debug import debug_check, debug_check_device
 from kvtable.impl.groups import check_group_ids, shed_state_groups, specs_by_id
 from kvtable.impl.kernels import Kernels
-from kvtable.impl.tokens import extend_tokens, upload
-from kvtable.impl.torch_kernels import INT32_END, TORCH_KERNELS
+from kvtable.impl.tokens import extend_tokens, int32_mirror, upload
+from kvtable.impl.torch_kernels import INT32_END, TORCH_KERNELS, TorchKernels
 
 Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
+NUMPY_BOUNDS_FROM = 32
+"""Rows from which the length bounds are taken by numpy (below it Python's ``min``/``max`` are cheaper)."""
 LONE = "table"
 """The group name a lone table goes by in errors and debug checks."""
 
@@ -44,13 +47,14 @@ def stack_tables(tables: Sequence[torch.Tensor], rows: int, page_sizes: Sequence
 
 
 def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str, int],
-                     seq_lens: torch.Tensor, n: int, *, kernels: Kernels = TORCH_KERNELS
-                     ) -> dict[str, torch.Tensor]:
+                     seq_lens: torch.Tensor, n: int, *, kernels: Kernels = TORCH_KERNELS,
+                     longest: int | None = None) -> dict[str, torch.Tensor]:
     """W1/W2/W4 for already-validated tables: ``bs*n`` clamped positions per group, one kernel call.
 
     Kernels with the ``GroupedLocs`` fast path get the tables as they are (validation already gave
     them what it needs); otherwise the tables are stacked. ``seq_lens`` may live on the device;
-    nothing here reads it back.
+    nothing here reads it back. ``longest``, a bound on the lengths read off their CPU mirrors, goes
+    to the torch kernels' own ``grouped_locs`` (it skips the column sink when every table holds it).
     """
     bs = seq_lens.shape[0]
     gids = sorted(tables)
@@ -61,7 +65,10 @@ def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str
     if grouped is not None:
         device = ordered[0].device
         out = torch.empty(len(gids), bs * n, dtype=torch.int32, device=device)
-        grouped(ordered, block_sizes, upload(seq_lens, device), out, bs, n)
+        if longest is not None and getattr(type(kernels), "grouped_locs", None) is TorchKernels.grouped_locs:
+            grouped(ordered, block_sizes, upload(seq_lens, device), out, bs, n, longest=longest)
+        else:
+            grouped(ordered, block_sizes, upload(seq_lens, device), out, bs, n)
         return dict(zip(gids, out, strict=True))
     stack, widths, sizes = stack_tables(ordered, bs, block_sizes)
     out = torch.empty(len(gids), bs * n, dtype=torch.int32, device=stack.device)
@@ -118,19 +125,25 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
     kernels, debug = kernels or TORCH_KERNELS, validate.debug_enabled(debug)
     validate.check_tail_pad(tail_pad)
     validate.check_batch_form(batch)
-    if batch.mode == "extend" or not debug:  # debug mode checks the other modes' lengths with the tables
-        validate.check_lengths(batch)
+    fixed = batch.mode != "extend"
+    mirror = int32_mirror(batch.seq_lens) if fixed else None
+    shortest, longest = _bounds(batch.seq_lens, mirror) if fixed else (0, 0)
+    # every row at least 1 (W2: N) long passes T9 and W2 at once; anything else is checked row by row
+    if not fixed or (not debug and shortest < (batch.n if batch.mode == "verify" else 1)):
+        validate.check_lengths(batch)  # debug mode checks the other modes' lengths with the tables
     by_id, live = _live_tables(specs, tables, batch.bs)
     sizes = validate.check_group_page_sizes(by_id, live)
     if not debug:  # debug mode checks T8 on the device, in the contract's order
-        validate.check_width(batch, {gid: t.shape[1] for gid, t in live.items()}, sizes)
+        widths = {gid: t.shape[1] for gid, t in live.items()}
+        if not fixed or longest > min((widths[gid] * sizes[gid] for gid in widths), default=longest):
+            validate.check_width(batch, widths, sizes)  # unless every row, live or not, fits every group
     if batch.mode == "extend":
         assert batch.prefix_lens is not None
         extend = list(map(operator.sub, batch.seq_lens, batch.prefix_lens))
         locs = extend_group_locs(live, sizes, batch.prefix_lens, extend, kernels=kernels)
     else:
-        locs = fixed_group_locs(live, sizes, upload(batch.seq_lens, "cpu"),
-                                batch.tokens_per_row, kernels=kernels)
+        seq = upload(batch.seq_lens, "cpu") if mirror is None else torch.from_numpy(mirror)
+        locs = fixed_group_locs(live, sizes, seq, batch.tokens_per_row, kernels=kernels, longest=longest)
     if debug:
         debug_check(by_id, live, batch, locs, tail_pad=tail_pad)
     return locs
@@ -211,14 +224,57 @@ def lone_spec(page_size: int) -> GroupSpec:
     return GroupSpec(LONE, "sliding", validate.check_page_size(page_size, group=LONE), window=1)
 
 
+def _bounds(values: Sequence[int], mirror: np.ndarray | None) -> tuple[int, int]:
+    """The shortest and the longest length (1 and 0 for no rows): from the int32 mirror when the batch is
+    large enough for numpy's reductions to beat two passes of Python's ``min`` and ``max``."""
+    if mirror is not None and mirror.size >= NUMPY_BOUNDS_FROM:
+        return int(mirror.min()), int(mirror.max())
+    return min(values, default=1), max(values, default=0)
+
+
 def _live_tables(specs: Specs, tables: Mapping[str, torch.Tensor], bs: int
-                 ) -> tuple[dict[str, GroupSpec], dict[str, torch.Tensor]]:
-    """T6 then T1: the specs by id and the non-state tables, each an int32 2-D tensor on one device."""
-    by_id = specs_by_id(specs)
-    check_group_ids(by_id, tables)
-    live = shed_state_groups(by_id, tables)
+                 ) -> tuple[dict[str, GroupSpec], Mapping[str, torch.Tensor]]:
+    """T6 then T1: the specs by id and the non-state tables, each an int32 2-D tensor on one device.
+
+    Tables for exactly the declared attention groups (the usual step) need no shedding: they are the live ones.
+    """
+    by_id, attention = _checked_specs(specs)
+    if isinstance(tables, Mapping) and tables.keys() == attention:
+        live: Mapping[str, torch.Tensor] = tables
+    else:
+        check_group_ids(by_id, tables)
+        live = shed_state_groups(by_id, tables)
     for gid in sorted(live):
         validate.check_table(live[gid], bs, group=gid)
     if live:
         validate.one_device(live)
     return by_id, live
+
+
+_checked: dict[tuple[int, ...], tuple[object, dict[str, GroupSpec], frozenset[str]]] = {}
+SPECS_CACHE_SIZE = 16
+"""Checked spec sets remembered (an engine declares its groups once)."""
+
+
+def _checked_specs(specs: Specs) -> tuple[dict[str, GroupSpec], frozenset[str]]:
+    """``specs_by_id(specs)`` and the attention groups' ids, checked once per set of spec objects: a call with
+    the same ``GroupSpec`` objects (frozen, so unchanged) under the same ids reuses the first call's verdict.
+    Anything else is checked anew."""
+    members = [*specs, *specs.values()] if isinstance(specs, Mapping) else specs
+    if not isinstance(specs, (list, tuple, Mapping)) or not all(type(spec) is GroupSpec or type(spec) is str
+                                                                for spec in members):
+        by_id = specs_by_id(specs)
+        return by_id, _attention(by_id)
+    key = tuple(map(id, members))
+    hit = _checked.get(key)
+    if hit is not None:
+        return hit[1], hit[2]
+    by_id = specs_by_id(specs)
+    if len(_checked) >= SPECS_CACHE_SIZE:
+        _checked.clear()
+    _checked[key] = (list(members), by_id, _attention(by_id))  # the members stay alive: their ids name them
+    return by_id, _attention(by_id)
+
+
+def _attention(by_id: Mapping[str, GroupSpec]) -> frozenset[str]:
+    return frozenset(gid for gid, spec in by_id.items() if not spec.is_state)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import array
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from kvtable.contract import Batch
@@ -13,6 +14,7 @@ from kvtable.contract import Batch
 _TYPECODES = {dtype: code for dtype, code in ((torch.int32, "i"), (torch.int64, "q"))
               if array.array(code).itemsize == dtype.itemsize}
 """``array.array`` typecodes of the integer dtypes ``_host_ints`` builds directly."""
+_INT32_CODE = _TYPECODES.get(torch.int32)
 
 
 def upload(values: Sequence[int] | torch.Tensor, device: torch.device | str,
@@ -27,6 +29,17 @@ def upload(values: Sequence[int] | torch.Tensor, device: torch.device | str,
     if host.device == device or device.type != "cuda" or host.device.type != "cpu":
         return host.to(device=device, dtype=dtype)
     return host.to(dtype).pin_memory().to(device, non_blocking=True)
+
+
+def int32_mirror(values: Sequence[int]) -> np.ndarray | None:
+    """Host ints as an int32 numpy array (torch reads it in place), or None when there are none or one is no
+    int32 (``array.array`` converts each through ``__index__`` and range-checks it: nothing wraps)."""
+    if _INT32_CODE is None or not values:
+        return None
+    try:
+        return np.frombuffer(array.array(_INT32_CODE, values), dtype=np.int32)
+    except (OverflowError, TypeError):
+        return None
 
 
 def _host_ints(values: Sequence[int], dtype: torch.dtype = torch.int32) -> torch.Tensor:

@@ -16,16 +16,29 @@ from collections.abc import Sequence
 
 import torch
 
+from kvtable.impl.read_plan import read_plan
 from kvtable.impl.tokens import extend_runs, token_requests, upload
 
 INT32_END = 2**31
 """One past the largest int32: indices below it are computed in int32."""
 
 
-def _fixed_positions(seq_lens: torch.Tensor, bs: int, n: int) -> torch.Tensor:
-    """W1/W2/W4 as int64 ``[bs, n]``: request b's token t at ``max(seq_b - n + t, 0)`` (token-major)."""
-    steps = torch.arange(-n, 0, device=seq_lens.device)
-    return (seq_lens[:bs].to(torch.int64).view(bs, 1) + steps).clamp_min_(0)
+def _fixed_positions(seq_lens: torch.Tensor, bs: int, n: int, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """W1/W2/W4 as ``[bs, n]`` of ``dtype``: request b's token t at ``max(seq_b - n + t, 0)`` (token-major)."""
+    seq = seq_lens if seq_lens.shape[0] == bs and seq_lens.dtype == dtype else seq_lens[:bs].to(dtype)
+    return torch.add(seq.view(bs, 1), _steps(n, dtype, seq_lens.device)).clamp_min_(0)
+
+
+_STEPS: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _steps(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``arange(-n, 0)``: token t of a request sits ``n - t`` before its seq_len (kept per n, dtype, device)."""
+    key = (n, dtype, device)
+    steps = _STEPS.get(key)
+    if steps is None:
+        steps = _STEPS[key] = torch.arange(-n, 0, dtype=dtype, device=device)
+    return steps
 
 
 def _token_major(out: torch.Tensor, groups: int, bs: int, n: int) -> torch.Tensor:
@@ -145,24 +158,32 @@ class TorchKernels:
         _token_major(out, tables.shape[0], bs, n).copy_(_gather_locs(tables, widths, page_sizes, rows, positions))
 
     def grouped_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int], seq_lens: torch.Tensor,
-                     out: torch.Tensor, bs: int, n: int) -> None:
-        """See ``GroupedLocs``. Token i of group g reads ``base + row * stride(0) + col * stride(1)`` of its
-        group's span, the column clamped into the width and the page zeroed past it (the sink). A table
-        with no column reads a stand-in zero: every token of it sinks. Every index is int64."""
+                     out: torch.Tensor, bs: int, n: int, *, longest: int | None = None) -> None:
+        """See ``GroupedLocs``. Token i of group g reads ``row_start[b] + col * stride(1)`` of its group's span
+        (``impl/read_plan.py``, built once per set of tables), the column clamped into the width and the page
+        zeroed past it (the sink), or past W5's top page. A table with no column reads a stand-in zero: every
+        token of it sinks. int32 arithmetic when the lengths are int32 and every index fits, else int64.
+
+        ``longest`` (the torch kernels' own extra) is a host bound on ``seq_lens[:bs]``, read off the CPU
+        mirrors: when every table holds that many tokens, no column reaches past a width, and the column
+        clamp and its sink are skipped.
+        """
         if bs * n == 0 or not tables:
             return
-        widths = [t.shape[1] for t in tables]
-        tables = [t if t.shape[1] else t.new_zeros(1, 1).expand(t.shape[0], 1) for t in tables]
-        spans, bases = _spans(tables)
-        ps, last, base, pitch, step = _per_group(
-            [page_sizes, [max(w - 1, 0) for w in widths], bases, [t.stride(0) for t in tables],
-             [t.stride(1) for t in tables]], out.device, 2)
-        positions = _fixed_positions(seq_lens, bs, n)
-        col = _page_col(positions, page_sizes, ps)
-        start = torch.addcmul(base, torch.arange(bs, device=out.device).view(bs, 1), pitch)
-        index = torch.addcmul(start, col.clamp(max=last), step)
-        locs = _slots(_gather(spans, index).to(torch.int64), col, last + 1, positions, ps)
-        _token_major(out, len(tables), bs, n).copy_(locs)
+        dtype = torch.int32 if seq_lens.dtype == torch.int32 else torch.int64
+        plan = read_plan(tables, page_sizes, out.device, dtype)
+        positions = _fixed_positions(seq_lens, bs, n, plan.dtype)
+        col = plan.col(positions)
+        inside = longest is not None and longest <= plan.reach
+        page = plan.gather(plan.index(plan.rows(bs), col if inside else torch.minimum(col, plan.last)))
+        page.masked_fill_(page > plan.top, 0).clamp_min_(0)
+        if not inside:
+            page.masked_fill_(col > plan.last, 0)
+        dst = _token_major(out, len(tables), bs, n)
+        if plan.dtype == torch.int32:
+            torch.addcmul(positions, page.sub_(col), plan.ps, out=dst)
+        else:
+            dst.copy_(torch.addcmul(positions, page.to(torch.int64).sub_(col), plan.ps))
 
     def stacked_extend_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                             rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:

@@ -51,9 +51,9 @@ class SourceMutant:
 
 MUTANTS: tuple[SourceMutant, ...] = (
     SourceMutant("pos-off-by-one", "torch_kernels",
-                 (("steps = torch.arange(-n, 0, ", "steps = torch.arange(1 - n, 1, "),),
+                 (("torch.arange(-n, 0, dtype=dtype", "torch.arange(1 - n, 1, dtype=dtype"),),
                  "W1", "decode/verify positions start one past seq_len - N"),
-    SourceMutant("missing-clamp", "torch_kernels", (("+ steps).clamp_min_(0)", "+ steps)"),),
+    SourceMutant("missing-clamp", "torch_kernels", ((", seq_lens.device)).clamp_min_(0)", ", seq_lens.device))"),),
                  "W2", "verify positions not clamped at 0 (padded rows reach position -1)"),
     SourceMutant("request-major", "torch_kernels",
                  (("return out[:groups, : bs * n].view(groups, bs, n)",
@@ -88,13 +88,13 @@ MUTANTS: tuple[SourceMutant, ...] = (
                  (("page.clamp_min_(0).masked_fill_(col >= width, 0)", "page.clamp_min_(0)"),),
                  "G4", "the kernel's col < width mask is gone (a stale seq_len reads past the row)"),
     SourceMutant("grouped-width-mask-dropped", "torch_kernels",
-                 (("col.clamp(max=last)", "col"),
-                  ("_gather(spans, index).to(torch.int64), col, last + 1,",
-                   "_gather(spans, index).to(torch.int64), col, col + 1,")),
+                 (("col if inside else torch.minimum(col, plan.last)", "col"),
+                  ("        if not inside:\n            page.masked_fill_(col > plan.last, 0)\n", "")),
                  "G4", "the unstacked location fast path reads its own table unmasked (a stale seq_len reads the "
                        "next row, or past the table)"),
     SourceMutant("page-clamp-dropped", "torch_kernels",
                  (("page.clamp_min_(0).masked_fill_", "page.masked_fill_"),
+                  ("page.masked_fill_(page > plan.top, 0).clamp_min_(0)", "page.masked_fill_(page > plan.top, 0)"),
                   ("page.clamp_min_(0).to(dtype)", "page.to(dtype)")),
                  "G4", "a pad read (-1) is not sent to the null page: the location goes negative"),
     SourceMutant("stale-block-size", "graph",

@@ -1,0 +1,140 @@
+"""What the torch location kernels read each group's table through, built once per set of tables and reused.
+
+Engines hand the same persistent tables to every step, so everything that depends only on the tables'
+metadata (data pointer, storage, shape, strides, device), never on their contents, is computed on the
+first call and looked up by that metadata afterwards: the flat spans the pages are gathered from, each
+group's page size, shift, last column and W5 top page as ``[G, 1]`` tensors, and every row's first element
+in its span. A table that is resized, re-pointed or restrided gets a new key, so a new plan; the cache holds
+its spans (and so their storage) until it is evicted, so a key's data pointer can never name another
+allocation while the key is cached.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from kvtable.impl.tokens import upload
+
+INT32_END = 2**31
+"""One past the largest int32: indices below it are computed in int32."""
+
+PLAN_CACHE_SIZE = 16
+"""Plans kept (least recently used evicted): an engine uses one set of tables per step kind."""
+
+ROW_CACHE_SIZE = 64
+"""Batch sizes whose row starts a plan keeps."""
+
+_plans: OrderedDict[tuple, ReadPlan] = OrderedDict()
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """The per-group constants of one set of tables, in one integer dtype (int32 when every index fits)."""
+
+    spans: tuple[torch.Tensor, ...]
+    """The flat int32 spans read: one when every table is a view of one storage, else one per table."""
+    dtype: torch.dtype
+    ps: torch.Tensor
+    """``[G, 1, 1]`` page sizes (the other per-group constants have this shape too)."""
+    shift: torch.Tensor | None
+    """log2 of the page sizes when every one is a power of two (a shift is cheaper than a division)."""
+    last: torch.Tensor
+    """each table's last column (0 for a table with no column: a stand-in zero is read)."""
+    top: torch.Tensor
+    """W5: the largest page whose slots are all int32 (``2^31 // ps - 1``); a page past it sinks."""
+    row_start: torch.Tensor
+    """``[G, R]`` the element of row r's column 0 in its group's span (R: the fewest rows of any table)."""
+    step: torch.Tensor | None
+    """the column stride, None when every table's is 1."""
+    reach: int
+    """Tokens every table holds (the fewest ``width * ps``): positions below it read no column past a width."""
+    _rows: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def rows(self, bs: int) -> torch.Tensor:
+        """``[G, bs, 1]``: the first ``bs`` rows' starts, contiguous (kept per batch size)."""
+        rows = self._rows.get(bs)
+        if rows is None:
+            if len(self._rows) >= ROW_CACHE_SIZE:
+                self._rows.clear()
+            rows = self._rows[bs] = self.row_start[:, :bs, None].contiguous()
+        return rows
+
+    def col(self, positions: torch.Tensor) -> torch.Tensor:
+        """``positions // ps`` per group, ``[G, *positions.shape]`` (non-negative positions)."""
+        if self.shift is not None:
+            return positions >> self.shift
+        return torch.div(positions, self.ps, rounding_mode="floor")
+
+    def index(self, rows: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        """The span element of (row start, column) per group: ``row_start + col * step``."""
+        if self.step is None:
+            return rows + col
+        return torch.addcmul(rows, col, self.step)
+
+    def gather(self, index: torch.Tensor) -> torch.Tensor:
+        """``spans[g][index[g]]`` for every group (one ``index_select`` per span), int32 of ``index``'s shape."""
+        page = torch.empty(index.shape, dtype=torch.int32, device=index.device)
+        if len(self.spans) == 1:
+            torch.index_select(self.spans[0], 0, index.view(-1), out=page.view(-1))
+            return page
+        for span, reads, dst in zip(self.spans, index.view(len(self.spans), -1).unbind(),
+                                    page.view(len(self.spans), -1).unbind(), strict=True):
+            torch.index_select(span, 0, reads, out=dst)
+        return page
+
+
+def read_plan(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], device: torch.device,
+              dtype: torch.dtype) -> ReadPlan:
+    """The cached plan of these tables read at these page sizes with ``dtype`` positions (built on a miss)."""
+    if device.type == "meta":
+        return _build(tables, page_sizes, device, dtype)
+    key = (device, dtype, tuple(page_sizes),
+           *[(t.data_ptr(), t.untyped_storage().data_ptr(), t.shape, t.stride()) for t in tables])
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _build(tables, page_sizes, device, dtype)
+        if len(_plans) > PLAN_CACHE_SIZE:
+            _plans.popitem(last=False)
+    else:
+        _plans.move_to_end(key)
+    return plan
+
+
+def _build(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], device: torch.device,
+           dtype: torch.dtype) -> ReadPlan:
+    widths = [t.shape[1] for t in tables]
+    tables = [t if t.shape[1] else t.new_zeros(1, 1).expand(t.shape[0], 1) for t in tables]
+    spans, bases = _spans(tables)
+    if max(span.numel() for span in spans) >= INT32_END:
+        dtype = torch.int64
+    rows = min(t.shape[0] for t in tables)
+    pow2 = all(size & (size - 1) == 0 for size in page_sizes)
+    unit = all(t.stride(1) == 1 for t in tables)
+    consts = upload([*page_sizes, *[size.bit_length() - 1 for size in page_sizes], *[max(w - 1, 0) for w in widths],
+                     *[INT32_END // size - 1 for size in page_sizes], *[t.stride(1) for t in tables]],
+                    device, dtype).view(5, len(tables), 1, 1)
+    starts = upload([*bases, *[t.stride(0) for t in tables]], device, dtype).view(2, len(tables), 1)
+    row_start = torch.addcmul(starts[0], starts[1], torch.arange(rows, dtype=dtype, device=device))
+    reach = min(w * size for w, size in zip(widths, page_sizes, strict=True))
+    return ReadPlan(tuple(spans), dtype, consts[0], consts[1] if pow2 else None, consts[2], consts[3], row_start,
+                    None if unit else consts[4], reach)
+
+
+def _spans(tables: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[int]]:
+    """The flat int32 spans the tables are read through, and each table's first element in its span: one
+    span when every table is a view of one storage (one gather reads every group), else one per table."""
+    storage = tables[0].untyped_storage()
+    if all(t.untyped_storage().data_ptr() == storage.data_ptr() for t in tables[1:]):
+        whole = tables[0].as_strided((storage.nbytes() // tables[0].element_size(),), (1,), 0)
+        return [whole], [t.storage_offset() for t in tables]
+    return [flat(t) for t in tables], [0] * len(tables)
+
+
+def flat(table: torch.Tensor) -> torch.Tensor:
+    """The storage span of a non-empty 2-D table, 1-D: element (i, c) is at ``i * stride(0) + c * stride(1)``."""
+    rows, width = table.shape
+    return table.as_strided(((rows - 1) * table.stride(0) + (width - 1) * table.stride(1) + 1,), (1,))
