@@ -142,7 +142,7 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
         extend = list(map(operator.sub, batch.seq_lens, batch.prefix_lens))
         locs = extend_group_locs(live, sizes, batch.prefix_lens, extend, kernels=kernels)
     else:
-        seq = upload(batch.seq_lens, "cpu") if mirror is None else torch.from_numpy(mirror)
+        seq = upload(batch.seq_lens, "cpu", torch.int64) if mirror is None else torch.from_numpy(mirror)
         locs = fixed_group_locs(live, sizes, seq, batch.tokens_per_row, kernels=kernels, longest=longest)
     if debug:
         debug_check(by_id, live, batch, locs, tail_pad=tail_pad)

@@ -3,7 +3,7 @@
 Engines hand the same persistent tables to every step, so everything that depends only on the tables'
 metadata (data pointer, storage, shape, strides, device), never on their contents, is computed on the
 first call and looked up by that metadata afterwards: the flat spans the pages are gathered from, each
-group's page size, shift, last column and W5 top page as ``[G, 1]`` tensors, and every row's first element
+group's page size, shift, last column and W5 bound as ``[G, 1, 1]`` tensors, and every row's first element
 in its span. A table that is resized, re-pointed or restrided gets a new key, so a new plan; the cache holds
 its spans (and so their storage) until it is evicted, so a key's data pointer can never name another
 allocation while the key is cached.
@@ -44,13 +44,18 @@ class ReadPlan:
     """log2 of the page sizes when every one is a power of two (a shift is cheaper than a division)."""
     last: torch.Tensor
     """each table's last column (0 for a table with no column: a stand-in zero is read)."""
-    top: torch.Tensor
-    """W5: the largest page whose slots are all int32 (``2^31 // ps - 1``); a page past it sinks."""
+    bound: torch.Tensor
+    """int32, W5: pages above it sink (see ``sink``): the largest page whose slots are all int32, ``2^31 // ps - 1``,
+    or, when every page size is a power of two, one past it (``2^31 - 1`` for page size 1, which has no such page)."""
     row_start: torch.Tensor
     """``[G, R]`` the element of row r's column 0 in its group's span (R: the fewest rows of any table)."""
     step: torch.Tensor | None
     """the column stride, None when every table's is 1."""
     reach: int
+    bases: tuple[int, ...]
+    """Each table's first element in its span."""
+    pitches: tuple[int, ...]
+    """Each table's row stride."""
     """Tokens every table holds (the fewest ``width * ps``): positions below it read no column past a width."""
     _rows: dict[int, torch.Tensor] = field(default_factory=dict)
 
@@ -75,9 +80,27 @@ class ReadPlan:
             return rows + col
         return torch.addcmul(rows, col, self.step)
 
-    def gather(self, index: torch.Tensor) -> torch.Tensor:
-        """``spans[g][index[g]]`` for every group (one ``index_select`` per span), int32 of ``index``'s shape."""
-        page = torch.empty(index.shape, dtype=torch.int32, device=index.device)
+    def sink(self, page: torch.Tensor) -> torch.Tensor:
+        """Pads (negative pages) and pages past W5's top, int32 in place: to page 0, or, when every page size is a
+        power of two, to ``top + 1``, whose slots are exactly ``2^31 + offset``: ``unwrap`` of the slots then
+        sends them to ``offset``, the sink slot in page 0 (two cheap ops instead of a compare and a masked fill).
+        Slots computed in int32 wrap, so ``2^31 + offset`` is then ``-2^31 + offset``: the same low 31 bits."""
+        bound = self.bound if page.dim() == 3 else self.bound.view(-1, *(1,) * (page.dim() - 1))
+        if self.shift is None:
+            return page.masked_fill_(page > bound, 0).clamp_min_(0)
+        return torch.minimum(page, bound, out=page).clamp_min_(0)
+
+    def unwrap(self, slots: torch.Tensor) -> torch.Tensor:
+        """The slots of ``sink``'s pages past the top, ``2^31 + offset`` (``-2^31 + offset`` as int32), as
+        ``offset`` in place; every other slot is in ``[0, 2^31)`` and kept."""
+        if self.shift is not None:
+            slots.bitwise_and_(INT32_END - 1)
+        return slots
+
+    def gather(self, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``spans[g][index[g]]`` for every group (one ``index_select`` per span), int32 of ``index``'s shape,
+        into ``out`` (contiguous, of that shape) when given."""
+        page = torch.empty(index.shape, dtype=torch.int32, device=index.device) if out is None else out
         if len(self.spans) == 1:
             torch.index_select(self.spans[0], 0, index.view(-1), out=page.view(-1))
             return page
@@ -115,13 +138,15 @@ def _build(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], device: to
     pow2 = all(size & (size - 1) == 0 for size in page_sizes)
     unit = all(t.stride(1) == 1 for t in tables)
     consts = upload([*page_sizes, *[size.bit_length() - 1 for size in page_sizes], *[max(w - 1, 0) for w in widths],
-                     *[INT32_END // size - 1 for size in page_sizes], *[t.stride(1) for t in tables]],
-                    device, dtype).view(5, len(tables), 1, 1)
+                     *[t.stride(1) for t in tables]], device, dtype).view(4, len(tables), 1, 1)
+    # W5: page INT32_END // ps - 1 is the last with int32 slots; see ``sink`` for the power-of-two bound
+    bound = upload([min(INT32_END // size, INT32_END - 1) if pow2 else INT32_END // size - 1 for size in page_sizes],
+                   device).view(len(tables), 1, 1)
     starts = upload([*bases, *[t.stride(0) for t in tables]], device, dtype).view(2, len(tables), 1)
     row_start = torch.addcmul(starts[0], starts[1], torch.arange(rows, dtype=dtype, device=device))
     reach = min(w * size for w, size in zip(widths, page_sizes, strict=True))
-    return ReadPlan(tuple(spans), dtype, consts[0], consts[1] if pow2 else None, consts[2], consts[3], row_start,
-                    None if unit else consts[4], reach)
+    return ReadPlan(tuple(spans), dtype, consts[0], consts[1] if pow2 else None, consts[2], bound, row_start,
+                    None if unit else consts[3], reach, tuple(bases), tuple(t.stride(0) for t in tables))
 
 
 def _spans(tables: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[int]]:

@@ -16,11 +16,8 @@ from collections.abc import Sequence
 
 import torch
 
-from kvtable.impl.read_plan import read_plan
-from kvtable.impl.tokens import extend_runs, token_requests, upload
-
-INT32_END = 2**31
-"""One past the largest int32: indices below it are computed in int32."""
+from kvtable.impl.read_plan import INT32_END, read_plan
+from kvtable.impl.tokens import upload
 
 
 def _fixed_positions(seq_lens: torch.Tensor, bs: int, n: int, dtype: torch.dtype = torch.int64) -> torch.Tensor:
@@ -68,48 +65,22 @@ def _gather_locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.T
     return _slots(page, col, widths[:groups].to(torch.int64).view(shape), positions, ps)
 
 
-def _spans(tables: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[int]]:
-    """The flat int32 spans the tables are read through, and each table's first element in its span: one
-    span when every table is a view of one storage (one gather reads every group), else one per table."""
-    storage = tables[0].untyped_storage()
-    if all(t.untyped_storage().data_ptr() == storage.data_ptr() for t in tables[1:]):
-        whole = tables[0].as_strided((storage.nbytes() // tables[0].element_size(),), (1,), 0)
-        return [whole], [t.storage_offset() for t in tables]
-    return [_flat(t) for t in tables], [0] * len(tables)
-
-
-def _gather(spans: Sequence[torch.Tensor], index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``spans[g][index[g]]`` for every group g of ``index [G, ...]`` (or ``spans[0][index]`` for one span),
-    into ``out`` (contiguous, of ``index``'s shape) when given."""
-    page = torch.empty(index.shape, dtype=spans[0].dtype, device=index.device) if out is None else out
-    if len(spans) == 1:
-        torch.index_select(spans[0], 0, index.reshape(-1), out=page.view(-1))
-        return page
-    for span, reads, dst in zip(spans, index.reshape(len(spans), -1).unbind(), page.view(len(spans), -1).unbind(),
-                                strict=True):
-        torch.index_select(span, 0, reads, out=dst)
-    return page
-
-
-def _page_col(spot: torch.Tensor, page_sizes: Sequence[int], ps: torch.Tensor) -> torch.Tensor:
-    """``spot // ps`` of non-negative spots, ``ps`` the page sizes' ``[G, 1, ...]`` tensor: a shift when every
-    page size is a power of two (torch's integer division is several times slower on CPU)."""
-    if all(size & (size - 1) == 0 for size in page_sizes):
-        return spot >> upload([size.bit_length() - 1 for size in page_sizes], spot.device, ps.dtype).view(ps.shape)
-    return torch.div(spot, ps, rounding_mode="floor")
-
-
-def _flat(table: torch.Tensor) -> torch.Tensor:
-    """The storage span of a non-empty 2-D table, 1-D: element (i, c) is at ``i * stride(0) + c * stride(1)``."""
-    rows, width = table.shape
-    return table.as_strided(((rows - 1) * table.stride(0) + (width - 1) * table.stride(1) + 1,), (1,))
-
-
-def _per_group(columns: Sequence[Sequence[int]], device: torch.device, dims: int) -> list[torch.Tensor]:
-    """Host ints, one list per per-group constant, uploaded in one int64 tensor: each a ``[G, 1, ...]`` view
-    with ``dims`` trailing ones, to broadcast over the tokens."""
-    flat = upload([v for column in columns for v in column], device, torch.int64)
-    return list(flat.view(len(columns), -1, *(1,) * dims))
+def _spots(rows: Sequence[tuple[int, int]], prefix_lens: Sequence[int], extend_lens: Sequence[int], total: int,
+           device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``[len(rows), total]``: request i's tokens at spots ``first + i * step + prefix_i + k`` (k < extend_i) per
+    row ``(first, step)``, in request order, as one running sum: every step adds 1, and at a request's first
+    token a jump from where the previous request ended (requests that write nothing add their jumps at the
+    same token, and they telescope to the one jump needed)."""
+    bs = len(extend_lens)
+    lengths = upload([*extend_lens, *prefix_lens, *(v for row in rows for v in row)], device, dtype)
+    extend, prefix, row = lengths[:bs], lengths[bs: 2 * bs], lengths[2 * bs:].view(-1, 2, 1)
+    starts = torch.cumsum(extend, 0, dtype=dtype).sub_(extend)
+    first = torch.addcmul(row[:, 0] + prefix, row[:, 1], torch.arange(bs, dtype=dtype, device=device))
+    ends = first + extend  # the spot after each request's last token
+    jumps = first.sub_(torch.cat([ends.new_ones(len(rows), 1), ends[:, :-1]], 1))
+    steps = torch.ones(len(rows), total + 1, dtype=dtype, device=device)
+    steps.index_add_(1, starts, jumps)  # a request that writes nothing after the last token lands at ``total``
+    return torch.cumsum(steps[:, :total], 1, dtype=dtype)
 
 
 def _expand_into(dst: torch.Tensor, src: torch.Tensor, ratio: int) -> None:
@@ -175,15 +146,14 @@ class TorchKernels:
         positions = _fixed_positions(seq_lens, bs, n, plan.dtype)
         col = plan.col(positions)
         inside = longest is not None and longest <= plan.reach
-        page = plan.gather(plan.index(plan.rows(bs), col if inside else torch.minimum(col, plan.last)))
-        page.masked_fill_(page > plan.top, 0).clamp_min_(0)
+        page = plan.sink(plan.gather(plan.index(plan.rows(bs), col if inside else torch.minimum(col, plan.last))))
         if not inside:
             page.masked_fill_(col > plan.last, 0)
         dst = _token_major(out, len(tables), bs, n)
         if plan.dtype == torch.int32:
-            torch.addcmul(positions, page.sub_(col), plan.ps, out=dst)
+            plan.unwrap(torch.addcmul(positions, page.sub_(col), plan.ps, out=dst))
         else:
-            dst.copy_(torch.addcmul(positions, page.to(torch.int64).sub_(col), plan.ps))
+            dst.copy_(plan.unwrap(torch.addcmul(positions, page.to(torch.int64).sub_(col), plan.ps)))
 
     def stacked_extend_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                             rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
@@ -196,35 +166,32 @@ class TorchKernels:
                             prefix_lens: Sequence[int], extend_lens: Sequence[int], out: torch.Tensor) -> None:
         """See ``GroupedExtendLocs``. Token t (request i, position p) of group g has the spot
         ``(base + i * stride(0)) * ps + p`` in its span: ``spot // ps`` is the element to read and
-        ``spot % ps`` the offset, so ``loc = (max(page, 0) - spot // ps) * ps + spot``. Spots are int32
-        when every one fits, one row shared by every group when their ``base * ps`` and ``stride(0) * ps``
-        agree (else one row per group); columns and pages are one ``[G, T]`` tensor each.
+        ``spot % ps`` the offset, so ``loc = (max(page, 0) - spot // ps) * ps + spot`` (a page past W5's top
+        sinks too). Spots are one row shared by every group when their ``base * ps`` and ``stride(0) * ps``
+        agree (else one row per group), built by one running sum (``_spots``); int32 when every one fits.
+        Columns and pages are one ``[G, T]`` tensor each, the pages gathered straight into ``out``.
         """
         total = sum(extend_lens)
         if total == 0 or not tables:
             return
-        device = out.device
+        device, groups = out.device, len(tables)
         tables = [t if t.stride(1) == 1 else t.contiguous() for t in tables]
-        spans, bases = _spans(tables)
-        rows = sorted({(b * ps, t.stride(0) * ps) for t, b, ps in zip(tables, bases, page_sizes, strict=True)})
+        plan = read_plan(tables, page_sizes, device, torch.int32)
+        rows = sorted({(b * ps, pitch * ps) for b, pitch, ps in zip(plan.bases, plan.pitches, page_sizes, strict=True)})
         if len(rows) > 1:
-            rows = [(b * ps, t.stride(0) * ps) for t, b, ps in zip(tables, bases, page_sizes, strict=True)]
-        top = max(first + (len(extend_lens) - 1) * step for first, step in rows)
-        dtype = torch.int32 if top + max(map(operator.add, prefix_lens, extend_lens)) < INT32_END else torch.int64
-        extend, starts, lead = extend_runs(prefix_lens, extend_lens, device)
-        first, step = (upload(column, device, torch.int64).view(-1, 1) for column in zip(*rows, strict=True))
-        # request i's first spot, less its first token's index: then spot = per_request[i] + token index
-        per_request = torch.addcmul(first + lead, torch.arange(len(extend_lens), device=device), step).to(dtype)
-        request = token_requests(extend, starts + extend, total)
-        spot = torch.gather(per_request, 1, request.expand(len(rows), total))
-        del request  # large temporaries are freed as soon as they are used
-        spot.add_(torch.arange(total, dtype=dtype, device=device))
-        ps = upload(page_sizes, device, dtype).view(-1, 1)
-        col = _page_col(spot, page_sizes, ps)
-        dst = out[: len(tables), :total]
-        page = _gather(spans, col, dst if dst.is_contiguous() else None)  # the pages land in out itself
-        # max(page, 0) * ps + spot % ps as (max(page, 0) - col) * ps + spot: no offset array
-        torch.addcmul(spot, page.clamp_min_(0).to(dtype).sub_(col), ps, out=dst)
+            rows = [(b * ps, pitch * ps) for b, pitch, ps in zip(plan.bases, plan.pitches, page_sizes, strict=True)]
+        top = max(first + max(len(extend_lens) - 1, 1) * step for first, step in rows)  # the step itself too
+        if top + max(map(operator.add, prefix_lens, extend_lens)) >= INT32_END:
+            plan = read_plan(tables, page_sizes, device, torch.int64)
+        spot = _spots(rows, prefix_lens, extend_lens, total, device, plan.dtype)
+        ps = plan.ps.view(groups, 1)
+        col = torch.div(spot, ps, rounding_mode="floor") if plan.shift is None else spot >> plan.shift.view(groups, 1)
+        dst = out[:groups, :total]
+        page = plan.sink(plan.gather(col, dst if dst.is_contiguous() else None))  # the pages land in out itself
+        if plan.dtype == torch.int32:
+            plan.unwrap(torch.addcmul(spot, page.sub_(col), ps, out=dst))
+        else:
+            dst.copy_(plan.unwrap(torch.addcmul(spot, page.to(torch.int64).sub_(col), ps)))
 
     def replay_fill(self, packed: torch.Tensor, meta: torch.Tensor, dst: torch.Tensor, bs: int,
                     actual_bs: int, tail_pad: int) -> None:

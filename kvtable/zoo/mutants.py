@@ -93,10 +93,15 @@ MUTANTS: tuple[SourceMutant, ...] = (
                  "G4", "the unstacked location fast path reads its own table unmasked (a stale seq_len reads the "
                        "next row, or past the table)"),
     SourceMutant("page-clamp-dropped", "torch_kernels",
-                 (("page.clamp_min_(0).masked_fill_", "page.masked_fill_"),
-                  ("page.masked_fill_(page > plan.top, 0).clamp_min_(0)", "page.masked_fill_(page > plan.top, 0)"),
-                  ("page.clamp_min_(0).to(dtype)", "page.to(dtype)")),
+                 (("page.clamp_min_(0).masked_fill_", "page.masked_fill_"),),
                  "G4", "a pad read (-1) is not sent to the null page: the location goes negative"),
+    SourceMutant("plan-pad-clamp-dropped", "read_plan",
+                 (("return page.masked_fill_(page > bound, 0).clamp_min_(0)",
+                   "return page.masked_fill_(page > bound, 0)"),
+                  ("return torch.minimum(page, bound, out=page).clamp_min_(0)",
+                   "return torch.minimum(page, bound, out=page)")),
+                 "G4", "the unstacked fast paths do not send a pad read (-1) to the null page: its location goes "
+                       "negative, or wraps past the int32 mask to a foreign slot"),
     SourceMutant("stale-block-size", "graph",
                  (("self.page_sizes[gid] = block // self.ratios[gid]", "self.page_sizes[gid] = block"),),
                  "G4", "replay divides expanded tables by the block granularity B, not the kernel page size"),
