@@ -50,6 +50,8 @@ CORRUPTIONS: dict[str, str] = {
     "wrong offset": "D1", "count": "D1", "shared write page": "D2", "clamped re-anchor": "D2",
 }
 """Each corruption of :func:`write_loc_cases` and the clause the reference checker names for it."""
+_MIN_LIVE = {"foreign page": 2, "shared write page": 2}
+"""Corruptions that take a second live row's page: drawn with two live rows, not drawn with one and rejected."""
 
 
 @st.composite
@@ -74,7 +76,7 @@ def write_loc_cases(draw: st.DrawFn, *, corrupt: bool | None = None,
         seq[row] = frontier
         case = replace(case, tables=tables, batch=replace(case.batch, seq_lens=tuple(seq)))
     else:  # no clamped re-anchor rows: their repeated slots would be reported (D2) before the corruption
-        case = draw_case(draw, min_live=1)
+        case = draw_case(draw, min_live=_MIN_LIVE.get(how, 1))
         assume(case.batch.mode != "reanchor" or min(case.batch.seq_lens[: case.batch.live_rows]) >= case.batch.n)
     gid = pick(draw, [s.group_id for s in case.attention])
     block = case.spec(gid).block_granularity
@@ -101,6 +103,12 @@ def _corrupt(draw: st.DrawFn, case: Case, table: Table, locs: list[int], block: 
         table = [list(r) for r in table]
         table[b][pb // block] = table[a][pa // block]
         return live_locs(table, batch, block), table
+    if how in ("foreign page", "wrong column"):  # only tokens with another page to point at: none is rejected
+        targets = [_other_pages(table, batch, token, block, how) for token in tokens]
+        i = pick(draw, [i for i, pages in enumerate(targets) if pages])
+        locs = list(locs)
+        locs[i] = pick(draw, targets[i]) * block + tokens[i][1] % block
+        return locs, table
     assume(tokens)
     i = draw(between(0, len(tokens) - 1))
     row, pos = tokens[i]
@@ -109,13 +117,17 @@ def _corrupt(draw: st.DrawFn, case: Case, table: Table, locs: list[int], block: 
         return locs[:-1], table
     if how == "null page":
         locs[i] = pos % block
-    elif how == "wrong offset":
+    else:  # wrong offset
         assume(block >= 2)
         locs[i] = locs[i] - pos % block + (pos + 1) % block
-    else:
-        pool = (table[r] for r in range(batch.live_rows) if r != row) if how == "foreign page" else [table[row]]
-        pages = sorted({p for entries in pool for p in entries if p > 0} - {table[row][pos // block]})
-        locs[i] = pick(draw, pages) * block + pos % block
     return locs, table
+
+
+def _other_pages(table: Table, batch: Batch, token: tuple[int, int], block: int, how: str) -> list[int]:
+    """The real pages a token's location may be pointed at instead of its own: another live row's
+    (``foreign page``) or another column's of its own row (``wrong column``)."""
+    row, pos = token
+    pool = (table[r] for r in range(batch.live_rows) if r != row) if how == "foreign page" else [table[row]]
+    return sorted({p for entries in pool for p in entries if p > 0} - {table[row][pos // block]})
 
 

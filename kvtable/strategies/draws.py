@@ -4,6 +4,9 @@
 new strategy on every draw; the fuzzer spent most of its time there. ``between`` keeps one strategy per
 range, ``pick`` indexes a sequence through it, and ``rng`` seeds a ``random.Random`` from one drawn
 integer instead of routing every call of ``st.randoms()`` through the engine.
+
+A range or sequence with a single option draws nothing: each draw costs the engine a choice (and a span)
+to record, mutate and shrink, and a choice with one possible value only adds that cost.
 """
 
 from __future__ import annotations
@@ -26,14 +29,15 @@ SEEDS = st.integers(0, 2**32 - 1)
 
 @lru_cache(maxsize=4096)
 def between(lo: int, hi: int) -> SearchStrategy[int]:
-    """``st.integers(lo, hi)``, built once per range and reused by every later draw."""
-    return st.integers(lo, hi)
+    """``st.integers(lo, hi)``, built once per range and reused by every later draw (``st.just(lo)`` for a
+    single value: no choice to record)."""
+    return st.just(lo) if lo == hi else st.integers(lo, hi)
 
 
 def pick(draw: st.DrawFn, items: Sequence[T]) -> T:
     """One of ``items``, shrinking toward the first; the example is rejected if there is none."""
     assume(len(items) > 0)
-    return items[draw(between(0, len(items) - 1))]
+    return items[0] if len(items) == 1 else items[draw(between(0, len(items) - 1))]
 
 
 def rng(draw: st.DrawFn) -> random.Random:

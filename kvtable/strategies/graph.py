@@ -8,7 +8,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from hypothesis import assume
 from hypothesis import strategies as st
 
 from kvtable.reference import GroupSpec
@@ -84,22 +83,22 @@ _GARBAGE = (-1, 5, 7)
 def draw_replay(draw: st.DrawFn, setup: GraphSetup, *, bs: int | None = None) -> Replay:
     """A replay the reference accepts: every live position falls on a real page inside the buffer."""
     bs = bs or draw(between(1, setup.max_bs))
-    n = draw(between(1, setup.spec_n))
     attention = setup.attention
     limit = min(setup.source_width(s) * s.block_granularity for s in attention)
     widths = {s.group_id: max(1, setup.source_width(s) + draw(between(-2, 2))) for s in attention}
     limit = min(limit, *(w * s.block_granularity for s, w in zip(attention, widths.values(), strict=True)))
+    # N and the delivery come first, so that every draw is a valid replay (nothing is drawn to be rejected):
+    # N never exceeds what the narrowest buffer holds, and live rows only come with at least one live row
+    n = draw(between(1, min(setup.spec_n, limit)))
+    delivery = pick(draw, _DELIVERIES)
     case = draw_case(draw, modes=("verify",), specs=setup.specs, kernel_page_size=setup.kernel_page_size, bs=bs,
-                     n=n, max_seq=max(limit, n), widths=widths)
-    assume(max(case.batch.seq_lens) <= limit)
+                     n=n, max_seq=limit, widths=widths, min_live=int(delivery == "live rows only"))
     live = case.batch.live_rows
     tables: dict[str, Table] = {gid: [list(r) for r in t] for gid, t in case.tables.items()}
     actual_bs = case.batch.actual_bs
-    delivery = pick(draw, _DELIVERIES)
     if delivery == "live rows only":  # the runner pads the dummy rows itself
         tables = {gid: t[:live] if gid in widths else t for gid, t in tables.items()}
         actual_bs = None
-        assume(live >= 1)
     elif delivery == "garbage dummy rows" and actual_bs is not None:
         for gid in widths:
             for row in tables[gid][live:bs]:
