@@ -20,7 +20,7 @@ def _never(strategy: st.SearchStrategy) -> None:
 
 def test_a_single_option_is_not_drawn() -> None:
     assert pick(_never, ("only",)) == "only"
-    assert repr(between(3, 3)) == "just(3)" and repr(between(3, 4)) == "integers(3, 4)"
+    assert repr(between(3, 3)) == "just(3)" and repr(between(3, 4)).startswith("integers(")
 
 
 def test_an_empty_sequence_still_rejects_the_example() -> None:
