@@ -38,7 +38,7 @@ def run_suite(examples: int, seed: int, level: str = "strict", say: Callable[[st
     shares = budget(examples, PROPERTIES)
     for prop in PROPERTIES:
         report = fuzz(backend, examples=shares[prop.name], seed=seed, database=None, properties=[prop], level=level)
-        if not report.passed:
+        if report.failures:  # a property not applicable to the torch backend (under its profile) kills nothing
             say(f"killed by {prop.name}: {report.failures[0].message[:300]}")
             return 1
     say("survived: every property passed")

@@ -6,6 +6,7 @@ give them meaning (a batch's well-formedness, its write and read positions) are 
 
 from __future__ import annotations
 
+from numbers import Integral
 from typing import Literal
 
 from kvtable.contract import (
@@ -23,8 +24,8 @@ from kvtable.contract import (
 
 __all__ = [
     "DEFAULT_TAIL_PAD", "INT32_MAX", "INT32_MIN", "MODES", "NULL_PAGE", "Batch", "Family", "GroupSpec", "Mode",
-    "SHORT_ROWS", "ShortRows", "Table", "check_actual_bs", "check_batch_form", "check_group_spec", "check_pad_value",
-    "check_page_size",
+    "MAX_PAGE_SIZE", "SHORT_ROWS", "ShortRows", "Table", "check_actual_bs", "check_batch_form", "check_group_spec",
+    "check_pad_value", "check_page_size",
     "first_query", "is_int", "read_start", "unclamped_positions", "write_positions",
 ]
 
@@ -37,8 +38,9 @@ send its negative positions to the sink (slot 0 of page 0), or clamp them at 0 (
 
 
 def is_int(value: object) -> bool:
-    """An int that is not a bool: ``True`` is no batch size, page size or token count."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer (a python int, or any ``numbers.Integral`` such as numpy's) that is not a bool: ``True`` is
+    no batch size, page size or token count."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
 
 
 def check_actual_bs(actual_bs: int, bs: int | None) -> int:
@@ -54,10 +56,18 @@ def check_pad_value(tail_pad: object) -> None:
         raise ContractViolation("T3", f"the tail pad is -1 or 0, got {tail_pad!r}")
 
 
+MAX_PAGE_SIZE = (INT32_MAX + 1) // 2
+"""W5: the largest page size at which page 1, the first real page, has int32 slots (``2 * ps <= 2^31``)."""
+
+
 def check_page_size(page_size: object, *, group: str | None = None) -> None:
-    """E1 page-ratio: a page holds a positive whole number of tokens (an int, not a bool)."""
+    """E1 page-ratio: a page holds a positive whole number of tokens (an int, not a bool); and W5 int32-locs:
+    at most ``2^30`` of them, else no real page has int32 slots (checked before any table is read)."""
     if not is_int(page_size) or page_size < 1:
         raise ContractViolation("E1", f"page size must be a positive int, got {page_size!r}", group=group)
+    if page_size > MAX_PAGE_SIZE:
+        raise ContractViolation("W5", f"page size {page_size} leaves no real page int32 slots (page 1 ends at "
+                                f"{2 * page_size - 1} > 2^31 - 1)", group=group)
 
 
 def check_group_spec(spec: GroupSpec) -> None:

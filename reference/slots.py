@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def page_slots(page: int, page_size: int) -> list[int | None]:
-    """The slots page ``page`` owns, or ``page_size`` Nones for a pad entry."""
+def page_slots(page: int, page_size: int) -> Sequence[int | None]:
+    """The slots page ``page`` owns (a ``range``: read lazily, whatever the page size), or ``page_size`` Nones
+    for a pad entry."""
     if page < 0:
         return [None] * page_size
     first = page * page_size
-    return list(range(first, first + page_size))
+    return range(first, first + page_size)
 
 
 def row_slots(row: Sequence[int], page_size: int) -> list[int | None]:

@@ -12,17 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvtable.reference import NULL_PAGE, expand_entry, page_slots, row_slots
+from kvtable.reference import NULL_PAGE, expand_entry, page_slots
 
 Rows = list[list[int]]
 
 
 def sink_loc(row: Sequence[int], width: int, page_size: int, pos: int) -> int:
     """The slot of ``pos`` among the row's first ``width`` columns; a pad there, or a column past the
-    width, sinks into the null page at the in-page offset."""
-    slots = row_slots(row[:width], page_size)
-    slot = slots[pos] if pos < len(slots) else None
-    return page_slots(NULL_PAGE, page_size)[pos % page_size] if slot is None else slot
+    width, sinks into the null page at the in-page offset.
+
+    The row's slots are its pages' slots in column order, ``page_size`` per page, so slot ``pos`` is the
+    ``pos % page_size``-th of column ``pos // page_size``'s page (read so, page sizes near 2^30 cost nothing).
+    """
+    col, offset = divmod(pos, page_size)
+    page = row[col] if col < min(width, len(row)) else -1  # past the width: no slot, as a pad
+    return page_slots(NULL_PAGE if page < 0 else page, page_size)[offset]
 
 
 def stacked_locs(tables: Sequence[Rows], widths: Sequence[int], page_sizes: Sequence[int],

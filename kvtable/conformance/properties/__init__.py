@@ -18,6 +18,7 @@ from __future__ import annotations
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.properties import (
     checker,
+    edges,
     expansion,
     graph,
     grouped_locs,
@@ -36,6 +37,7 @@ PROPERTIES: tuple[Property, ...] = (
     *kernels.PROPERTIES,
     *rejects.PROPERTIES,
     *safety.PROPERTIES,
+    *edges.PROPERTIES,
 )
 
 BY_NAME = {p.name: p for p in PROPERTIES}

@@ -1,0 +1,249 @@
+"""Edges the valid and near-valid strategies rarely reach, each built on purpose: a sliding window that starts
+mid-page, a hole in front of page 1, the largest page id W5 allows, page sizes past 2^30 and near it, and
+CPU-mirror lengths that are numpy integers.
+
+Each strategy draws only the free parts of its edge (page sizes, windows, offsets), so every example
+sits on the edge; the checks are the families' own (``check_group_locs``, ``expect_raises``, the
+kernel checks), with the offending entry named where the clause has one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy
+from hypothesis import strategies as st
+
+from kvtable.conformance.calls import check_group_locs, check_lone, tensor_compare
+from kvtable.conformance.checks import expect_raises, judge
+from kvtable.conformance.checks import reference_outcome as outcome
+from kvtable.conformance.core import Context, Property
+from kvtable.conformance.levels import STRICTNESS
+from kvtable.conformance.properties.kernels import (
+    check_grouped_extend_locs,
+    check_grouped_locs,
+    missing_grouped_extend,
+    missing_grouped_locs,
+)
+from kvtable.contract import INT32_MAX
+from kvtable.reference import NULL_PAGE, Batch, GroupSpec
+from kvtable.strategies import Case
+from kvtable.strategies.batches import PAGE_LIMIT, ceil_div
+from kvtable.strategies.draws import BOOLEANS, between, pick
+from kvtable.strategies.kernels import GroupedCase, GroupedLocsCase, draw_layout
+
+Where = frozenset[tuple[str | None, int | None, int | None]]
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A case on an edge, the clause the reference raises for it (None: valid) and the entry it names."""
+
+    case: Case
+    clause: str | None
+    where: Where = frozenset()
+
+
+def _row(holes: int, pages: list[int], width: int, tail_pad: int = -1) -> list[int]:
+    return [NULL_PAGE] * holes + pages + [tail_pad] * (width - holes - len(pages))
+
+
+@st.composite
+def _window_start_mid_page(draw: st.DrawFn) -> Edge:
+    """T5: a sliding row whose window starts at ``c * ps + off`` (0 < off < ps), holes through column c.
+
+    Column c is needed (the window's first position lies in it) although the window does not start on
+    a page boundary: a check that divides the start exactly, not by floor, misses the hole.
+    """
+    ps = pick(draw, (2, 3, 4, 8))
+    window, n = draw(between(1, 3 * ps)), draw(between(1, 3))
+    col = draw(between(0, 2))
+    read_start = col * ps + draw(between(1, ps - 1))
+    first = read_start + window - 1
+    mode = "decode" if n == 1 else pick(draw, ("verify", "reanchor"))
+    seq = first + n
+    end = ceil_div(seq, ps)
+    width = end + draw(between(0, 2))
+    spec = GroupSpec("swa0", "sliding", ps, window=window)
+    table = [_row(col + 1, list(range(10, 10 + end - col - 1)), width)]
+    batch = Batch((seq,), mode=mode, n=n)
+    return Edge(Case((spec,), {"swa0": table}, batch), "T5", frozenset({("swa0", 0, col)}))
+
+
+def _rejects_window_start(ctx: Context, edge: Edge) -> None:
+    case = edge.case
+    expect_raises("T5", f"group_locs with the window of row 0 starting mid-page: {case.tables['swa0'][0]}",
+                  lambda: ctx.debug_backend.group_locs(list(case.specs), case.tensors(), case.batch),
+                  where=edge.where)
+
+
+@st.composite
+def _hole_before_page_one(draw: st.DrawFn) -> Case:
+    """Valid: row 0 of a sliding group opens with a hole (its window starts past column 0) while row 1
+    writes page 1. A page-sharing check that keys the hole by a number a real page can have sees page 1
+    twice."""
+    ps = pick(draw, (1, 2, 4))
+    window = draw(between(1, ps))
+    seq0 = ps + window + draw(between(0, ps))  # reads from position seq0 - window >= ps: column 0 is free
+    seq1 = draw(between(1, ps))
+    end0 = ceil_div(seq0, ps)
+    width = end0 + draw(between(0, 1))
+    spec = GroupSpec("swa0", "sliding", ps, window=window)
+    table = [_row(1, list(range(2, 2 + end0 - 1)), width), _row(0, [1], width)]
+    return Case((spec,), {"swa0": table}, Batch((seq0, seq1)))
+
+
+def _debug_accepts_hole_before_page_one(ctx: Context, case: Case) -> None:
+    check_group_locs(ctx, ctx.debug_backend, case, "T7")
+
+
+def _top_page(ps: int) -> int:
+    """W5's largest page id at page size ``ps``: its last slot is ``2^31 - 1``."""
+    return PAGE_LIMIT // ps - 1
+
+
+@st.composite
+def _w5_edge(draw: st.DrawFn) -> tuple[Case, Case]:
+    """The largest legal page id in a written column (valid), and the same case with the next id (W5)."""
+    ps = pick(draw, (2, 4, 8, 16))
+    seq = draw(between(1, 3 * ps))
+    end = ceil_div(seq, ps)
+    col = draw(between(0, end - 1))
+    pages = [_top_page(ps) if c == col else 5 + c for c in range(end)]
+    width = end + draw(between(0, 1))
+    spec = GroupSpec("full0", "full", ps)
+    prefix = draw(between(0, seq))
+    batch = Batch((seq,)) if draw(BOOLEANS) else Batch.extend((prefix,), (seq - prefix,))
+    legal = Case((spec,), {"full0": [_row(0, pages, width)]}, batch)
+    over = [p + 1 if c == col else p for c, p in enumerate(pages)]
+    return legal, Case((spec,), {"full0": [_row(0, over, width)]}, batch)
+
+
+def _w5_exact_edge(ctx: Context, pair: tuple[Case, Case]) -> None:
+    legal, over = pair
+    check_group_locs(ctx, ctx.backend, legal, "W5")
+    check_group_locs(ctx, ctx.debug_backend, legal, "W5")
+    top = _top_page(over.spec("full0").block_granularity)
+    col = next(c for c, p in enumerate(over.tables["full0"][0]) if p == top + 1)
+    expect_raises("W5", f"group_locs with page {over.tables['full0'][0][col]} (one past W5's top)",
+                  lambda: ctx.debug_backend.group_locs(list(over.specs), over.tensors(), over.batch),
+                  where=frozenset({("full0", 0, col)}))
+
+
+_HUGE_PAGE_SIZES = st.one_of(st.integers(2**30 + 1, 2**31), st.sampled_from((2**31 - 1, 2**32, 2**40)))
+
+
+@st.composite
+def _page_size_past_2_30(draw: st.DrawFn) -> Case:
+    """A valid one-row decode or extend case whose group is then declared with a page size above 2^30."""
+    ps = draw(_HUGE_PAGE_SIZES)
+    mode = pick(draw, ("decode", "extend"))
+    batch = Batch((1,)) if mode == "decode" else Batch.extend((0,), (1,))
+    return Case((GroupSpec("full0", "full", ps),), {"full0": [[1, -1]]}, batch)
+
+
+def _rejects_huge_page_size(ctx: Context, case: Case) -> None:
+    """W5: page 1's slots end at ``2 * ps - 1 > 2^31 - 1``: no real page is addressable; refused in any mode."""
+    check_group_locs(ctx, ctx.backend, case, "W5")
+    check_lone(ctx, ctx.backend, case, "W5")
+
+
+@dataclass(frozen=True)
+class Mirrors:
+    """A one-row extend case and its CPU mirrors as handed over: numpy integers, or one float."""
+
+    case: Case
+    prefix: list
+    extend: list
+
+    @property
+    def valid(self) -> bool:
+        return not any(isinstance(v, float) for v in (*self.prefix, *self.extend))
+
+
+@st.composite
+def _numpy_lengths(draw: st.DrawFn) -> Mirrors:
+    """Extend lengths as numpy integers (valid), or the extend length a float (T9)."""
+    ps = pick(draw, (1, 2, 4))
+    prefix, extend = draw(between(0, 2 * ps)), draw(between(0, 2 * ps))
+    end = max(ceil_div(prefix + extend, ps), 1)
+    batch = Batch.extend((prefix,), (extend,))
+    case = Case((GroupSpec("full0", "full", ps),), {"full0": [_row(0, list(range(3, 3 + end)), end + 1)]}, batch)
+    kind = pick(draw, (numpy.int64, numpy.int32, numpy.int16))
+    return Mirrors(case, [kind(prefix)], [float(extend) if draw(BOOLEANS) else kind(extend)])
+
+
+def _numpy_length_mirrors(ctx: Context, m: Mirrors) -> None:
+    """T9: lengths are integers (python or numpy; never floats); numpy mirrors give the same locations."""
+    ps = m.case.spec("full0").block_granularity
+    tensor = m.case.tensors()["full0"]
+    what = f"extend_locs with lengths {m.prefix!r}, {m.extend!r}"
+    expected = outcome(lambda: ctx.profile.extend_locs(m.case.tables["full0"], m.prefix, m.extend, ps))
+    if expected.raised == m.valid:
+        raise AssertionError(f"the reference {'refuses' if m.valid else 'accepts'} {what}")
+    judge("T9", what, expected, lambda: ctx.backend.extend_locs(tensor, m.prefix, m.extend, ps),
+          tensor_compare(ctx, "T9", what))
+
+
+_LARGE_PAGE_SIZES = (2**20, 2**24, 2**26, 2**28, 2**30)
+
+
+def _large_entry(draw: st.DrawFn, ps: int) -> int:
+    """A pad, a hole, or a real page inside W5 at page size ``ps`` (page 1 only, at 2^30)."""
+    kind = draw(between(0, 2))
+    return (-1, NULL_PAGE)[kind] if kind < 2 else draw(between(1, _top_page(ps)))
+
+
+@st.composite
+def _large_grouped_extend(draw: st.DrawFn) -> GroupedCase:
+    """``grouped_extend_locs`` at page sizes 2^20-2^30: the spans of later requests pass 2^31."""
+    requests, groups = draw(between(2, 3)), draw(between(1, 2))
+    page_sizes = [pick(draw, _LARGE_PAGE_SIZES) for _ in range(groups)]
+    widths = [draw(between(1, 3)) for _ in range(groups)]
+    tables = [[[_large_entry(draw, ps) for _ in range(w)] for _ in range(requests)]
+              for ps, w in zip(page_sizes, widths, strict=True)]
+    reach = min(w * ps for w, ps in zip(widths, page_sizes, strict=True))
+    extend = [draw(between(0, 3)) for _ in range(requests)]
+    prefix = [reach - e - draw(between(0, 5)) if draw(BOOLEANS) else draw(between(0, 3)) for e in extend]
+    prefix = [max(p, 0) for p in prefix]
+    extend = [min(e, reach - p) for p, e in zip(prefix, extend, strict=True)]
+    cap = sum(extend) + draw(between(0, 2))
+    return GroupedCase(tables, page_sizes, prefix, extend, cap, [draw_layout(draw, 2) for _ in range(groups + 1)])
+
+
+@st.composite
+def _large_grouped_locs(draw: st.DrawFn) -> GroupedLocsCase:
+    """``grouped_locs`` at page sizes 2^20-2^30, lengths near the last column and past the width."""
+    bs, n, groups = draw(between(1, 3)), draw(between(1, 3)), draw(between(1, 2))
+    page_sizes = [pick(draw, _LARGE_PAGE_SIZES) for _ in range(groups)]
+    widths = [draw(between(1, 3)) for _ in range(groups)]
+    tables = [[[_large_entry(draw, ps) for _ in range(w)] for _ in range(bs)]
+              for ps, w in zip(page_sizes, widths, strict=True)]
+    top = min(max(w * ps for w, ps in zip(widths, page_sizes, strict=True)) + 2, INT32_MAX)
+    seq = [min(top - draw(between(0, 4)), INT32_MAX) if draw(BOOLEANS) else draw(between(1, 4)) for _ in range(bs)]
+    lay = [*(draw_layout(draw, 2) for _ in range(groups)), draw_layout(draw, 1), draw_layout(draw, 2)]
+    return GroupedLocsCase(tables, page_sizes, seq, bs, n, bs * n, lay)
+
+
+PROPERTIES = (
+    Property("rejects/T5-window-start", "T5", "debug mode: a hole in the column where a sliding window starts "
+             "mid-page is refused, naming that column", _window_start_mid_page(), _rejects_window_start,
+             debug=True, tier=STRICTNESS, needs=("group_locs",)),
+    Property("debug/hole-before-page-one", "T7", "debug mode accepts a row opening with a hole beside a row "
+             "that writes page 1", _hole_before_page_one(), _debug_accepts_hole_before_page_one, debug=True,
+             needs=("group_locs",)),
+    Property("rejects/W5-edge", "W5", "the largest page id W5 allows gives its locations in any mode; the next "
+             "one is refused in debug mode, naming its entry", _w5_edge(), _w5_exact_edge, debug=True,
+             needs=("group_locs",)),
+    Property("rejects/page-size-past-2^30", "W5", "a page size above 2^30 (no real page has int32 slots) is "
+             "refused in any mode", _page_size_past_2_30(), _rejects_huge_page_size, tier=STRICTNESS,
+             needs=("group_locs", "decode_locs", "extend_locs")),
+    Property("lengths/numpy-ints", "T9", "extend lengths that are numpy integers give the same locations; "
+             "a float length is refused", _numpy_lengths(), _numpy_length_mirrors, needs=("extend_locs",)),
+    Property("kernels/large-page-extend", "W3", "backend.kernels' extend fast path at page sizes 2^20-2^30 "
+             "(spans past 2^31) equals the stacked kernel", _large_grouped_extend(), check_grouped_extend_locs,
+             not_applicable=missing_grouped_extend),
+    Property("kernels/large-page-locs", "G4", "backend.kernels' fixed-count fast path at page sizes 2^20-2^30, "
+             "lengths near and past the width", _large_grouped_locs(), check_grouped_locs,
+             not_applicable=missing_grouped_locs),
+)

@@ -1,0 +1,84 @@
+"""The edge strategies sit on their edges: the reference raises the clause each is labelled with, at the entry
+it names, and accepts the valid ones; both sides agree on page sizes past 2^30 and on numpy lengths."""
+
+from __future__ import annotations
+
+import numpy
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+
+from kvtable import ContractViolation
+from kvtable.conformance.kernel_model import sink_loc
+from kvtable.conformance.properties import edges
+from kvtable.contract import Batch, GroupSpec
+from kvtable.impl import extend_locs as impl_extend_locs
+from kvtable.impl import group_locs as impl_group_locs
+from kvtable.reference import check_tables, decode_locs, extend_locs
+from kvtable.strategies import Case
+
+EDGE = settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+
+
+def _reference_where(case: Case) -> tuple[str, str | None, int | None, int | None]:
+    with pytest.raises(ContractViolation) as err:
+        check_tables(case.specs, case.tables, case.batch, tail_pad=case.tail_pad)
+    return err.value.clause_id, err.value.group, err.value.row, err.value.col
+
+
+@EDGE
+@given(edges._window_start_mid_page())
+def test_a_window_starting_mid_page_needs_its_first_column(edge: edges.Edge) -> None:
+    (gid, row, col), = edge.where
+    assert _reference_where(edge.case) == ("T5", gid, row, col)
+    spec = edge.case.spec(gid)
+    first = edge.case.batch.seq_lens[row] - edge.case.batch.n
+    assert (first - spec.window + 1) % spec.block_granularity != 0  # the window starts mid-page
+
+
+@EDGE
+@given(edges._hole_before_page_one())
+def test_a_hole_before_page_one_is_valid(case: Case) -> None:
+    check_tables(case.specs, case.tables, case.batch)
+    assert case.tables["swa0"][0][0] == 0 and case.tables["swa0"][1][0] == 1
+
+
+@EDGE
+@given(edges._w5_edge())
+def test_the_w5_edge_is_the_last_legal_page(pair: tuple[Case, Case]) -> None:
+    legal, over = pair
+    check_tables(legal.specs, legal.tables, legal.batch)
+    clause, gid, row, col = _reference_where(over)
+    ps = over.spec("full0").block_granularity
+    assert (clause, gid, row) == ("W5", "full0", 0)
+    assert (over.tables["full0"][0][col] + 1) * ps == 2**31 + ps
+
+
+@pytest.mark.parametrize("page_size", [2**30 + 1, 2**31, 2**40])
+def test_both_sides_refuse_a_page_size_past_2_30_as_w5(page_size: int) -> None:
+    with pytest.raises(ContractViolation, match=r"\[W5"):
+        decode_locs([[1, -1]], [1], page_size)
+    with pytest.raises(ContractViolation, match=r"\[W5"):
+        impl_group_locs([GroupSpec("g", "full", page_size)], {"g": torch.tensor([[1, -1]], dtype=torch.int32)},
+                        Batch((1,)))
+
+
+def test_a_page_size_of_2_30_is_legal_on_both_sides() -> None:
+    """Page 1 at page size 2^30 ends at slot 2^31 - 1 (kernel model only: the reference enumerates slots)."""
+    got = impl_group_locs([GroupSpec("g", "full", 2**30)], {"g": torch.tensor([[1, -1]], dtype=torch.int32)},
+                          Batch.extend((2**30 - 2,), (2,)))
+    assert got["g"].tolist() == [2**31 - 2, 2**31 - 1]
+    assert [sink_loc([1, -1], 2, 2**30, p) for p in (2**30 - 1, 2**30, 2**31 - 1)] == [2**31 - 1, 0, 2**30 - 1]
+
+
+@pytest.mark.parametrize("kind", [numpy.int64, numpy.int32, numpy.int16])
+def test_numpy_lengths_give_the_locations_of_python_ints(kind: type) -> None:
+    table = [[3, 4, -1]]
+    want = extend_locs(table, [1], [3], 2)
+    assert want == [7, 8, 9]
+    assert extend_locs(table, [kind(1)], [kind(3)], 2) == want
+    assert impl_extend_locs(torch.tensor(table, dtype=torch.int32), [kind(1)], [kind(3)], 2).tolist() == want
+    for call in (lambda: extend_locs(table, [1], [3.0], 2),
+                 lambda: impl_extend_locs(torch.tensor(table, dtype=torch.int32), [1], [3.0], 2)):
+        with pytest.raises(ContractViolation, match=r"\[T9"):
+            call()
