@@ -10,6 +10,7 @@ a kernel module without triton installed (``@jit`` as the identity) works the sa
 from __future__ import annotations
 
 import inspect
+import linecache
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -56,17 +57,29 @@ class _Rebinder:
         if hit is not None:
             return hit
         scope = dict(fn.__globals__)
-        rebuilt = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+        cells = [types.CellType() for _ in fn.__closure__ or ()]  # a kernel defined in a function: its free names
+        rebuilt = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, tuple(cells) or None)
         self.done[id(fn)] = rebuilt
         for name in fn.__code__.co_names:
-            value = scope.get(name)
-            if _is_triton_language(value) or isinstance(value, Language):
-                scope[name] = self.language
-            elif _is_triton(value):
-                scope[name] = self.triton
-            elif _is_jit(value) or (isinstance(value, types.FunctionType) and id(value) in self.jitted):
-                scope[name] = self.rebuild(python_function(value))
+            if name in scope:
+                scope[name] = self.stand_in(scope[name])
+        for cell, old in zip(cells, fn.__closure__ or (), strict=True):
+            try:
+                cell.cell_contents = self.stand_in(old.cell_contents)
+            except ValueError:  # a free name not bound yet stays unbound
+                pass
         return rebuilt
+
+    def stand_in(self, value: Any) -> Any:
+        """What a name the kernel reads becomes: the recording ``tl``, ``triton``'s stand-in, a rebuilt jit
+        function, or itself."""
+        if _is_triton_language(value) or isinstance(value, Language):
+            return self.language
+        if _is_triton(value):
+            return self.triton
+        if _is_jit(value) or (isinstance(value, types.FunctionType) and id(value) in self.jitted):
+            return self.rebuild(python_function(value))
+        return value
 
 
 def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace,
@@ -82,6 +95,29 @@ def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace,
     token = DIVISIONS.set(trace.divisions)
     try:
         rebinder.rebuild(fn)(**{n: arguments[n] for n in names})
+    except KernelNotSupported as exc:
+        raise KernelNotSupported(f"{exc}{_where(exc, rebinder)}") from None
     finally:
         DIVISIONS.reset(token)
     return trace
+
+
+def _where(exc: BaseException, rebinder: _Rebinder) -> str:
+    """``" (at FILE:LINE in FN: SOURCE)"``: the kernel line running when ``exc`` was raised (its innermost
+    frame in the kernel or a jit function it calls)."""
+    codes = {f.__code__ for f in rebinder.done.values()}
+    frames = [tb for tb in _tracebacks(exc.__traceback__) if tb.tb_frame.f_code in codes]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    code, line = frame.tb_frame.f_code, frame.tb_lineno
+    source = linecache.getline(code.co_filename, line).strip()
+    return f" (at {code.co_filename}:{line} in {code.co_name}: {source})"
+
+
+def _tracebacks(tb: types.TracebackType | None) -> list[types.TracebackType]:
+    out = []
+    while tb is not None:
+        out.append(tb)
+        tb = tb.tb_next
+    return out

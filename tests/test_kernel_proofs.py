@@ -360,3 +360,34 @@ def test_virtual_memory_serves_a_tensor_past_2_31_elements_sparsely() -> None:
     assert src.extent == 2 * stride + 1 and src.values == {2 * stride: 42} and len(dst.values) == 4
     (hit,) = log.hits
     assert (hit.kind, hit.lane, hit.offset) == ("load", 3, 3 * stride) and "past the end of src" in hit.nearest
+
+
+def test_a_refused_kernel_names_its_line() -> None:
+    import inspect
+
+    import triton
+    import triton.language as tl
+
+    import kvtable.impl.triton_kernels  # noqa: F401 (interpreter mode, set before triton decorates)
+    from kvtable.spec.kernel_binding import TensorSpec
+
+    @triton.jit
+    def branchy(x_ptr, n, BLOCK: tl.constexpr):
+        i = tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + i, mask=i < n)
+        if v > 0:
+            tl.store(x_ptr + i, v, mask=i < n)
+
+    @triton.jit
+    def loopy(x_ptr, n, BLOCK: tl.constexpr):
+        for j in range(0, n):
+            tl.store(x_ptr + j, j)
+
+    for kernel, line, what in ((branchy, "if v > 0:", "Python `if`"), (loopy, "for j in range(0, n):", "range bound")):
+        binding = Binding(kernel=kernel, clause="W3", params={"N": (1, 100)}, grid=("1",), scalars={"n": "N"},
+                          tensors={"x_ptr": TensorSpec("int32", ("N",), (1,))}, constexprs={"BLOCK": 16})
+        lines, first = inspect.getsourcelines(kernel.fn)
+        number = first + next(k for k, text in enumerate(lines) if line in text)
+        with pytest.raises(KernelNotSupported, match=what) as refused:
+            kq.in_bounds(binding)
+        assert f"test_kernel_proofs.py:{number} in {kernel.fn.__name__}: {line})" in str(refused.value)
