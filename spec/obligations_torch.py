@@ -72,14 +72,15 @@ def stacked_locs_is_the_encoding() -> Query:
     from kvtable.spec.torch_symbolic import Reads, SymTensor
 
     sizes, facts = {}, []
-    for name, low in (("G", 1), ("R", 0), ("W", 1), ("Gw", 0), ("Gp", 0), ("S", 0), ("bs", 1), ("n", 1)):
+    for name, low in (("G", 1), ("R", 0), ("W", 1), ("Gw", 0), ("Gp", 0), ("bs", 1), ("n", 1)):
         sizes[name], fact = _size(name, low)
         facts.append(fact)
-    facts += [sizes["R"] >= sizes["bs"], sizes["S"] >= sizes["bs"]]
+    facts.append(sizes["R"] >= sizes["bs"])
     reads = Reads()
     tables, widths, page_sizes = _stack(reads, sizes)
-    seq_lens = SymTensor.leaf("torch_seq_lens", (SymTensor.scalar(sizes["S"]),), torch.int32, reads)
     bs, n = SymTensor.scalar(sizes["bs"]), SymTensor.scalar(sizes["n"])
+    # int32 lengths of exactly bs rows; a longer tensor takes the same path (_fixed_positions slices and casts)
+    seq_lens = SymTensor.leaf("torch_seq_lens", (bs,), torch.int32, reads)
     positions = tk._fixed_positions(seq_lens, bs, n)
     rows = torch.arange(bs, device=tables.device).view(bs, 1)
     locs = tk._gather_locs(tables, widths, page_sizes, rows, positions)

@@ -1,14 +1,15 @@
 """A symbolic run of impl/torch_kernels.py's formulas: torch functions on z3 terms, one element at a time.
 
-``SymTensor`` is a tensor-like (torch's ``__torch_function__`` protocol sends ``torch.div``, ``torch.addcmul``,
-``torch.arange``, ``torch.where`` here): a shape whose sizes are ints or 0-d SymTensors (symbolic sizes), and an
-element function giving the z3 term of the element at symbolic indices. Elementwise operations broadcast (a
-size-1 dimension reads index 0); ``view`` only adds or drops size-1 dimensions; indexing with tensors reads
-the indexed tensor's elements and records each index with its dimension, so an obligation can ask that each
-lies inside it (torch raises on any other index: a refusal, never a wrong read). Integer semantics are
-torch's: int64 arithmetic wraps, ``torch.div(..., rounding_mode="floor")`` and ``%`` round toward minus
-infinity, a negative index counts from the end, ``.to(torch.int32)`` keeps the low bits. Anything else raises
-``KernelNotSupported`` naming it (as spec/kernel_values.py does for Triton).
+``SymTensor`` is a tensor-like (torch's ``__torch_function__`` protocol sends ``torch.div``, ``torch.add``,
+``torch.addcmul``, ``torch.arange``, ``torch.where`` here): a shape whose sizes are ints or 0-d SymTensors
+(symbolic sizes), and an element function giving the z3 term of the element at symbolic indices. Elementwise
+operations broadcast (a size-1 dimension reads index 0); ``view`` only adds or drops size-1 dimensions;
+indexing with tensors reads the indexed tensor's elements and records each index with its dimension, so an
+obligation can ask that each lies inside it (torch raises on any other index: a refusal, never a wrong read).
+Integer semantics are torch's: int64 arithmetic wraps, ``torch.div(..., rounding_mode="floor")`` and ``%``
+round toward minus infinity, a negative index counts from the end, ``.to(torch.int32)`` keeps the low bits.
+A Python ``if`` is taken only on a condition that simplifies to a constant (a size compared with itself).
+Anything else raises ``KernelNotSupported`` naming it (as spec/kernel_values.py does for Triton).
 """
 
 from __future__ import annotations
@@ -135,14 +136,18 @@ class SymTensor:
     def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
         kwargs.pop("device", None)
+        dtype = kwargs.pop("dtype", None)
         if func is torch.div and kwargs.pop("rounding_mode", None) == "floor" and not kwargs:
             return _map(floor_div, *args)
+        if func is torch.add and len(args) == 2 and not kwargs:
+            return _map(lambda a, b: a + b, *args)
         if func is torch.addcmul and len(args) == 3 and set(kwargs) <= {"value"}:
             value = kwargs.get("value", 1)
             return _map(lambda a, b, c: a + b * c * value, *args)
         if func is torch.arange and not kwargs and len(args) in (1, 2):
             start, end = (0, *args) if len(args) == 1 else args
-            return SymTensor((end - start,), lambda index: _term(start, 64) + index[0], torch.int64)
+            steps = SymTensor((end - start,), lambda index: _term(start, 64) + index[0], torch.int64)
+            return steps if dtype in (None, torch.int64) else steps.to(dtype)
         if func is torch.where and len(args) == 3 and not kwargs:
             return _map(z3.If, *args, dtype=_dtype(*args[1:]))
         raise KernelNotSupported(f"torch.{getattr(func, '__name__', func)} in a symbolic torch run")
@@ -246,5 +251,18 @@ class SymTensor:
     def __ge__(self, other: Any) -> SymTensor:
         return _map(lambda a, b: a >= b, self, other, result=torch.bool)
 
+    def __eq__(self, other: object) -> SymTensor:  # type: ignore[override]
+        return _map(lambda a, b: a == b, self, other, result=torch.bool)
+
+    def __ne__(self, other: object) -> SymTensor:  # type: ignore[override]
+        return _map(lambda a, b: a != b, self, other, result=torch.bool)
+
+    __hash__ = object.__hash__  # a key of impl's caches: by identity
+
     def __bool__(self) -> bool:
-        raise KernelNotSupported("a Python `if` on a symbolic tensor value in a symbolic torch run")
+        """A Python ``if`` on a 0-d condition that simplifies to a constant (the same size on both sides);
+        any other is refused."""
+        decided = z3.simplify(self.at(())) if not self.shape else None
+        if decided is None or not (z3.is_true(decided) or z3.is_false(decided)):
+            raise KernelNotSupported("a Python `if` on a symbolic tensor value in a symbolic torch run")
+        return z3.is_true(decided)
