@@ -53,8 +53,9 @@ def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str
 
     Kernels with the ``GroupedLocs`` fast path get the tables as they are (validation already gave
     them what it needs); otherwise the tables are stacked. ``seq_lens`` may live on the device;
-    nothing here reads it back. ``longest``, a bound on the lengths read off their CPU mirrors, goes
-    to the torch kernels' own ``grouped_locs`` (it skips the column sink when every table holds it).
+    nothing here reads it back. The torch kernels' own ``grouped_locs`` takes int64 lengths as they are and
+    ``longest``, a bound on the lengths read off their CPU mirrors (it skips the column sink when every
+    table holds it); other kernels get int32 lengths.
     """
     bs = seq_lens.shape[0]
     gids = sorted(tables)
@@ -65,11 +66,12 @@ def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str
     if grouped is not None:
         device = ordered[0].device
         out = torch.empty(len(gids), bs * n, dtype=torch.int32, device=device)
-        if longest is not None and getattr(type(kernels), "grouped_locs", None) is TorchKernels.grouped_locs:
-            grouped(ordered, block_sizes, upload(seq_lens, device), out, bs, n, longest=longest)
+        if getattr(type(kernels), "grouped_locs", None) is TorchKernels.grouped_locs:  # int32 or int64 lengths
+            seq = seq_lens if seq_lens.device == device else upload(seq_lens, device, seq_lens.dtype)
+            grouped(ordered, block_sizes, seq, out, bs, n, longest=longest)
         else:
             grouped(ordered, block_sizes, upload(seq_lens, device), out, bs, n)
-        return dict(zip(gids, out, strict=True))
+        return dict(zip(gids, out.unbind(), strict=True))
     stack, widths, sizes = stack_tables(ordered, bs, block_sizes)
     out = torch.empty(len(gids), bs * n, dtype=torch.int32, device=stack.device)
     kernels.stacked_locs(stack, widths, sizes, upload(seq_lens, stack.device), out, bs, n)
