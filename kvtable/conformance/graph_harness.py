@@ -19,7 +19,7 @@ import torch
 from kvtable.conformance.calls import loc_dtypes
 from kvtable.conformance.checks import Mismatch, check_tensor, first_difference, judge, reference_outcome
 from kvtable.conformance.core import Context
-from kvtable.reference import GraphModel
+from kvtable.reference import NULL_PAGE, GraphModel
 from kvtable.strategies import GraphSetup, Replay, as_tensor
 
 SENTINEL = 77
@@ -45,37 +45,65 @@ class GraphHarness:
         self.live_seq = [1] * setup.max_bs
         self.last: Replay | None = None
         """The last replay accepted with its own tables (``replay_again`` repeats its shape)."""
+        self.allocated: set[str] = set()
+        """Groups whose runner buffers exist and are compared (all from init, or each from its first capture)."""
 
     # -- G1 ---------------------------------------------------------------------------------------
     def init(self) -> None:
-        """G1: allocate; the buffers match the model's shapes, dtype, device and zero contents."""
+        """G1: allocate; the buffers match the model's shapes, dtype, device and zero contents.
+
+        Under a profile whose engine allocates at first capture (``buffers_at == "first-capture"``), a
+        group may have no buffers yet: it is compared from its first capture on (``allocate``).
+        """
         self.runner = judge("G1", "graph init", self.expected_init,
                             lambda: self.ctx.backend.graph(list(self.setup.specs), **self.setup.kwargs()),
                             lambda _g, _e: None)
         if self.model is None:
             return
-        if not self.ctx.profile.buffers_at_init:
-            return  # the profile's engine allocates a group's buffers at its first capture: compared from there
+        lazy = not self.ctx.profile.buffers_at_init
         for kind, buffers in self._buffer_dicts():
             names = sorted(buffers)
-            if names != sorted(self.model.groups):
+            if set(names) - set(self.model.groups) or (names != sorted(self.model.groups) and not lazy):
                 raise Mismatch("T6" if set(names) - set(self.model.groups) else "G1",
                                f"{kind} for groups {names}, expected the non-state groups "
-                               f"{sorted(self.model.groups)}")
-            for gid, buf in buffers.items():
-                if not isinstance(buf, torch.Tensor) or buf.dtype != torch.int32:
-                    raise Mismatch("G1", f"{kind}[{gid!r}] is not an int32 tensor")
-                self.pointers[(kind, gid)] = buf.data_ptr()
-        for gid, group in self.model.groups.items():
-            shape = tuple(self.runner.table_buffers[gid].shape)
-            if shape != (self.setup.max_bs, len(group.table[0])):
-                raise Mismatch("G1", f"table_buffers[{gid!r}] has shape {shape}, expected "
-                               f"{(self.setup.max_bs, len(group.table[0]))} (width ceil(max_kernel_pages*K/B)*r)")
-            shape = tuple(self.runner.loc_buffers[gid].shape)
-            if shape != (len(group.locs),):
-                raise Mismatch("G1", f"loc_buffers[{gid!r}] has shape {shape}, expected ({len(group.locs)},) "
-                               "= max_bs * spec_n")
+                               f"{sorted(self.model.groups)}" + (" (or, allocated lazily, some of them)" if lazy
+                                                                 else ""))
+        for gid in sorted(self.runner.table_buffers):
+            self._adopt("G1", gid)
         self.check_buffers("G1", "G1")
+
+    def _adopt(self, clause: str, gid: str) -> None:
+        """Start comparing ``gid``'s buffers: both exist, int32, the model's shapes; their pointers are kept."""
+        assert self.model is not None
+        group = self.model.groups[gid]
+        for kind, buffers in self._buffer_dicts():
+            buf = buffers.get(gid)
+            if not isinstance(buf, torch.Tensor) or buf.dtype != torch.int32:
+                raise Mismatch(clause, f"{kind}[{gid!r}] is not an int32 tensor"
+                               + ("" if buf is not None else " (it is missing)"))
+            self.pointers[(kind, gid)] = buf.data_ptr()
+        shape = tuple(self.runner.table_buffers[gid].shape)
+        if shape != (self.setup.max_bs, len(group.table[0])):
+            raise Mismatch(clause, f"table_buffers[{gid!r}] has shape {shape}, expected "
+                           f"{(self.setup.max_bs, len(group.table[0]))} (width ceil(max_kernel_pages*K/B)*r)")
+        shape = tuple(self.runner.loc_buffers[gid].shape)
+        if shape != (len(group.locs),):
+            raise Mismatch(clause, f"loc_buffers[{gid!r}] has shape {shape}, expected ({len(group.locs)},) "
+                           "= max_bs * spec_n")
+        self.allocated.add(gid)
+
+    def allocate(self, gid: str) -> None:
+        """G1 at a group's first capture (lazy engines): its buffers now exist and hold zeros, as the model's do.
+
+        Replays before this capture wrote only the groups already allocated; a graph captured now reads
+        the fresh zeros (page 0, the sink) until the next replay.
+        """
+        assert self.model is not None
+        group = self.model.groups[gid]
+        for row in group.table:
+            row[:] = [NULL_PAGE] * len(row)
+        group.locs[:] = [0] * len(group.locs)
+        self._adopt("G2", gid)
 
     def _buffer_dicts(self) -> tuple[tuple[str, dict[str, torch.Tensor]], ...]:
         return (("table_buffers", self.runner.table_buffers), ("loc_buffers", self.runner.loc_buffers))
@@ -87,11 +115,11 @@ class GraphHarness:
         for kind, buffers in self._buffer_dicts():
             for gid, buf in buffers.items():
                 if buf.data_ptr() != self.pointers.setdefault((kind, gid), buf.data_ptr()):
-                    raise Mismatch("G2", f"{kind}[{gid!r}] moved: data_ptr changed since graph init "
+                    raise Mismatch("G2", f"{kind}[{gid!r}] moved: data_ptr changed since it was allocated "
                                    "(captured graphs would read the old storage)")
         for gid, group in self.model.groups.items():
-            if gid not in self.runner.table_buffers and not self.ctx.profile.buffers_at_init:
-                continue  # not captured yet: no buffer to compare
+            if gid not in self.allocated:
+                continue  # allocated lazily and not captured yet: no graph reads it, nothing to compare
             got = self.runner.table_buffers[gid].tolist()
             if got != group.table:
                 row = next(r for r, (g, e) in enumerate(zip(got, group.table, strict=True)) if g != e)
@@ -153,6 +181,8 @@ class GraphHarness:
         before = len(self.views)
         judge("G2", f"capture(bs={bs})", expected,
               lambda: self.runner.capture(bs, list(group_ids), tokens_per_req), compare)
+        for gid in sorted(set(self.views[-1][2]) - self.allocated if len(self.views) > before else ()):
+            self.allocate(gid)
         self.check_views()
         return before if len(self.views) > before else None
 
@@ -228,7 +258,9 @@ class GraphHarness:
         for _, buffers in self._buffer_dicts():
             for buf in buffers.values():
                 buf.fill_(value)
-        for group in self.model.groups.values():
+        for gid, group in self.model.groups.items():
+            if gid not in self.allocated:
+                continue  # no buffer yet: allocation will start it at zero
             for row in group.table:
                 row[:] = [value] * len(row)
             group.locs[:] = [value] * len(group.locs)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from hypothesis import strategies as st
 
-from kvtable.reference import GroupSpec
+from kvtable.reference import GraphModel, GroupSpec
 from kvtable.reference.model import Table
 from kvtable.strategies.batches import KERNEL_PAGE_SIZES, MAX_N, as_tensor, ceil_div, draw_case, draw_group_specs
 from kvtable.strategies.draws import BOOLEANS, TAIL_PADS, between, pick, rng
@@ -133,12 +133,16 @@ class GraphCase:
     replay: Replay
 
 
-@st.composite
-def graph_cases(draw: st.DrawFn) -> GraphCase:
+def draw_graph_case(draw: st.DrawFn) -> GraphCase:
     """A graph setup, a few captures (bs, group ids, tokens per request) and one valid replay."""
     setup = draw_setup(draw)
     captures = tuple(draw_capture(draw, setup) for _ in range(draw(between(1, 3))))
     return GraphCase(setup, captures, draw_replay(draw, setup))
+
+
+@st.composite
+def graph_cases(draw: st.DrawFn) -> GraphCase:
+    return draw_graph_case(draw)
 
 
 def repage(setup: GraphSetup, step: Replay, rand: random.Random) -> Replay:
@@ -165,3 +169,80 @@ def repage(setup: GraphSetup, step: Replay, rand: random.Random) -> Replay:
 def repaged(draw: st.DrawFn, setup: GraphSetup, step: Replay) -> Replay:
     """:func:`repage` with a drawn seed."""
     return repage(setup, step, rng(draw))
+
+
+@dataclass(frozen=True)
+class StaleSeq:
+    """A valid graph case whose replay then comes again with row ``row`` at a stale ``seq_len``."""
+
+    case: GraphCase
+    row: int
+    seq_len: int
+    on_pad: bool
+    """Some token of the stale row falls on a pad entry (-1 or 0) inside every group's buffer width, as a
+    stale length inside the width does (the -2 of a kernel without the negative-page clamp); otherwise
+    the length reaches past every group's buffer."""
+
+
+def live_rows(step: Replay, group_ids: Sequence[str]) -> int:
+    """G3: the rows a replay fills from its tables, ``min(bs, rows delivered, actual_bs)``."""
+    return min(step.bs, *(len(step.tables[g]) for g in group_ids),
+               step.bs if step.actual_bs is None else step.actual_bs)
+
+
+def _pad_lengths(setup: GraphSetup, step: Replay, row: int, lengths: range) -> list[int]:
+    """The lengths of ``lengths`` whose last token falls on a pad entry of ``row`` in some group's buffer
+    (as the model fills it from ``step``): -1 pads first, then 0 pads where a -1 is never reached."""
+    model = GraphModel(setup.specs, **setup.kwargs())
+    staged = model.replay_fill(step.tables, step.bs, step.actual_bs)
+    hits: dict[int, list[int]] = {-1: [], 0: []}
+    for seq in lengths:
+        entries = {staged[gid][row][(seq - 1) // group.page_size] for gid, group in model.groups.items()}
+        for pad in hits:
+            if pad in entries and (pad == -1 or not hits[-1]):
+                hits[pad].append(seq)
+    return hits[-1] or hits[0]
+
+
+def draw_stale_seq(draw: st.DrawFn) -> StaleSeq:
+    """A stale length for one live row: usually on a pad inside every buffer's width (tail pad -1 mostly),
+    else past every buffer."""
+    gc = draw_graph_case(draw)
+    if draw(between(0, 3)):
+        gc = replace(gc, setup=replace(gc.setup, tail_pad=-1))
+    step, setup = gc.replay, gc.setup
+    live = live_rows(step, [s.group_id for s in setup.attention])
+    assume(live >= 1)
+    row = draw(between(0, live - 1))
+    capacity = min(setup.source_width(s) * s.block_granularity for s in setup.attention)
+    reach = max(setup.source_width(s) * s.block_granularity for s in setup.attention)
+    inside = _pad_lengths(setup, step, row, range(step.seq_lens[row] + 1, capacity + 1)) if draw(between(0, 3)) else []
+    if inside:
+        return StaleSeq(gc, row, pick(draw, inside), True)
+    return StaleSeq(gc, row, reach + draw(between(1, 64)), False)
+
+
+@st.composite
+def stale_seq_cases(draw: st.DrawFn) -> StaleSeq:
+    return draw_stale_seq(draw)
+
+
+def draw_short_row(draw: st.DrawFn, setup: GraphSetup) -> Replay:
+    """A replay with one live row at seq_len 0 (T9) or, at N > 1, shorter than N (W2): the reference refuses
+    it, an engine that clamps short rows (tokenspeed) writes position 0 of the row's own page."""
+    step = draw_replay(draw, setup)
+    live = live_rows(step, [s.group_id for s in setup.attention])
+    assume(live >= 1)
+    row = draw(between(0, live - 1))
+    seq = list(step.seq_lens)
+    seq[row] = draw(between(0, step.tokens_per_req - 1))
+    live_seq = list(step.live_seq)
+    live_seq[row] = max(seq[row], 1)
+    return replace(step, seq_lens=tuple(seq), live_seq=tuple(live_seq))
+
+
+@st.composite
+def short_row_cases(draw: st.DrawFn) -> tuple[GraphCase, Replay]:
+    """A graph case and, for its runner, a replay with one short live row (:func:`draw_short_row`)."""
+    gc = draw_graph_case(draw)
+    return gc, draw_short_row(draw, gc.setup)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, precondition, rule
 
@@ -20,12 +19,23 @@ from kvtable.conformance import kernel_model
 from kvtable.conformance.checks import Mismatch, call_backend, first_difference
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.graph_harness import BAD_STEPS, STALE_KINDS, GraphHarness
-from kvtable.conformance.levels import SAFETY
+from kvtable.conformance.levels import CORRECTNESS, SAFETY, STRICTNESS
+from kvtable.errors import Unsupported
 from kvtable.reference import GroupSpec
+from kvtable.reference.graph import GroupBuffers
 from kvtable.reference.safety import token_positions, unsafe_writes
 from kvtable.strategies import MAX_N, GraphCase, GraphSetup, Replay, graph_cases, graph_setups
-from kvtable.strategies.draws import BOOLEANS, SEEDS, between, pick, rng
-from kvtable.strategies.graph import Capture, draw_capture, draw_replay, repage
+from kvtable.strategies.draws import SEEDS, between, pick, rng
+from kvtable.strategies.graph import (
+    Capture,
+    StaleSeq,
+    draw_capture,
+    draw_replay,
+    live_rows,
+    repage,
+    short_row_cases,
+    stale_seq_cases,
+)
 
 _NEEDS = ("graph",)
 
@@ -71,83 +81,93 @@ def _graph_replay_twice(ctx: Context, arg: tuple[GraphCase, Replay]) -> None:
     h.replay(again)
 
 
-@dataclass(frozen=True)
-class StaleSeq:
-    """A valid graph case whose replay then comes again with row ``row`` at a stale ``seq_len``."""
-
-    case: GraphCase
-    row: int
-    seq_len: int
-    inside: bool
-    """The stale length stays inside every group's buffer width (it lands on a tail pad, vLLM #53982's
-    neighbourhood), rather than reaching past the buffer."""
-
-
-def _live_rows(step: Replay, groups: object) -> int:
-    return min(step.bs, *(len(step.tables[g]) for g in groups), step.bs if step.actual_bs is None else step.actual_bs)
-
-
-@st.composite
-def _stale_seq(draw: st.DrawFn) -> StaleSeq:
-    gc = draw(_GRAPH_CASES)
-    step, setup = gc.replay, gc.setup
-    live = _live_rows(step, [s.group_id for s in setup.attention])
-    assume(live >= 1)
-    row = draw(between(0, live - 1))
-    capacity = min(setup.source_width(s) * s.block_granularity for s in setup.attention)
-    reach = max(setup.source_width(s) * s.block_granularity for s in setup.attention)
-    inside = draw(BOOLEANS) and step.seq_lens[row] < capacity
-    seq_len = (draw(between(step.seq_lens[row] + 1, capacity)) if inside else reach + draw(between(1, 64)))
-    return StaleSeq(gc, row, seq_len, inside)
-
-
 def _graph_stale_seq(ctx: Context, stale_case: StaleSeq) -> None:
-    """G4: a live row's seq_len past its pages (on a tail pad inside the buffer, or past the buffer) is
-    reported, or its tokens land where ``kernel_model.stacked_locs`` sinks them: the null page.
+    """G4 at the safety tier: a live row's seq_len past its pages (on a pad inside the buffer width, or past
+    the buffer) never writes outside the slots ``reference.safety`` allows, whatever the backend.
 
-    The reference reports it (T4/T8). A runner that does not (no sync on the device lengths) must mask
-    its table read by the group's width and send the token to the null page: never to another row's
-    page (vLLM #53982), never past the buffer. Its tables are filled as usual.
+    Stale lengths are the input of a real bug: a stale seq_len on the -1 tail pad inside a buffer's width
+    gave -2 from a kernel without the negative-page clamp. Any refusal is safe; the reference's is T4/T8
+    named (strictness otherwise). A runner that does not refuse (no sync on device lengths) is expected to
+    send the stale tokens where ``kernel_model.stacked_locs`` sinks them, the null page: another safe slot
+    is a strictness note, a wrong location of a row that is not stale is a correctness failure. The
+    captures come first (a lazily allocating runner has buffers from its first capture on).
     """
     gc, row = stale_case.case, stale_case.row
-    h = GraphHarness(ctx, gc.setup)
+    setup = gc.setup
+    h = GraphHarness(ctx, setup)
     h.init()
     model = h.model
     assert model is not None
+    h.capture(setup.max_bs, [s.group_id for s in setup.attention], setup.spec_n)
     step = gc.replay
     h.replay(step)  # the model's staged rows for this delivery
     seq = list(step.seq_lens)
     seq[row] = stale_case.seq_len
     stale = replace(step, seq_lens=tuple(seq))
-    got = call_backend(lambda: h.runner.replay(stale.bs, stale.tensors(), stale.seq_tensor(), stale.tokens_per_req,
-                                               actual_bs=stale.actual_bs))
-    if got.raised:
-        if got.clause not in ("T4", "T8"):
-            raise Mismatch("G4", f"stale seq_len {seq[row]}: raised [{got.clause}], expected T4/T8 or null-page writes")
+    what = f"replay with row {row} at stale seq_len {seq[row]}"
+    try:
+        got = call_backend(lambda: h.runner.replay(stale.bs, stale.tensors(), stale.seq_tensor(),
+                                                   stale.tokens_per_req, actual_bs=stale.actual_bs))
+    except Unsupported:
+        raise
+    except Exception as err:  # any refusal is safe
         h.check_buffers()
+        raise Mismatch("G4", f"{what}: refused, unnamed: {type(err).__name__}: {err} (expected ContractViolation "
+                       "[T4] or [T8], or null-page writes)", tier=STRICTNESS, kind="refused, unnamed") from err
+    if got.raised:
+        h.check_buffers()
+        if got.clause not in ("T4", "T8"):
+            raise Mismatch("G4", f"{what}: raised [{got.clause}], expected [T4] or [T8] (or null-page writes)",
+                           tier=STRICTNESS, kind=f"refused as {got.clause}")
         return
-    n = stale.tokens_per_req
-    live = _live_rows(stale, model.groups)
+    live = live_rows(stale, list(model.groups))
     for gid, group in model.groups.items():
-        width, ps = len(group.table[0]), group.page_size
-        out = [[0] * (stale.bs * n)]
-        kernel_model.stacked_locs([group.table], [width], [ps], seq, out, stale.bs, n)
-        expected = ctx.profile.pad_rows(out[0], live, n)
-        got_locs = h.runner.loc_buffers[gid].tolist()[: stale.bs * n]
-        if got_locs == expected:
-            continue
-        tokens = token_positions("verify", seq, n=n, actual_bs=live)
-        unsafe = unsafe_writes(group.table, got_locs, tokens, ps, group=gid, pad_slot=ctx.profile.pad_slot)
-        where = (f"loc_buffers[{gid!r}] after a replay with row {row} at stale seq_len {seq[row]} "
-                 f"(buffer holds {width} columns of {ps})")
-        if unsafe:  # another request's page, a negative slot: the safety tier
-            bad = unsafe[0]
-            raise Mismatch("G4", f"{where}: row {bad.row} token {bad.token} position {bad.position} wrote loc "
-                           f"{bad.loc}: {bad.reason}\n  got      {got_locs}\n  expected {expected}", tier=SAFETY,
-                           kind="unsafe write: " + bad.reason.split(":")[0][:40])
-        raise Mismatch("G4", f"{where}: {first_difference(got_locs, expected)}\n  got      {got_locs}\n"
-                       f"  expected {expected} (pads and columns past the width read as the null page 0; what "
-                       "was written is safe, but not the sink)")
+        _check_stale_group(ctx, h, gid, group, stale, row, live)
+
+
+def _check_stale_group(ctx: Context, h: GraphHarness, gid: str, group: GroupBuffers, stale: Replay, row: int,
+                       live: int) -> None:
+    """One group's buffers after an accepted stale replay: safe writes first, then the fill and the sink."""
+    seq, n = list(stale.seq_lens), stale.tokens_per_req
+    width, ps = len(group.table[0]), group.page_size
+    got_locs = h.runner.loc_buffers[gid].tolist()[: stale.bs * n]
+    where = (f"loc_buffers[{gid!r}] after a replay with row {row} at stale seq_len {seq[row]} "
+             f"(buffer holds {width} columns of {ps})")
+    tokens = token_positions("verify", seq, n=n, actual_bs=live)
+    unsafe = unsafe_writes(group.table, got_locs, tokens, ps, group=gid, pad_slot=ctx.profile.pad_slot)
+    if unsafe:  # another request's page, a negative slot: the safety tier
+        bad = unsafe[0]
+        raise Mismatch("G4", f"{where}: group {gid!r} row {bad.row} token {bad.token} position {bad.position} "
+                       f"wrote loc {bad.loc}: {bad.reason}\n  got      {got_locs}", tier=SAFETY,
+                       kind="unsafe write: " + bad.reason.split(":")[0][:40])
+    got_table = h.runner.table_buffers[gid].tolist()
+    if got_table != group.table:
+        raise Mismatch("G3", f"table_buffers[{gid!r}] after the stale replay: "
+                       f"{first_difference(got_table, group.table)} (the fill does not depend on seq_lens)")
+    out = [[0] * (stale.bs * n)]
+    kernel_model.stacked_locs([group.table], [width], [ps], seq, out, stale.bs, n)
+    expected = ctx.profile.pad_rows(out[0], live, n)
+    wrong = [i for i, (g, e) in enumerate(zip(got_locs, expected, strict=True)) if g != e]
+    if not wrong:
+        return
+    fresh = [i for i in wrong if i // n != row]
+    raise Mismatch("G4", f"{where}: {first_difference(got_locs, expected)}\n  got      {got_locs}\n"
+                   f"  expected {expected} (pads and columns past the width read as the null page 0"
+                   + ("; a row that is not stale is wrong)" if fresh else "; what was written is safe, but not "
+                      "the sink)"), tier=CORRECTNESS if fresh else STRICTNESS,
+                   kind="wrong location" if fresh else "safe, not the sink")
+
+
+def _graph_short_rows(ctx: Context, arg: tuple[GraphCase, Replay]) -> None:
+    """G4 with T9 / W2: a live row at seq_len 0, or shorter than N, is refused before anything is written, as
+    the eager calls refuse it; under a profile whose engine clamps short rows, it writes the clamped slots."""
+    gc, short = arg
+    h = GraphHarness(ctx, gc.setup)
+    h.init()
+    for bs, ids, tpr in gc.captures:
+        h.capture(bs, ids, tpr)
+    h.scribble()
+    h.replay(short, clause="G4")
 
 
 @st.composite
@@ -329,7 +349,11 @@ PROPERTIES = (
     Property("graph/replay-twice", "G3", "a second replay of the same shape with fresh page ids refills "
              "every buffer (no cache keyed by shape)", _twice_cases(), _graph_replay_twice, weight=2, needs=_NEEDS),
     Property("graph/stale-seq-lens", "G4", "a stale seq_len (on a tail pad inside the buffer, or past it) writes "
-             "the null page, nothing else", _stale_seq(), _graph_stale_seq, needs=_NEEDS),
+             "only allowed slots (the null page), or is refused", stale_seq_cases(), _graph_stale_seq, tier=SAFETY,
+             needs=_NEEDS),
+    Property("graph/short-rows", "G4", "a live row at seq_len 0 or shorter than N is refused (T9, W2), or "
+             "clamped where the profile says so", short_row_cases(), _graph_short_rows, tier=STRICTNESS,
+             needs=_NEEDS),
     Property("graph/stale-guard", "G5", "missing, empty, extra or state-only deliveries are refused unwritten",
              _stale_cases(), _graph_stale, tier=SAFETY, needs=_NEEDS),
     Property("graph/state-only", "T6", "a runner over state groups only: no buffers, no views, replay refused",
