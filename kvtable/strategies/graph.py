@@ -80,8 +80,9 @@ _DELIVERIES = ("padded", "live rows only", "garbage dummy rows")
 _GARBAGE = (-1, 5, 7)
 
 
-def draw_replay(draw: st.DrawFn, setup: GraphSetup, *, bs: int | None = None) -> Replay:
-    """A replay the reference accepts: every live position falls on a real page inside the buffer."""
+def draw_replay(draw: st.DrawFn, setup: GraphSetup, *, bs: int | None = None, min_live: int = 0) -> Replay:
+    """A replay the reference accepts: every live position falls on a real page inside the buffer (at least
+    ``min_live`` live rows)."""
     bs = bs or draw(between(1, setup.max_bs))
     attention = setup.attention
     limit = min(setup.source_width(s) * s.block_granularity for s in attention)
@@ -92,7 +93,7 @@ def draw_replay(draw: st.DrawFn, setup: GraphSetup, *, bs: int | None = None) ->
     n = draw(between(1, min(setup.spec_n, limit)))
     delivery = pick(draw, _DELIVERIES)
     case = draw_case(draw, modes=("verify",), specs=setup.specs, kernel_page_size=setup.kernel_page_size, bs=bs,
-                     n=n, max_seq=limit, widths=widths, min_live=int(delivery == "live rows only"))
+                     n=n, max_seq=limit, widths=widths, min_live=max(min_live, int(delivery == "live rows only")))
     live = case.batch.live_rows
     tables: dict[str, Table] = {gid: [list(r) for r in t] for gid, t in case.tables.items()}
     actual_bs = case.batch.actual_bs
@@ -133,11 +134,11 @@ class GraphCase:
     replay: Replay
 
 
-def draw_graph_case(draw: st.DrawFn) -> GraphCase:
+def draw_graph_case(draw: st.DrawFn, *, min_live: int = 0) -> GraphCase:
     """A graph setup, a few captures (bs, group ids, tokens per request) and one valid replay."""
     setup = draw_setup(draw)
     captures = tuple(draw_capture(draw, setup) for _ in range(draw(between(1, 3))))
-    return GraphCase(setup, captures, draw_replay(draw, setup))
+    return GraphCase(setup, captures, draw_replay(draw, setup, min_live=min_live))
 
 
 @st.composite
@@ -207,13 +208,11 @@ def _pad_lengths(setup: GraphSetup, step: Replay, row: int, lengths: range) -> l
 def draw_stale_seq(draw: st.DrawFn) -> StaleSeq:
     """A stale length for one live row: usually on a pad inside every buffer's width (tail pad -1 mostly),
     else past every buffer."""
-    gc = draw_graph_case(draw)
+    gc = draw_graph_case(draw, min_live=1)
     if draw(between(0, 3)):
         gc = replace(gc, setup=replace(gc.setup, tail_pad=-1))
     step, setup = gc.replay, gc.setup
-    live = live_rows(step, [s.group_id for s in setup.attention])
-    assume(live >= 1)
-    row = draw(between(0, live - 1))
+    row = draw(between(0, live_rows(step, [s.group_id for s in setup.attention]) - 1))
     capacity = min(setup.source_width(s) * s.block_granularity for s in setup.attention)
     reach = max(setup.source_width(s) * s.block_granularity for s in setup.attention)
     inside = _pad_lengths(setup, step, row, range(step.seq_lens[row] + 1, capacity + 1)) if draw(between(0, 3)) else []
@@ -230,10 +229,8 @@ def stale_seq_cases(draw: st.DrawFn) -> StaleSeq:
 def draw_short_row(draw: st.DrawFn, setup: GraphSetup) -> Replay:
     """A replay with one live row at seq_len 0 (T9) or, at N > 1, shorter than N (W2): the reference refuses
     it, an engine that clamps short rows (tokenspeed) writes position 0 of the row's own page."""
-    step = draw_replay(draw, setup)
-    live = live_rows(step, [s.group_id for s in setup.attention])
-    assume(live >= 1)
-    row = draw(between(0, live - 1))
+    step = draw_replay(draw, setup, min_live=1)
+    row = draw(between(0, live_rows(step, [s.group_id for s in setup.attention]) - 1))
     seq = list(step.seq_lens)
     seq[row] = draw(between(0, step.tokens_per_req - 1))
     live_seq = list(step.live_seq)
