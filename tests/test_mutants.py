@@ -92,10 +92,10 @@ def test_mutant_is_killed_by_its_clause_property(mutant: SourceMutant) -> None:
 
 
 def test_every_validator_clause_has_a_mutant() -> None:
-    """The clauses impl's validator checks (debug mode's table checks and the host's) each lose their check in
-    one mutant at least."""
+    """The clauses impl's validator checks (debug mode's table checks and the host's) and its selection (S1/S2)
+    each lose their check in one mutant at least."""
     dropped = {m.clause for m in KILLED_BY_NAME}
-    assert dropped >= {"T1", "T2", "T3", "T4", "T5", "T7", "T8", "T9", "W2", "W5", "E1"}
+    assert dropped >= {"T1", "T2", "T3", "T4", "T5", "T7", "T8", "T9", "W2", "W5", "E1", "S1", "S2"}
 
 
 def test_checker_page0_is_a_real_bug() -> None:

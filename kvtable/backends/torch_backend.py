@@ -15,8 +15,18 @@ from kvtable.impl.checker import check_write_locs as strong_check
 from kvtable.impl.expand import expand_table as impl_expand
 from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.kernels import Kernels
+from kvtable.impl.mixin import CacheGroupsMixin
 from kvtable.impl.torch_kernels import TORCH_KERNELS
 from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec
+
+
+class TorchCacheGroups(CacheGroupsMixin):
+    """impl's ``CacheGroupsMixin`` on its own, configured per instance (the engine-facing adapter)."""
+
+    def __init__(self, specs: Sequence[GroupSpec], **settings: object) -> None:
+        for name, value in settings.items():
+            setattr(self, name, value)
+        self.learn_cache_groups(specs)
 
 
 class TorchBackend:
@@ -65,3 +75,12 @@ class TorchBackend:
         return GroupGraphBuffers(specs, max_bs=max_bs, max_kernel_pages=max_kernel_pages,
                                  kernel_page_size=kernel_page_size, spec_n=spec_n, tail_pad=tail_pad,
                                  expand=expand, device=self.device, kernels=self.kernels)
+
+    def cache_groups(self, specs: Sequence[GroupSpec], *, kernel_page_size: int, max_num_pages: int,
+                     spec_num_tokens: int = 1, is_draft: bool = False, expand_tables: bool = True,
+                     tail_pad: int = DEFAULT_TAIL_PAD) -> TorchCacheGroups:
+        """The engine-facing adapter (S1/S2 selection, per-step metadata) over this backend's kernels."""
+        return TorchCacheGroups(specs, kernel_page_size=kernel_page_size, max_num_pages=max_num_pages,
+                                spec_num_tokens=spec_num_tokens, is_draft=is_draft, expand_tables=expand_tables,
+                                table_tail_pad=tail_pad, device=self.device, kernels=self.kernels,
+                                cache_debug=self.debug)

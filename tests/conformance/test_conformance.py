@@ -8,9 +8,7 @@ from kvtable.conformance.properties import PROPERTIES, Property
 from kvtable.conformance.runner import run_property
 from kvtable.spec.clauses import CLAUSES
 
-UNTESTED = {"W0": "slot-meaning is the definition every location property compares against",
-            "S1": "group selection is not part of the Backend protocol (reference tests cover it)",
-            "S2": "loc selection is not part of the Backend protocol (reference tests cover it)"}
+UNTESTED = {"W0": "slot-meaning is the definition every location property compares against"}
 
 
 @pytest.mark.parametrize("prop", PROPERTIES, ids=[p.name for p in PROPERTIES])

@@ -22,6 +22,7 @@ from kvtable.conformance.properties import (
     expansion,
     graph,
     grouped_locs,
+    groups,
     kernels,
     lone_locs,
     rejects,
@@ -38,6 +39,7 @@ PROPERTIES: tuple[Property, ...] = (
     *rejects.PROPERTIES,
     *safety.PROPERTIES,
     *edges.PROPERTIES,
+    *groups.PROPERTIES,
 )
 
 BY_NAME = {p.name: p for p in PROPERTIES}
