@@ -104,9 +104,17 @@ class LocationContract:
         if self.clause == "W3":
             live = signed(self.r.launch.expr(self.r.roles["tokens"]))
             padded = signed(self.r.launch.expr(self.r.roles.get("padded", self.r.roles["tokens"])))
-            row, pos = self.r.value("rows", i), self.r.value("positions", i)
-            facts = [z3.Implies(i < live, z3.And(row >= 0, row < self.r.size("table", -2), pos >= 0))]
-            return row, pos, z3.And(i >= 0, i < padded), facts
+            in_range, facts = z3.And(i >= 0, i < padded), []
+            if self.r.roles.get("rows") == "program":  # one program per request, its tokens [qsl[r], qsl[r+1])
+                row = signed(self.r.launch.pids[0])
+                start, end = (self.r.value("query_start_loc", row + k) for k in (0, 1))
+                in_range = z3.And(in_range, start <= i, i < end)
+                facts.append(z3.And(0 <= start, start <= end, end <= live))  # sorted, inside the live tokens
+            else:
+                row = self.r.value("rows", i)
+            pos = self.r.value("positions", i)
+            facts.append(z3.Implies(i < live, z3.And(row >= 0, row < self.r.size("table", -2), pos >= 0)))
+            return row, pos, in_range, facts
         n, bs = self.r.value("n"), self.r.value("bs")
         row, t = i / n, i % n
         seq = self.r.value("lengths", row)

@@ -78,12 +78,17 @@ def _layout(launch: Launch, trace: Trace) -> list[z3.BoolRef]:
 
 
 def trusted(launch: Launch, trace: Trace) -> list[z3.BoolRef]:
-    """The inputs the binding says the host validates (role ``trusted``: ``rows``, ``positions``): each row
-    index a row of the table, each position >= 0, wherever the kernel loads one."""
+    """The inputs the binding says the host validates (role ``trusted``: ``rows``, ``positions``,
+    ``query_start_loc``): each row index a row of the table, each position >= 0, wherever the kernel loads one;
+    the program's request spans ``0 <= qsl[r] <= qsl[r+1] <= tokens``."""
     names = launch.binding.roles.get("trusted", "").split()
     tensors = {launch.binding.roles[r]: r for r in names if r in ("rows", "positions")}
     table = launch.binding.roles.get("table")
     facts = []
+    if "query_start_loc" in names:  # request r's tokens are [qsl[r], qsl[r+1]), inside the live tokens
+        qsl, r = launch.binding.roles["query_start_loc"], signed(launch.pids[0])
+        start, end = (signed(launch.element(qsl, (r + k,))) for k in (0, 1))
+        facts.append(z3.And(0 <= start, start <= end, end <= signed(launch.expr(launch.binding.roles["tokens"]))))
     for load in trace.loads:
         role = tensors.get(load.pointer.tensor)
         if role is None:

@@ -63,6 +63,8 @@ class _Rebinder:
         for name in fn.__code__.co_names:
             if name in scope:
                 scope[name] = self.stand_in(scope[name])
+        if "range" in fn.__code__.co_names and "range" not in scope:  # the builtin, for symbolic bounds
+            scope["range"] = self.language.range
         for cell, old in zip(cells, fn.__closure__ or (), strict=True):
             try:
                 cell.cell_contents = self.stand_in(old.cell_contents)

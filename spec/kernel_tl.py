@@ -7,12 +7,15 @@ dtypes); anything else raises ``KernelNotSupported`` naming it, never a silent g
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import builtins
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import z3
 
+from kvtable.spec.kernel_loops import check_independent, one_iteration
 from kvtable.spec.kernel_values import (
     DTYPES,
     INT1,
@@ -54,6 +57,10 @@ class Trace:
     lanes: dict[int, z3.BitVecRef] = field(default_factory=dict)
     """One int32 lane per block length."""
     divisions: list[Division] = field(default_factory=list)
+    path: list[z3.BoolRef] = field(default_factory=list)
+    """The conditions of the loops now running (spec/kernel_loops.py): every access is guarded by them."""
+    assumptions: list[z3.BoolRef] = field(default_factory=list)
+    """What defines the loops' symbolic iterations."""
 
     @property
     def loads(self) -> list[Access]:
@@ -69,7 +76,8 @@ class Trace:
         return self.lanes[length]
 
     def lane_ranges(self) -> list[z3.BoolRef]:
-        return [z3.And(lane >= 0, lane < length) for length, lane in self.lanes.items()]
+        """Each lane inside its block, each loop iteration defined."""
+        return [*(z3.And(lane >= 0, lane < length) for length, lane in self.lanes.items()), *self.assumptions]
 
 
 class constexpr:  # noqa: N801 (the name kernels annotate with)
@@ -124,7 +132,18 @@ class Language:
         self._record("store", pointer, _mask(mask), stored)
 
     def _record(self, kind: str, pointer: Pointer, mask: z3.BoolRef, value: Sym) -> None:
-        self._trace.accesses.append(Access(kind, len(self._trace.accesses), pointer, mask, value))
+        guarded = z3.And(mask, *self._trace.path) if self._trace.path else mask
+        self._trace.accesses.append(Access(kind, len(self._trace.accesses), pointer, guarded, value))
+
+    # Loops ------------------------------------------------------------------------------------------
+    def range(self, *args: object) -> Iterator[object]:
+        """``range``/``tl.range``: Python's for int bounds; one symbolic iteration for symbolic bounds."""
+        if all(isinstance(a, int) for a in args):
+            return iter(builtins.range(*args))
+        start, end, step = (0, *args, 1)[-3:] if len(args) == 1 else (*args, 1)[:3]
+        caller = sys._getframe(1)
+        check_independent(caller.f_code, caller.f_lineno)
+        return one_iteration(start, end, step, self._trace.path, self._trace.assumptions)
 
     # Element-wise ----------------------------------------------------------------------------------
     @staticmethod

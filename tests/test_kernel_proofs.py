@@ -380,10 +380,11 @@ def test_a_refused_kernel_names_its_line() -> None:
 
     @triton.jit
     def loopy(x_ptr, n, BLOCK: tl.constexpr):
-        for j in range(0, n):
+        for j in range(0, BLOCK, n):
             tl.store(x_ptr + j, j)
 
-    for kernel, line, what in ((branchy, "if v > 0:", "Python `if`"), (loopy, "for j in range(0, n):", "range bound")):
+    for kernel, line, what in ((branchy, "if v > 0:", "Python `if`"),
+                               (loopy, "for j in range(0, BLOCK, n):", "positive constexpr")):
         binding = Binding(kernel=kernel, clause="W3", params={"N": (1, 100)}, grid=("1",), scalars={"n": "N"},
                           tensors={"x_ptr": TensorSpec("int32", ("N",), (1,))}, constexprs={"BLOCK": 16})
         lines, first = inspect.getsourcelines(kernel.fn)
@@ -391,3 +392,74 @@ def test_a_refused_kernel_names_its_line() -> None:
         with pytest.raises(KernelNotSupported, match=what) as refused:
             kq.in_bounds(binding)
         assert f"test_kernel_proofs.py:{number} in {kernel.fn.__name__}: {line})" in str(refused.value)
+
+
+# Loops with symbolic bounds (vLLM V1's real shape: one program per request) -------------------------
+REQUEST_BINDING = "examples/vllm_request_binding.toml"
+
+
+def test_the_per_request_loop_kernel_is_in_bounds_and_agrees() -> None:
+    binding = load_binding(REQUEST_BINDING)
+    for build in (kq.in_bounds, kq.agreement):
+        assert discharge(build(binding), TIMEOUT_MS).status == "proved", build
+
+
+def test_a_loop_one_token_too_far_is_refuted_and_replayed() -> None:
+    import dataclasses
+
+    import triton
+    import triton.language as tl
+
+    import kvtable.impl.triton_kernels  # noqa: F401 (interpreter mode, set before triton decorates)
+
+    @triton.jit
+    def one_too_far(query_start_loc_ptr, positions_ptr, block_table_ptr, block_table_stride, block_size,
+                    max_num_blocks, slot_mapping_ptr, PAD_SLOT_ID: tl.constexpr, BLOCK: tl.constexpr):
+        req = tl.program_id(0)
+        start = tl.load(query_start_loc_ptr + req).to(tl.int64)
+        end = tl.load(query_start_loc_ptr + req + 1).to(tl.int64)
+        for first in range(start, end, BLOCK):
+            offsets = first + tl.arange(0, BLOCK)
+            live = offsets <= end  # the slip: one token past the request
+            pos = tl.load(positions_ptr + offsets, mask=live, other=0)
+            in_table = live & (pos // block_size < max_num_blocks)
+            block = tl.load(block_table_ptr + req * block_table_stride + pos // block_size, mask=in_table, other=0)
+            slot = block.to(tl.int64) * block_size + pos % block_size
+            tl.store(slot_mapping_ptr + offsets, tl.where(in_table, slot, PAD_SLOT_ID), mask=live)
+
+    binding = dataclasses.replace(load_binding(REQUEST_BINDING), kernel=one_too_far)
+    model = counterexample(binding, kq.in_bounds)
+    token = model["load 2 positions_ptr index[0]"]
+    assert model["load 2 positions_ptr mask"] and token == model["N"]  # the token after the last live one
+    assert model["query_start_loc_ptr[1]"] == token  # it is the request's end: the last request's, = N
+    report = replay(binding, model)
+    assert report.ran and any(h.kind == "load" for h in report.hits)  # the interpreter's read past positions
+    assert "past the end of positions_ptr" in str(report)
+
+
+def test_loops_whose_iterations_depend_on_each_other_are_refused() -> None:
+    import triton
+    import triton.language as tl
+
+    import kvtable.impl.triton_kernels  # noqa: F401
+    from kvtable.spec.kernel_binding import TensorSpec
+
+    @triton.jit
+    def accumulates(x_ptr, n, BLOCK: tl.constexpr):
+        total = 0
+        for i in range(0, n, BLOCK):
+            total += i
+        tl.store(x_ptr, total)
+
+    @triton.jit
+    def breaks(x_ptr, n, BLOCK: tl.constexpr):
+        for i in range(0, n, BLOCK):
+            tl.store(x_ptr + i, i)
+            break
+
+    for kernel, what in ((accumulates, r"carries \['total'\]"), (breaks, "`break` or `return`")):
+        binding = Binding(kernel=kernel, clause="W3", params={"N": (1, 100)}, grid=("1",), scalars={"n": "N"},
+                          tensors={"x_ptr": TensorSpec("int32", ("N",), (1,))}, constexprs={"BLOCK": 16})
+        with pytest.raises(KernelNotSupported, match=what) as refused:
+            kq.in_bounds(binding)
+        assert "test_kernel_proofs.py:" in str(refused.value)
