@@ -262,15 +262,15 @@ def _checked_specs(specs: Specs) -> tuple[dict[str, GroupSpec], frozenset[str]]:
     """``specs_by_id(specs)`` and the attention groups' ids, checked once per set of spec objects: a call with
     the same ``GroupSpec`` objects (frozen, so unchanged) under the same ids reuses the first call's verdict.
     Anything else is checked anew."""
-    members = [*specs, *specs.values()] if isinstance(specs, Mapping) else specs
-    if not isinstance(specs, (list, tuple, Mapping)) or not all(type(spec) is GroupSpec or type(spec) is str
-                                                                for spec in members):
+    members = specs if type(specs) in (list, tuple) else [*specs, *specs.values()] if isinstance(specs, Mapping) \
+        else None
+    key = None if members is None else tuple(map(id, members))
+    hit = _checked.get(key)
+    if hit is not None:  # the same objects as a checked set (which held only specs and ids): the same verdict
+        return hit[1], hit[2]
+    if members is None or not all(type(spec) is GroupSpec or type(spec) is str for spec in members):
         by_id = specs_by_id(specs)
         return by_id, _attention(by_id)
-    key = tuple(map(id, members))
-    hit = _checked.get(key)
-    if hit is not None:
-        return hit[1], hit[2]
     by_id = specs_by_id(specs)
     if len(_checked) >= SPECS_CACHE_SIZE:
         _checked.clear()

@@ -1,12 +1,13 @@
 """What the torch location kernels read each group's table through, built once per set of tables and reused.
 
 Engines hand the same persistent tables to every step, so everything that depends only on the tables'
-metadata (data pointer, storage, shape, strides, device), never on their contents, is computed on the
+metadata (data pointer, shape, strides, device), never on their contents, is computed on the
 first call and looked up by that metadata afterwards: the flat spans the pages are gathered from, each
 group's page size, shift, last column and W5 bound as ``[G, 1, 1]`` tensors, and every row's first element
 in its span. A table that is resized, re-pointed or restrided gets a new key, so a new plan; the cache holds
-its spans (and so their storage) until it is evicted, so a key's data pointer can never name another
-allocation while the key is cached.
+its spans (and so their storage) until it is evicted, so a key's data pointers can never name another
+allocation while the key is cached (equal pointers: the same storages), and a span covers only its tables'
+own elements and the gaps between them (it stays valid while they do).
 """
 
 from __future__ import annotations
@@ -43,20 +44,22 @@ class ReadPlan:
     shift: torch.Tensor | None
     """log2 of the page sizes when every one is a power of two (a shift is cheaper than a division)."""
     last: torch.Tensor
-    """each table's last column (0 for a table with no column: a stand-in zero is read)."""
+    """Each table's last column (0 for a table with no column: a stand-in zero is read)."""
     bound: torch.Tensor
     """int32, W5: pages above it sink (see ``sink``): the largest page whose slots are all int32, ``2^31 // ps - 1``,
     or, when every page size is a power of two, one past it (``2^31 - 1`` for page size 1, which has no such page)."""
     row_start: torch.Tensor
     """``[G, R]`` the element of row r's column 0 in its group's span (R: the fewest rows of any table)."""
     step: torch.Tensor | None
-    """the column stride, None when every table's is 1."""
+    """The column stride, None when every table's is 1."""
     reach: int
+    """Tokens every table holds (the fewest ``width * ps``): positions below it read no column past a width."""
     bases: tuple[int, ...]
     """Each table's first element in its span."""
     pitches: tuple[int, ...]
     """Each table's row stride."""
-    """Tokens every table holds (the fewest ``width * ps``): positions below it read no column past a width."""
+    low_bits: torch.Tensor
+    """``2^31 - 1`` as a 0-d tensor of ``dtype`` (a python scalar operand is wrapped anew on every call)."""
     _rows: dict[int, torch.Tensor] = field(default_factory=dict)
 
     def rows(self, bs: int) -> torch.Tensor:
@@ -94,7 +97,7 @@ class ReadPlan:
         """The slots of ``sink``'s pages past the top, ``2^31 + offset`` (``-2^31 + offset`` as int32), as
         ``offset`` in place; every other slot is in ``[0, 2^31)`` and kept."""
         if self.shift is not None:
-            slots.bitwise_and_(INT32_END - 1)
+            slots.bitwise_and_(self.low_bits)
         return slots
 
     def gather(self, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -116,7 +119,7 @@ def read_plan(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], device:
     if device.type == "meta":
         return _build(tables, page_sizes, device, dtype)
     key = (device, dtype, tuple(page_sizes),
-           *[(t.data_ptr(), t.untyped_storage().data_ptr(), t.shape, t.stride()) for t in tables])
+           *[(t.data_ptr(), t.shape, t.stride()) for t in tables])
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _build(tables, page_sizes, device, dtype)
@@ -146,16 +149,20 @@ def _build(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], device: to
     row_start = torch.addcmul(starts[0], starts[1], torch.arange(rows, dtype=dtype, device=device))
     reach = min(w * size for w, size in zip(widths, page_sizes, strict=True))
     return ReadPlan(tuple(spans), dtype, consts[0], consts[1] if pow2 else None, consts[2], bound, row_start,
-                    None if unit else consts[3], reach, tuple(bases), tuple(t.stride(0) for t in tables))
+                    None if unit else consts[3], reach, tuple(bases), tuple(t.stride(0) for t in tables),
+                    torch.tensor(INT32_END - 1, dtype=dtype, device=device))
 
 
 def _spans(tables: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[int]]:
     """The flat int32 spans the tables are read through, and each table's first element in its span: one
-    span when every table is a view of one storage (one gather reads every group), else one per table."""
-    storage = tables[0].untyped_storage()
-    if all(t.untyped_storage().data_ptr() == storage.data_ptr() for t in tables[1:]):
-        whole = tables[0].as_strided((storage.nbytes() // tables[0].element_size(),), (1,), 0)
-        return [whole], [t.storage_offset() for t in tables]
+    span when every table is a view of one storage (one gather reads every group), else one per table.
+    The one span covers the tables' own elements and what lies between them, nothing past them, so it stays
+    valid while the tables do."""
+    storage = tables[0].untyped_storage().data_ptr()
+    if all(t.untyped_storage().data_ptr() == storage for t in tables[1:]):
+        first = min(t.storage_offset() for t in tables)
+        end = max(t.storage_offset() + flat(t).numel() for t in tables)
+        return [tables[0].as_strided((end - first,), (1,), first)], [t.storage_offset() - first for t in tables]
     return [flat(t) for t in tables], [0] * len(tables)
 
 

@@ -146,10 +146,11 @@ class TorchKernels:
         positions = _fixed_positions(seq_lens, bs, n, plan.dtype)
         col = plan.col(positions)
         inside = longest is not None and longest <= plan.reach
-        page = plan.sink(plan.gather(plan.index(plan.rows(bs), col if inside else torch.minimum(col, plan.last))))
+        dst = _token_major(out, len(tables), bs, n)
+        index = plan.index(plan.rows(bs), col if inside else torch.minimum(col, plan.last))
+        page = plan.sink(plan.gather(index, dst if dst.is_contiguous() else None))  # the pages land in out itself
         if not inside:
             page.masked_fill_(col > plan.last, 0)
-        dst = _token_major(out, len(tables), bs, n)
         if plan.dtype == torch.int32:
             plan.unwrap(torch.addcmul(positions, page.sub_(col), plan.ps, out=dst))
         else:
