@@ -20,9 +20,9 @@ from kvtable.conformance.checks import Mismatch, call_backend, first_difference
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.graph_harness import BAD_STEPS, STALE_KINDS, GraphHarness
 from kvtable.conformance.levels import CORRECTNESS, SAFETY, STRICTNESS
-from kvtable.errors import Unsupported
+from kvtable.errors import ContractViolation, Unsupported
 from kvtable.reference import GroupSpec
-from kvtable.reference.graph import GroupBuffers
+from kvtable.reference.graph import GraphModel, GroupBuffers
 from kvtable.reference.safety import token_positions, unsafe_writes
 from kvtable.strategies import MAX_N, GraphCase, GraphSetup, Replay, graph_cases, graph_setups
 from kvtable.strategies.draws import SEEDS, between, pick, rng
@@ -119,10 +119,31 @@ def _graph_stale_seq(ctx: Context, stale_case: StaleSeq) -> None:
         if got.clause not in ("T4", "T8"):
             raise Mismatch("G4", f"{what}: raised [{got.clause}], expected [T4] or [T8] (or null-page writes)",
                            tier=STRICTNESS, kind=f"refused as {got.clause}")
+        _check_named(model, stale, row, what, got.error)
         return
     live = live_rows(stale, list(model.groups))
     for gid, group in model.groups.items():
         _check_stale_group(ctx, h, gid, group, stale, row, live)
+
+
+def _check_named(model: GraphModel, stale: Replay, row: int, what: str, err: ContractViolation | None) -> None:
+    """A refusal names the stale row, a group it breaks and a column of its step with no slot: T8 past the
+    buffer's width, T4 on a tail pad inside it (a runner may leave a pad inside the delivered table's own
+    columns to the sink and name a later column)."""
+    assert err is not None
+    group = model.groups.get(err.group or "")
+    seq, n = stale.seq_lens[row], stale.tokens_per_req
+    if group is None or err.row != row or not isinstance(err.col, int):
+        raise Mismatch("G4", f"{what}: refused naming group {err.group!r} row {err.row} col {err.col}; expected "
+                       f"row {row} of a captured group and a column", tier=STRICTNESS, kind="misnamed")
+    width, ps = len(group.table[row]), group.page_size
+    step = range(max(seq - n, 0) // ps, (seq - 1) // ps + 1)
+    slotless = err.col >= width or group.table[row][err.col] < 0
+    clause = "T8" if err.col >= width else "T4"
+    if err.col not in step or not slotless or err.clause_id != clause:
+        raise Mismatch("G4", f"{what}: refused as [{err.clause_id}] at group {err.group!r} col {err.col}; the "
+                       f"step writes columns {step.start}..{step.stop - 1} of {width} (expected [{clause}] at one "
+                       "with no slot: a tail pad, T4, or past the width, T8)", tier=STRICTNESS, kind="misnamed")
 
 
 def _check_stale_group(ctx: Context, h: GraphHarness, gid: str, group: GroupBuffers, stale: Replay, row: int,
