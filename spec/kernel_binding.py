@@ -225,7 +225,7 @@ class Launch:
         return args
 
     def trace(self) -> Trace:
-        return Trace(read=self.read, grid=self.pids)
+        return Trace(read=self.read, grid=self.pids, sizes=tuple(z3.Extract(31, 0, g) for g in self.grid()))
 
     def facts(self) -> list[z3.BoolRef]:
         """Parameter and stride ranges, int32 scalars, grid limits, program ids in the grid, host checks."""

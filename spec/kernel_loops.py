@@ -5,7 +5,8 @@ The loop variable is a fresh value ``i = start + k * step`` (``k >= 0``, exact: 
 loads or stores is guarded by ``i < end``: an iteration that does not run touches nothing. That is sound only
 when iterations do not depend on each other, so the loop's source is checked first: no ``break`` or
 ``return`` in the body, every name the body assigns is assigned before the body reads it (no value carried from
-one iteration to the next, ``acc += x`` included), and no name the body assigns is read after the loop. A loop
+one iteration to the next, ``acc += x`` included), and no name the body assigns is read after the loop before
+it is assigned again. A loop
 that fails the check, or a step that is not a positive constexpr, is refused naming the line.
 """
 
@@ -59,8 +60,12 @@ def check_independent(code: types.CodeType, line: int) -> None:
                                      f" next ({where}): only independent iterations are modelled")
         defined |= _names(statement, ast.Store)
     end = loop.end_lineno or loop.lineno
-    later = [n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-             and n.lineno > end and n.id in assigned | defined]
+    after = sorted((n.lineno, isinstance(n.ctx, ast.Store), n.id) for n in ast.walk(function)
+                    if isinstance(n, ast.Name) and n.lineno > end and n.id in assigned | defined)
+    first = {}
+    for _, store, name in after:  # a load first (on a line, loads count first): the loop's value is read
+        first.setdefault(name, store)
+    later = [name for name, store in first.items() if not store]
     if later:
         raise KernelNotSupported(f"{sorted(set(later))} assigned in a loop with symbolic bounds is read after it"
                                  f" ({where})")

@@ -13,10 +13,13 @@ import inspect
 import linecache
 import types
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
+import z3
+
 from kvtable.spec.kernel_tl import Language, Trace, TritonStandIn
-from kvtable.spec.kernel_values import DIVISIONS, KernelNotSupported
+from kvtable.spec.kernel_values import BRANCHES, DIVISIONS, KernelNotSupported
 
 
 def python_function(kernel: Any) -> types.FunctionType:
@@ -84,24 +87,67 @@ class _Rebinder:
         return value
 
 
+MAX_PATHS = 64
+"""The most paths (Python ``if`` outcomes on symbolic scalars) a kernel is run along."""
+MAX_BRANCHES = 16
+"""The most symbolic branches one path takes (a ``while`` on a symbolic value would never end)."""
+
+
+class _Path:
+    """One run's decisions: a prefix given, ``True`` after it; records every branch taken."""
+
+    def __init__(self, prefix: list[bool]) -> None:
+        self.prefix, self.taken = prefix, []
+
+    def __call__(self, condition: z3.BoolRef) -> bool:
+        if len(self.taken) >= MAX_BRANCHES:
+            raise KernelNotSupported(f"more than {MAX_BRANCHES} Python branches on symbolic values in one path")
+        choice = self.prefix[len(self.taken)] if len(self.taken) < len(self.prefix) else True
+        self.taken.append((condition, choice))
+        return choice
+
+    def condition(self) -> z3.BoolRef:
+        return z3.And(*[c if choice else z3.Not(c) for c, choice in self.taken])
+
+
 def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace,
                  jit_helpers: tuple[Callable, ...] = ()) -> Trace:
-    """Run ``kernel`` once with ``arguments`` (symbolic values, pointers, constexpr ints), recording into
-    ``trace``. ``jit_helpers`` names plain functions to inline when triton is absent (``@jit`` = identity)."""
+    """Run ``kernel`` with ``arguments`` (symbolic values, pointers, constexpr ints), recording into ``trace``:
+    once per path through its Python ``if``s on symbolic scalars, each access guarded by its path's condition.
+    ``jit_helpers`` names plain functions to inline when triton is absent (``@jit`` = identity)."""
     fn = python_function(kernel)
     names = list(inspect.signature(fn).parameters)
     missing = [n for n in names if n not in arguments]
     if missing:
         raise KernelNotSupported(f"{fn.__name__}: no binding for argument(s) {missing}")
+    pending: list[list[bool]] = [[]]
+    paths = 0
+    while pending:
+        paths += 1
+        if paths > MAX_PATHS:
+            raise KernelNotSupported(f"{fn.__name__}: more than {MAX_PATHS} paths through Python branches")
+        path = _Path(pending.pop())
+        run = replace(trace, accesses=[], path=[])
+        _run_once(fn, names, arguments, run, path, jit_helpers)
+        guard = path.condition()
+        trace.accesses += [replace(a, number=len(trace.accesses) + k, mask=z3.And(guard, a.mask) if path.taken
+                                   else a.mask) for k, a in enumerate(run.accesses)]
+        pending += [[c for _, c in path.taken[:j]] + [False] for j in range(len(path.prefix), len(path.taken))
+                    if path.taken[j][1]]
+    return trace
+
+
+def _run_once(fn: types.FunctionType, names: list[str], arguments: Mapping[str, Any], trace: Trace,
+              path: _Path, jit_helpers: tuple[Callable, ...]) -> None:
     rebinder = _Rebinder(Language(trace), {id(python_function(h)) for h in jit_helpers})
-    token = DIVISIONS.set(trace.divisions)
+    tokens = DIVISIONS.set(trace.divisions), BRANCHES.set(path)
     try:
         rebinder.rebuild(fn)(**{n: arguments[n] for n in names})
     except KernelNotSupported as exc:
         raise KernelNotSupported(f"{exc}{_where(exc, rebinder)}") from None
     finally:
-        DIVISIONS.reset(token)
-    return trace
+        BRANCHES.reset(tokens[1])
+        DIVISIONS.reset(tokens[0])
 
 
 def _where(exc: BaseException, rebinder: _Rebinder) -> str:

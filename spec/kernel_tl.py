@@ -53,6 +53,8 @@ class Trace:
     read: Callable[[str, Pointer], z3.BitVecRef]
     grid: tuple[z3.BitVecRef, ...]
     """The program ids, int32."""
+    sizes: tuple[z3.BitVecRef, ...] = ()
+    """The number of programs on each grid axis, int32 (``tl.num_programs``)."""
     accesses: list[Access] = field(default_factory=list)
     lanes: dict[int, z3.BitVecRef] = field(default_factory=dict)
     """One int32 lane per block length."""
@@ -107,6 +109,11 @@ class Language:
     # Program geometry ------------------------------------------------------------------------------
     def program_id(self, axis: int) -> Sym:
         return Sym(self._trace.grid[axis], INT32)
+
+    def num_programs(self, axis: int) -> Sym:
+        if axis >= len(self._trace.sizes):
+            raise KernelNotSupported(f"tl.num_programs({axis}): the binding's grid has no axis {axis}")
+        return Sym(self._trace.sizes[axis], INT32)
 
     def arange(self, start: int, end: int) -> Sym:
         if not isinstance(start, int) or not isinstance(end, int) or end <= start:

@@ -65,9 +65,25 @@ class Division:
     exact: z3.BitVecRef
 
 
+BRANCHES: ContextVar[Callable[[z3.BoolRef], bool] | None] = ContextVar("BRANCHES", default=None)
+"""Decides a Python ``if`` on a symbolic scalar during a forking run (spec/kernel_symexec.py)."""
 DIVISIONS: ContextVar[list[Division] | None] = ContextVar("DIVISIONS", default=None)
 """Where a symbolic run collects its divisions (spec/kernel_queries.py drops the undefined case
 wherever the query's assumptions rule out a zero divisor)."""
+
+
+def _constants(term: z3.ExprRef) -> set[z3.ExprRef]:
+    """The free constants of ``term``."""
+    seen, out, todo = set(), set(), [term]
+    while todo:
+        t = todo.pop()
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            out.add(t)
+        todo.extend(t.children())
+    return out
 
 
 def fresh(prefix: str, dtype: IntType) -> z3.ExprRef:
@@ -182,7 +198,15 @@ class Sym:
         return Sym(term, dtype, parts)
 
     def __bool__(self) -> bool:
-        raise KernelNotSupported("a Python `if`/`while` on a symbolic value (branch with tl.where and masks)")
+        """A Python ``if`` on a scalar: the branch spec/kernel_symexec.py's current path takes (it runs the
+        kernel once per path); refused outside such a run or on a block (a lane in the condition)."""
+        branches = BRANCHES.get()
+        condition = self.term if self.dtype.bits == 1 else self.term != 0
+        if branches is None:
+            raise KernelNotSupported("a Python `if`/`while` on a symbolic value (branch with tl.where and masks)")
+        if any(str(c).startswith("lane") for c in _constants(condition)):
+            raise KernelNotSupported("a Python `if`/`while` on a block (a per-lane value): Triton needs a scalar")
+        return branches(condition)
 
     def __index__(self) -> int:
         raise KernelNotSupported("a symbolic value used as a Python int (a range bound or an index)")

@@ -457,9 +457,57 @@ def test_loops_whose_iterations_depend_on_each_other_are_refused() -> None:
             tl.store(x_ptr + i, i)
             break
 
-    for kernel, what in ((accumulates, r"carries \['total'\]"), (breaks, "`break` or `return`")):
+    @triton.jit
+    def leaks(x_ptr, n, BLOCK: tl.constexpr):
+        for i in range(0, n, BLOCK):
+            last = i
+        tl.store(x_ptr, last)
+
+    @triton.jit
+    def two_loops(x_ptr, n, BLOCK: tl.constexpr):  # `offs` assigned again before the second loop reads it
+        for i in range(0, n, BLOCK):
+            offs = i + tl.arange(0, BLOCK)
+            tl.store(x_ptr + offs, offs, mask=offs < n)
+        for j in range(0, n, BLOCK):
+            offs = j + tl.arange(0, BLOCK)
+            tl.store(x_ptr + offs, -offs, mask=offs < n)
+
+    for kernel, what in ((accumulates, r"carries \['total'\]"), (breaks, "`break` or `return`"),
+                         (leaks, r"\['last'\] assigned in a loop .* is read after it")):
         binding = Binding(kernel=kernel, clause="W3", params={"N": (1, 100)}, grid=("1",), scalars={"n": "N"},
                           tensors={"x_ptr": TensorSpec("int32", ("N",), (1,))}, constexprs={"BLOCK": 16})
         with pytest.raises(KernelNotSupported, match=what) as refused:
             kq.in_bounds(binding)
         assert "test_kernel_proofs.py:" in str(refused.value)
+    binding = Binding(kernel=two_loops, clause="W3", params={"N": (1, 100)}, grid=("1",), scalars={"n": "N"},
+                      tensors={"x_ptr": TensorSpec("int32", ("N",), (1,))}, constexprs={"BLOCK": 16},
+                      roles={"table": "x_ptr"})
+    assert discharge(kq.in_bounds(binding), TIMEOUT_MS).status == "proved"
+
+
+def test_a_python_branch_on_a_scalar_runs_both_paths() -> None:
+    import triton
+    import triton.language as tl
+
+    import kvtable.impl.triton_kernels  # noqa: F401
+    from kvtable.spec.kernel_binding import TensorSpec
+
+    @triton.jit
+    def last_pads(x_ptr, n, BLOCK: tl.constexpr, SLIP: tl.constexpr):
+        r = tl.program_id(0)
+        i = tl.arange(0, BLOCK)
+        if r == tl.num_programs(0) - 1:  # the last program pads the tail: only up to n
+            tl.store(x_ptr + r * BLOCK + i, -1, mask=r * BLOCK + i < n + SLIP)
+        else:
+            tl.store(x_ptr + r * BLOCK + i, r * BLOCK + i)
+
+    def binding(slip: int) -> Binding:
+        return Binding(kernel=last_pads, clause="W3", params={"N": (1, 10_000)}, grid=("cdiv(N, 16)",),
+                       scalars={"n": "N"}, tensors={"x_ptr": TensorSpec("int32", ("N",), (1,))},
+                       constexprs={"BLOCK": 16, "SLIP": slip}, roles={"table": "x_ptr"})
+
+    launch, trace = kq.symbolic_run(binding(0))
+    assert [a.kind for a in trace.accesses] == ["store", "store"]  # one per path, each under its condition
+    assert discharge(kq.in_bounds(binding(0)), TIMEOUT_MS).status == "proved"
+    model = counterexample(binding(1), kq.in_bounds)
+    assert model["pid0"] == -(-model["N"] // 16) - 1 and model["store 0 x_ptr index[0]"] == model["N"]
