@@ -136,7 +136,9 @@ class Recorded:
         self._target = target
         self._name = name
         self._transcript = transcript
-        self._device = device if device is not None else getattr(target, "device", None)
+        device = device if device is not None else getattr(target, "device", None)
+        # the strategies build CPU tensors: on a CPU backend there is nothing to move (and no call to pay for it)
+        self._device = None if device is None or str(device) == "cpu" else device
 
     @property
     def target(self) -> Any:
