@@ -1,14 +1,16 @@
-"""How the strategies draw: no choice for a single option, and no example drawn only to be rejected."""
+"""How the strategies draw: no choice for a single option, one draw per table entry, and no example drawn only
+to be rejected."""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
 import kvtable.strategies.draws as draws
 from kvtable.strategies import GraphCase, WriteLocCase, graph_cases, write_loc_cases
+from kvtable.strategies.batches import PAGE_LIMIT, draw_entry
 from kvtable.strategies.draws import between, pick
 
 FEW = settings(max_examples=60, database=None, deadline=None, suppress_health_check=list(HealthCheck))
@@ -73,3 +75,16 @@ def test_graph_replays_are_drawn_not_rejected(rejections: list[str]) -> None:
 
     drawn()
     assert rejections == []
+
+
+_ENTRIES = st.composite(lambda draw: draw_entry(draw, 2))()
+
+
+def test_one_draw_per_table_entry_covers_every_kind_and_shrinks_to_the_pad() -> None:
+    top = PAGE_LIMIT // 2 - 1
+    assert find(_ENTRIES, lambda e: True) == -1
+    assert find(_ENTRIES, lambda e: e >= 0) == 0
+    assert find(_ENTRIES, lambda e: e >= 1) == 1
+    assert find(_ENTRIES, lambda e: 30 <= e <= 64) == 30
+    assert find(_ENTRIES, lambda e: e > 64) == top  # the top page, the first value of its span
+    assert find(_ENTRIES, lambda e: e > 64 and e <= top - 64) == top - 64

@@ -117,15 +117,24 @@ def _pages(rand: random.Random, count: int, block: int, big: bool) -> list[int]:
     return rand.sample(range(1, 4 * count + 32), count)
 
 
+_ENTRY_SPAN = 65
+"""Values per kind of :func:`draw_entry`: pages 1..64 (the 65th repeats page 1), the top 65 pages, the two pads."""
+_ENTRY = between(0, 3 * _ENTRY_SPAN - 1)
+
+
 def draw_entry(draw: st.DrawFn, page_size: int) -> int:
     """A table entry of any kind: the pad -1, a hole 0, a small page, or a page at the top of the W5 range
-    (``(p + 1) * page_size <= 2^31``)."""
-    kind = draw(between(0, 2))
+    (``(p + 1) * page_size <= 2^31``).
+
+    One draw per entry (tables hold dozens): three equal spans of one integer, pads, small pages, top pages,
+    in that order, so the entry shrinks toward the pad -1 as a draw of the kind and then the value did.
+    """
+    kind, value = divmod(draw(_ENTRY), _ENTRY_SPAN)
     if kind == 0:
-        return pick(draw, TAIL_PADS)
+        return TAIL_PADS[value % len(TAIL_PADS)]
     if kind == 1:
-        return draw(between(1, 64))
-    return PAGE_LIMIT // page_size - 1 - draw(between(0, 64))
+        return 1 + value % 64
+    return PAGE_LIMIT // page_size - 1 - value
 
 
 def _first_write_col(batch: Batch, row: int, block: int) -> int:
