@@ -9,10 +9,12 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
 import kvtable.strategies.draws as draws
-from kvtable.strategies import GraphCase, WriteLocCase, graph_cases, write_loc_cases
+from kvtable.reference import GroupSpec
+from kvtable.strategies import Case, GraphCase, WriteLocCase, cases, graph_cases, write_loc_cases
 from kvtable.strategies.batches import PAGE_LIMIT, draw_entry
 from kvtable.strategies.draws import between, pick
 
+_ONE_FULL = (GroupSpec("full0", "full", 1),)
 FEW = settings(max_examples=60, database=None, deadline=None, suppress_health_check=list(HealthCheck))
 
 
@@ -88,3 +90,26 @@ def test_one_draw_per_table_entry_covers_every_kind_and_shrinks_to_the_pad() -> 
     assert find(_ENTRIES, lambda e: 30 <= e <= 64) == 30
     assert find(_ENTRIES, lambda e: e > 64) == top  # the top page, the first value of its span
     assert find(_ENTRIES, lambda e: e > 64 and e <= top - 64) == top - 64
+
+
+def test_a_groups_family_and_ratio_and_the_state_group_shrink_together() -> None:
+    simplest = find(cases(), lambda c: True)
+    assert [(s.family, s.block_granularity // simplest.kernel_page_size) for s in simplest.specs] == [("full", 1)]
+    with_state = find(cases(), lambda c: any(s.is_state for s in c.specs))
+    assert [s.block_granularity for s in with_state.specs if s.is_state] == [0]
+    assert find(cases(), lambda c: any(s.is_state and s.block_granularity > 0 for s in c.specs))
+    sliding = find(cases(), lambda c: any(s.family == "sliding" and s.block_granularity > c.kernel_page_size
+                                          for s in c.specs))
+    assert [s.family for s in sliding.specs] == ["sliding"]
+
+
+def _shares_a_page(case: Case) -> bool:
+    table = case.tables[case.attention[0].group_id]
+    return any(p > 0 and p in table[row - 1] for row in range(1, case.batch.live_rows) for p in table[row])
+
+
+def test_rows_share_prefix_pages_in_one_draw_and_shrink_to_none() -> None:
+    shared = find(cases(modes=("decode",), specs=_ONE_FULL, kernel_page_size=1), _shares_a_page)
+    assert _shares_a_page(shared) and shared.batch.live_rows <= 3
+    assert not _shares_a_page(find(cases(modes=("decode",), specs=_ONE_FULL, kernel_page_size=1, min_live=3),
+                                   lambda c: True))

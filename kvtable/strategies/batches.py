@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import product
 from typing import Any
 
 import torch
@@ -28,6 +29,8 @@ MAX_N = 4
 PAGE_LIMIT = 2**31
 """W5: a real page ``p`` of a group with page size ``ps`` needs ``(p + 1) * ps <= 2^31``."""
 _PREFIX = {"full": "full", "sliding": "swa", "state": "state"}
+_STATE = between(0, 3)
+"""No state group (0, 1), one of page size 0 (2) or of the kernel page size (3): see :func:`draw_group_specs`."""
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -84,17 +87,23 @@ def draw_group_specs(draw: st.DrawFn, kernel_page_size: int, *, max_groups: int 
     """1..max_groups attention groups with ``B = r * K`` (r in 1, 2, 4), sliding windows, and a state group
     if ``state`` (None: maybe)."""
     count = draw(between(1, max_groups))
-    chosen = [pick(draw, families) for _ in range(count)]
-    if require is not None and require not in chosen:
-        chosen[draw(between(0, count - 1))] = require
+    kinds = tuple(product(families, RATIOS))  # a group's family and ratio in one draw
+    chosen = [pick(draw, kinds) for _ in range(count)]
+    if require is not None and require not in [family for family, _ in chosen]:
+        at = draw(between(0, count - 1))
+        chosen[at] = (require, chosen[at][1])
     specs = []
-    for i, family in enumerate(chosen):
-        block = kernel_page_size * pick(draw, RATIOS)
+    for i, (family, ratio) in enumerate(chosen):
+        block = kernel_page_size * ratio
         window = draw(between(1, 4 * block)) if family == "sliding" else None
         specs.append(GroupSpec(f"{_PREFIX[family]}{i}", family, block, window))
-    if state or (state is None and draw(BOOLEANS)):
-        # A state group has no page size its tables could be divided by: 0 trips a backend that uses it.
-        specs.append(GroupSpec(f"state{count}", "state", pick(draw, (0, kernel_page_size))))
+    # whether there is a state group and its page size in one draw: none for half of the draws (shrinks to none).
+    # A state group has no page size its tables could be divided by: 0 trips a backend that uses it.
+    state_page = pick(draw, (0, kernel_page_size)) if state else None
+    if state is None:
+        state_page = (None, None, 0, kernel_page_size)[draw(_STATE)]
+    if state_page is not None:
+        specs.append(GroupSpec(f"state{count}", "state", state_page))
     return tuple(specs)
 
 
@@ -160,8 +169,9 @@ def _group_table(draw: st.DrawFn, rand: random.Random, spec: GroupSpec, batch: B
     for row in range(batch.live_rows):
         entries = [NULL_PAGE] * holes[row] + [next(pages) for _ in range(spans[row] - holes[row])]
         table.append(entries + [tail_pad] * (width - len(entries)))
+    shared_rows = draw(between(0, 2 ** (batch.live_rows - 1) - 1)) if batch.live_rows > 1 else 0  # one bit a row
     for row in range(1, batch.live_rows):
-        if draw(BOOLEANS):  # read-only prefix pages shared with the previous row
+        if shared_rows >> (row - 1) & 1:  # read-only prefix pages shared with the previous row
             shared = min(_first_write_col(batch, row, block), _first_write_col(batch, row - 1, block))
             for col in range(shared):
                 if table[row][col] > 0 and table[row - 1][col] > 0:
