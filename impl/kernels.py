@@ -26,7 +26,8 @@ class Kernels(Protocol):
         tables: int32 ``[G, R, W]`` (R >= bs); widths, page_sizes: int32 ``[G]`` (group g's real width
         and consumer page size); seq_lens: int32 ``[>= bs]``; out: int32 ``[G, cap]``, cap >= bs*n.
         For i = b*n + t < bs*n: ``pos = max(seq_lens[b] - n + t, 0)`` (int64), ``col = pos // ps``,
-        ``page = tables[g, b, col]`` if ``col < widths[g]`` else -1, and
+        ``page = tables[g, b, col]`` if ``col < widths[g]`` else -1, taken as 0 when its slots pass int32
+        (``(page + 1) * ps > 2^31``, W5: the store would wrap), and
         ``out[g, i] = max(page, 0) * ps + pos % ps`` (int64 arithmetic, stored int32).
         ``out[g, bs*n:]`` is left untouched.
         """
@@ -50,7 +51,8 @@ class Kernels(Protocol):
         meta: int32 ``[G, 3]`` = (element offset into packed, source columns, ratio r);
         dst: int32 ``[G, max_bs, W]``. For every g, b < bs and w < W:
         - b < actual_bs and ``w // r < cols``: v = packed[off + b*cols + w//r];
-          ``dst = v*r + w % r`` if v > 0 else v (holes stay 0, pads stay pad);
+          ``dst = v*r + w % r`` if v > 0 else v (holes stay 0, pads stay pad); a block whose sub-pages
+          pass int32 (``(v + 1) * r > 2^31``) is the hole 0;
         - b < actual_bs and ``w // r >= cols``: tail_pad;
         - actual_bs <= b < bs: 0.
         Rows b >= bs are untouched.

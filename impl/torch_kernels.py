@@ -46,8 +46,10 @@ def _token_major(out: torch.Tensor, groups: int, bs: int, n: int) -> torch.Tenso
 def _slots(page: torch.Tensor, col: torch.Tensor, width: torch.Tensor, positions: torch.Tensor,
            ps: torch.Tensor) -> torch.Tensor:
     """``max(page, 0) * ps + pos % ps`` as ``(max(page, 0) - col) * ps + pos`` (no offset array), the page
-    taken as 0 where the column is at or past the width (the sink). Every operand is int64: a mixed-dtype
-    torch op costs several times a same-dtype one on small tensors."""
+    taken as 0 (the sink) where the column is at or past the width or the page's slots pass int32 (W5:
+    ``(page + 1) * ps > 2^31``, the int32 store would wrap). Every operand is int64: a mixed-dtype torch op
+    costs several times a same-dtype one on small tensors."""
+    page.masked_fill_((page + 1) * ps > INT32_END, 0)
     page.clamp_min_(0).masked_fill_(col >= width, 0)
     return torch.addcmul(positions, page.sub_(col), ps)
 
@@ -88,11 +90,14 @@ def _expand_into(dst: torch.Tensor, src: torch.Tensor, ratio: int) -> None:
     ``v * ratio + j`` for a real block, holes and pads stay themselves (the identity when ratio is 1).
 
     Branch-free int32 arithmetic (``real`` is 1 for a real block, else 0): ``value + real * j`` written
-    straight into ``dst`` by one broadcast op (torch's ``where`` is several times slower on CPU).
+    straight into ``dst`` by one broadcast op (torch's ``where`` is several times slower on CPU). A block
+    whose sub-pages pass int32 (``(v + 1) * ratio > 2^31``) becomes the hole 0: it would wrap to another
+    page in the int32 store.
     """
     if ratio == 1:
         dst[:, :, 0].copy_(src)
         return
+    src = src.masked_fill(src > INT32_END // ratio - 1, 0)
     real = src.clamp(0, 1)
     value = torch.addcmul(src, src, real, value=ratio - 1)
     subpage = torch.arange(dst.shape[2], dtype=src.dtype, device=src.device)
@@ -217,6 +222,7 @@ class TorchKernels:
         source = packed if packed.numel() else packed.new_zeros(1)
         index = torch.where(copied, offset + b * cols + src_col, torch.zeros_like(src_col))
         value = source.to(device)[index.clamp(0, source.numel() - 1)].to(torch.int64)
+        value.masked_fill_((value + 1) * ratio > INT32_END, 0)  # sub-pages past int32 would wrap: a hole
         expanded = torch.where(value > 0, value * ratio + w % ratio, value)
         filled = torch.where(copied, expanded, torch.where(live, tail_pad, 0))
         dst[:groups, :bs] = filled.to(torch.int32)

@@ -49,10 +49,12 @@ def interpreting() -> bool:
 
 @_jit
 def _group_locs(tables_ptr, stride_tg, stride_tr, stride_tw, width, ps, g, b, pos, mask):
-    """``max(page, 0) * ps + pos % ps`` for group ``g``, row ``b``; a column past the width is page -1."""
+    """``max(page, 0) * ps + pos % ps`` for group ``g``, row ``b``; a column past the width is page -1, and
+    a page whose slots pass int32 (W5: ``(page + 1) * ps > 2^31``) is page 0 (it would wrap in the store)."""
     col = pos // ps
     in_table = mask & (col >= 0) & (col < width)
     page = tl.load(tables_ptr + g * stride_tg + b * stride_tr + col * stride_tw, mask=in_table, other=-1)
+    page = tl.where((page.to(tl.int64) + 1) * ps > 2147483648, 0, page)
     return tl.maximum(page.to(tl.int64), 0) * ps + pos % ps
 
 
@@ -112,6 +114,7 @@ def _replay_fill_kernel(packed_ptr, stride_p, packed_numel, meta_ptr, stride_mg,
     idx = offset + b * cols + src_col
     in_packed = in_dst & live & in_src & (idx >= 0) & (idx < packed_numel)
     v = tl.load(packed_ptr + idx * stride_p, mask=in_packed, other=0).to(tl.int64)
+    v = tl.where((v + 1) * ratio > 2147483648, 0, v)  # sub-pages past int32 would wrap: a hole
     expanded = tl.where(v > 0, v * ratio + w % ratio, v)
     value = tl.where(live, tl.where(in_src, expanded, tail_pad), 0)
     tl.store(dst_ptr + g * stride_dg + b * stride_dr + w * stride_dw, value.to(tl.int32), mask=in_dst)

@@ -30,6 +30,7 @@ from kvtable.spec.z3_encoding import (
     nn_div,
     nn_mod,
     signed_value,
+    store_int32,
     widen,
 )
 from kvtable.spec.z3_preconditions import TWO_31, fits_width, geometry, reads_live, real_page, token_index
@@ -116,12 +117,17 @@ def int64_exact() -> Query:
     return Query(tuple(pre), goal, _show(lane))
 
 
-def store_exact(*, with_w5: bool = True) -> Query:
+def store_exact(*, with_w5: bool = True, sink: bool = True) -> Query:
+    """The int64 location is in [0, 2^31) and survives the store: the kernels' lane (with its W5 sink), or
+    the bare formula ``max(page, 0) * ps + pos % ps`` (``sink=False``)."""
     s, lane, pre = _any_entry_lane()
     if with_w5:
         pre.append((widen(s.entry(lane)) + 1) * widen(s.page_size) <= TWO_31)
-    goal = z3.And(lane.loc >= 0, lane.loc <= INT32_MAX, fits_int32(lane.loc))
-    return Query(tuple(pre), goal, (*_show(lane), ("loc before the int32 store", lane.loc)))
+    ps = widen(s.page_size)
+    loc = lane.loc if sink else widen(bv_max(lane.page, z3.BitVecVal(0, I32))) * ps + c_mod(lane.pos, ps)
+    goal = z3.And(loc >= 0, loc <= INT32_MAX, fits_int32(loc))
+    shown = (*_show(lane)[:-1], ("loc", store_int32(loc)), ("loc before the int32 store", loc))
+    return Query(tuple(pre), goal, shown)
 
 
 def int32_product() -> Query:
@@ -270,7 +276,11 @@ OBLIGATIONS: tuple[Obligation, ...] = (
                store_exact),
     Obligation("W5.needed-for-the-store", "W5",
                "without W5 the int64 location of an int32 page id does not survive the int32 store",
-               lambda: store_exact(with_w5=False), expect="counterexample"),
+               lambda: store_exact(with_w5=False, sink=False), expect="counterexample"),
+    Obligation("W5.sink-keeps-int32", "W5",
+               "the kernels take a page past W5 as page 0: for any int32 entry >= -1 the stored location is in"
+               " [0, 2^31), so a non-debug call never stores a wrapped (negative or foreign) slot",
+               lambda: store_exact(with_w5=False)),
     Obligation("W5.int32-product-wraps", "W5",
                "computed in int32 (vLLM #1486), page*ps + pos%ps wraps for an int32 page id past W5",
                int32_product, expect="counterexample"),

@@ -122,7 +122,7 @@ class Lane:
     page: z3.BitVecRef
     """int32 page id read (``MASKED_PAGE`` where masked off)."""
     loc: z3.BitVecRef
-    """int64 location ``max(page, 0) * ps + pos % ps``."""
+    """int64 location ``max(page, 0) * ps + pos % ps``, the page taken as 0 past W5 (``w5_sink``)."""
     out: z3.BitVecRef
     """The int32 value stored."""
 
@@ -143,8 +143,14 @@ def lane_at(table: TableRead, row: z3.BitVecRef, pos: z3.BitVecRef, page_size: z
     col = c_div(pos, ps)
     loads = col < widen(width)
     page = z3.If(loads, table(widen(row), col), z3.BitVecVal(MASKED_PAGE, I32))
-    loc = widen(bv_max(page, z3.BitVecVal(0, I32))) * ps + c_mod(pos, ps)
+    loc = widen(bv_max(w5_sink(page, ps), z3.BitVecVal(0, I32))) * ps + c_mod(pos, ps)
     return Lane(pos=pos, col=col, loads=loads, page=page, loc=loc, out=store_int32(loc))
+
+
+def w5_sink(page: z3.BitVecRef, ps: z3.BitVecRef) -> z3.BitVecRef:
+    """The int32 page the kernels use: 0 (the sink) where its slots would pass int32, ``(page + 1) * ps > 2^31``
+    in int64 (W5 broken: the store would wrap to a negative or another page's slot), else the page read."""
+    return z3.If((widen(page) + 1) * ps > z3.BitVecVal(2**31, I64), z3.BitVecVal(0, I32), page)
 
 
 def stacked_lane(table: TableRead, row: z3.BitVecRef, seq_len: z3.BitVecRef, n: z3.BitVecRef,

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from kvtable import reference
+from kvtable.contract import INT32_MAX, INT32_MIN
 from kvtable.errors import ContractViolation
 from kvtable.reference import DEFAULT_TAIL_PAD, Batch, GroupSpec
 from kvtable.reference.tables import (
@@ -43,8 +44,18 @@ def _table(obj: Any, group: str | None = None) -> list[list[int]]:
     return as_table(obj, group=group)
 
 
-def _out(values: list[int], device: str) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int32, device=device)
+def _int32(values: list[int], what: str, group: str | None = None) -> list[int]:
+    """``values`` unchanged when every one is an int32; else W5 (a page past ``2^31 // page_size - 1`` gives
+    a slot, or an expanded page, that the int32 output cannot hold: refused, never wrapped)."""
+    for i, v in enumerate(values):
+        if not INT32_MIN <= v <= INT32_MAX:
+            raise ContractViolation("W5", f"{what} {i} is {v}, past int32: a page past 2^31 // page_size - 1",
+                                    group=group)
+    return values
+
+
+def _out(values: list[int], device: str, group: str | None = None) -> torch.Tensor:
+    return torch.tensor(_int32(values, "output location", group), dtype=torch.int32, device=device)
 
 
 class ReferenceGraphRunner:
@@ -75,9 +86,12 @@ class ReferenceGraphRunner:
             buffers.table[:] = self.table_buffers[gid].tolist()
             buffers.locs[:] = self.loc_buffers[gid].tolist()
         self.model.replay(bs, tables, _ints(seq_lens, clause="G4"), tokens_per_req, actual_bs=actual_bs)
-        for gid, buffers in self.model.groups.items():
-            self.table_buffers[gid].copy_(torch.tensor(buffers.table, dtype=torch.int32))
-            self.loc_buffers[gid].copy_(torch.tensor(buffers.locs, dtype=torch.int32))
+        filled = {gid: (torch.tensor([_int32(row, "table entry", gid) for row in buffers.table], dtype=torch.int32),
+                        torch.tensor(_int32(buffers.locs, "replayed location", gid), dtype=torch.int32))
+                  for gid, buffers in self.model.groups.items()}  # all converted before any buffer is written
+        for gid, (table, locs) in filled.items():
+            self.table_buffers[gid].copy_(table)
+            self.loc_buffers[gid].copy_(locs)
 
 
 class ReferenceBackend:
@@ -123,7 +137,7 @@ class ReferenceBackend:
             for gid, table in plain.items():
                 check_table_shape(table, batch, group=gid)
                 check_width(table, batch, by_id[gid])
-        return {gid: _out(reference.batch_locs(t, batch, by_id[gid].block_granularity, group=gid), self.device)
+        return {gid: _out(reference.batch_locs(t, batch, by_id[gid].block_granularity, group=gid), self.device, gid)
                 for gid, t in sorted(plain.items())}
 
     def expand_table(self, table: torch.Tensor, ratio: int, *, max_kernel_pages: int | None = None,
@@ -132,7 +146,8 @@ class ReferenceBackend:
         out = reference.expand_table(rows, ratio, max_kernel_pages=max_kernel_pages, tail_pad=tail_pad,
                                      actual_bs=actual_bs)
         width = max_kernel_pages if max_kernel_pages is not None else table.shape[1] * ratio
-        return torch.tensor(out, dtype=torch.int32, device=self.device).reshape(len(out), width)
+        entries = [_int32(row, "expanded entry") for row in out]
+        return torch.tensor(entries, dtype=torch.int32, device=self.device).reshape(len(out), width)
 
     def check_write_locs(self, table: torch.Tensor, locs: torch.Tensor, batch: Batch, page_size: int,
                          *, group: str | None = None) -> None:

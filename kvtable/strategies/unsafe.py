@@ -6,7 +6,10 @@ write must stay in the token's own slot, the sink (page 0) or the profile's pad 
 - ``-1 inside the live range``: a needed column of a writing row holds the pad (decode, verify, extend:
   the bug class of tokenspeed #709);
 - ``garbage dummy rows``: padded rows hold live rows' pages, -1, or pages at the int32 edge;
-- ``narrow table``: a group's table narrower than its sequence (vLLM #53982 read the next row's pages).
+- ``narrow table``: a group's table narrower than its sequence (vLLM #53982 read the next row's pages);
+- ``page past int32``: a needed column holds a page whose slots pass 2^31 - 1 (W5 broken): the first page
+  past the bound, one a few pages further, the largest int32, or one whose slot wraps (mod 2^32) exactly
+  onto another page's slot (vLLM #1486's wrap, made to land on a live page).
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ from dataclasses import dataclass, replace
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from kvtable.reference.model import Table
+from kvtable.reference.model import Table, write_positions
 from kvtable.reference.tables import needed_columns
-from kvtable.strategies.batches import PAGE_LIMIT, Case, ceil_div, draw_case
+from kvtable.strategies.batches import KERNEL_PAGE_SIZES, PAGE_LIMIT, Case, ceil_div, draw_case
 from kvtable.strategies.broken import copy_tables, writing_rows
-from kvtable.strategies.draws import between, pick
+from kvtable.strategies.draws import BOOLEANS, between, pick
 
-UNSAFE_KINDS = ("stale seq_len on the tail pad", "-1 inside the live range", "garbage dummy rows", "narrow table")
+UNSAFE_KINDS = ("stale seq_len on the tail pad", "-1 inside the live range", "garbage dummy rows", "narrow table",
+                "page past int32")
 _FIXED = ("decode", "verify", "reanchor")
 
 
@@ -86,8 +90,37 @@ def _narrow(draw: st.DrawFn) -> UnsafeCase:
                       f"table of {gid!r} cut to {width} columns; a row needs {need}")
 
 
+def wrapping_pages(block: int, live_page: int) -> tuple[int, ...]:
+    """int32 page ids past W5 at page size ``block``: the first past the bound, one 3 further, the largest
+    int32, and (for a power-of-two ``block`` >= 4) the page whose first slot wraps mod 2^32 onto
+    ``live_page``'s first slot."""
+    first = PAGE_LIMIT // block
+    pages = [first, min(first + 3, PAGE_LIMIT - 1), PAGE_LIMIT - 1]
+    if block >= 4 and block & (block - 1) == 0:
+        pages.append(2 * PAGE_LIMIT // block + live_page)
+    return tuple(pages)
+
+
+def _int32_wrap(draw: st.DrawFn) -> UnsafeCase:
+    # kernel page sizes >= 2: at page size 1 every int32 page is inside W5
+    case = draw_case(draw, modes=("decode", "verify", "reanchor", "extend"), min_live=1,
+                     kernel_page_sizes=KERNEL_PAGE_SIZES[1:])
+    tables = copy_tables(case)
+    gid = pick(draw, [s.group_id for s in case.attention])
+    block = case.spec(gid).block_granularity
+    row = pick(draw, writing_rows(case))
+    cols = sorted({pos // block for pos in write_positions(case.batch, row)})
+    live = [p for r in tables[gid][: case.batch.live_rows] for p in r if p > 0] or [1]
+    changed = []
+    for col in cols if draw(BOOLEANS) else [pick(draw, cols)]:
+        tables[gid][row][col] = pick(draw, wrapping_pages(block, pick(draw, live)))
+        changed.append(f"col {col} = {tables[gid][row][col]}")
+    return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[4],
+                      f"{gid!r} (page size {block}) row {row}: {', '.join(changed)}, past 2^31 // {block} - 1")
+
+
 _MAKERS = {UNSAFE_KINDS[0]: _stale_tail, UNSAFE_KINDS[1]: _pad_inside, UNSAFE_KINDS[2]: _garbage_dummy,
-           UNSAFE_KINDS[3]: _narrow}
+           UNSAFE_KINDS[3]: _narrow, UNSAFE_KINDS[4]: _int32_wrap}
 
 
 @st.composite

@@ -1,9 +1,7 @@
 """The safety tier (any input): for broken or stale input a non-debug backend may refuse (any exception) or
 return anything, but every location it returns must be allowed by ``kvtable.reference.safety``: the
 token's own slot, a slot of the sink page 0, or the profile's pad slot. Never another request's page,
-never a negative slot other than the pad. (Page ids that wrap int32 are not drawn yet: the built-in
-torch backend returns -2^31 for page 2^30 at page size 2 outside debug mode; see the W5 note in the
-conformance notes.)
+never a negative slot other than the pad.
 """
 
 from __future__ import annotations
@@ -109,4 +107,7 @@ PROPERTIES = (
              unsafe_cases(UNSAFE_KINDS[1]), _check("T4"), weight=2, tier=SAFETY, not_applicable=no_location_calls),
     Property("safety/narrow-table", "T8", _SUMMARY.format("a table narrower than its group's sequence"),
              unsafe_cases(UNSAFE_KINDS[3]), _check("T8"), tier=SAFETY, not_applicable=no_location_calls),
+    Property("safety/int32-wrap", "W5", _SUMMARY.format("a needed page whose slots pass 2^31 - 1 (the int32 store "
+             "would wrap to a negative or another page's slot)"), unsafe_cases(UNSAFE_KINDS[4]), _check("W5"),
+             tier=SAFETY, not_applicable=no_location_calls),
 )
