@@ -252,7 +252,8 @@ def check_lone_table(table_like: Any, batch: Batch, page_size: int, *, short_row
     A lone call declares neither the group's family nor its tail pad, and decode and re-anchor calls do not
     say which rows are padding; so the table is read as a sliding group of window 1 (it needs exactly the
     columns it writes) whose pad may be -1 or 0, and page 0 at a written column is a dummy row writing the
-    sink. The tail-pad grammar (T3), T5, page sharing (T7) and W5 are left to the batch call.
+    sink. Page sharing (T7) and W5 need neither and are checked; the tail-pad grammar (T3) and T5 are left to
+    the batch call (SPEC.md, "Lone calls").
     """
     check_page_size(page_size, group=LONE_GROUP)
     check_lengths(batch, short_rows=short_rows)
@@ -262,6 +263,8 @@ def check_lone_table(table_like: Any, batch: Batch, page_size: int, *, short_row
     check_dummy_rows(table, batch, group=LONE_GROUP)
     check_width(table, batch, spec)
     check_live_pages(table, batch, spec)
+    check_page_sharing(table, batch, spec)
+    check_int32_range(table, page_size, group=LONE_GROUP)
     return table
 
 

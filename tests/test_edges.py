@@ -12,6 +12,7 @@ from kvtable import ContractViolation
 from kvtable.conformance.kernel_model import sink_loc
 from kvtable.conformance.properties import edges
 from kvtable.contract import Batch, GroupSpec
+from kvtable.impl import decode_locs as impl_decode_locs
 from kvtable.impl import extend_locs as impl_extend_locs
 from kvtable.impl import group_locs as impl_group_locs
 from kvtable.reference import check_tables, decode_locs, extend_locs
@@ -82,3 +83,17 @@ def test_numpy_lengths_give_the_locations_of_python_ints(kind: type) -> None:
                  lambda: impl_extend_locs(torch.tensor(table, dtype=torch.int32), [1], [3.0], 2)):
         with pytest.raises(ContractViolation, match=r"\[T9"):
             call()
+
+
+def test_lone_calls_check_page_sharing_and_w5_as_a_batch_does() -> None:
+    """T7 (a written page in two rows) and W5 (a page past the int32 slots) need no family or pad: lone calls
+    check them; impl's debug mode names the same entries."""
+    cases = [([[3, -1], [3, -1]], [2, 2], 4, ("T7", 0, 0)), ([[2**30, -1]], [1], 2, ("W5", 0, 0))]
+    for table, seq, ps, (clause, row, col) in cases:
+        with pytest.raises(ContractViolation) as ref:
+            decode_locs(table, seq, ps)
+        with pytest.raises(ContractViolation) as impl:
+            impl_decode_locs(torch.tensor(table, dtype=torch.int32), torch.tensor(seq, dtype=torch.int32), ps,
+                             debug=True)
+        assert (ref.value.clause_id, ref.value.row, ref.value.col) == (clause, row, col)
+        assert (impl.value.clause_id, impl.value.row, impl.value.col) == (clause, row, col)
