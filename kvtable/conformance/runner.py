@@ -342,8 +342,10 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
                               counterexample, own, tier, failures, dict(ctx.unsupported), level)
 
     try:
-        # a find run (no shrinking) and a reproduction stop at the first failure
-        while len(failures) < (MAX_FAILURES if shrink and reproduce is None else 1):
+        # a find run (no shrinking) and a reproduction stop at the first failure that fails at ``level`` (a note
+        # below it, such as an unnamed refusal at level correct, does not end the search)
+        wanted = MAX_FAILURES if shrink and reproduce is None else 1
+        while len(failures) < MAX_FAILURES and sum(f.tier in LEVELS[level] for f in failures) < wanted:
             try:
                 # only the first search uses the database: a later one would drop the saved example it rejects
                 _search(prop, ctx, count, examples=examples, seed=seed, database=None if failures else database,
