@@ -223,3 +223,59 @@ def test_graph_short_rows_follows_the_profile(backend, profile: str | Profile, p
         clauses = {f.clause.split()[0] for r in report.results for f in r.failures}
         assert clauses & {"T9", "W2"} and {f.tier for r in report.results for f in r.failures} == {"strictness"}
 
+
+
+# -- the graph-only profile fields: bs-0 replays, extra delivered groups, the location buffer's tail ---------
+
+
+class RefusesBs0(ts.LazyGroupGraphBuffers):
+    """Seeded: an idle replay (bs 0) is refused, where tokenspeed's runner does nothing."""
+
+    def replay(self, bs, tables, seq_lens, tokens_per_req=1, *, actual_bs=None):
+        assert bs >= 1, "replay at bs 0"
+        super().replay(bs, tables, seq_lens, tokens_per_req, actual_bs=actual_bs)
+
+
+class RefusesExtraGroups(ts.LazyGroupGraphBuffers):
+    """Seeded: a delivered group that was never declared is refused, where tokenspeed's runner ignores it."""
+
+    def replay(self, bs, tables, seq_lens, tokens_per_req=1, *, actual_bs=None):
+        extra = sorted(set(tables or {}) - set(self.layout) - self.state_ids)
+        if extra:
+            raise RuntimeError(f"undeclared groups {extra}")
+        super().replay(bs, tables, seq_lens, tokens_per_req, actual_bs=actual_bs)
+
+
+class ZeroesLocTail(ts.LazyGroupGraphBuffers):
+    """SGLang's convention on tokenspeed's runner: every replay zeroes the location buffer past ``bs*N``."""
+
+    def replay(self, bs, tables, seq_lens, tokens_per_req=1, *, actual_bs=None):
+        super().replay(bs, tables, seq_lens, tokens_per_req, actual_bs=actual_bs)
+        for locs in self.loc_buffers.values():
+            locs[bs * tokens_per_req:] = 0
+
+
+ZERO_TAIL_TOKENSPEED = replace(PROFILES["tokenspeed"], name="tokenspeed-zero-tail", loc_buffer_tail=0)
+"""tokenspeed's conventions with SGLang's location-buffer tail (``loc_buffer_tail = 0``)."""
+
+
+@pytest.mark.parametrize(("runner_cls", "profile", "prop", "message"), [
+    (RefusesBs0, "tokenspeed", "graph/bounds", r"replay\(bs=0, N=\d\): crashed with AssertionError: replay at bs 0"),
+    (RefusesExtraGroups, "tokenspeed", "graph/stale-guard", r"crashed with RuntimeError: undeclared groups"),
+    (ZeroesLocTail, "tokenspeed", "graph/replay-locs", r"index \d+ \(an entry >= bs\*N, .*\): got 0, expected 77"),
+    (ts.LazyGroupGraphBuffers, ZERO_TAIL_TOKENSPEED, "graph/replay-locs",
+     r"index \d+ \(an entry >= bs\*N, .*\): got 77, expected 0"),
+])
+def test_the_graph_strategies_draw_the_profiles_graph_conventions(runner_cls: type, profile: str | Profile, prop: str,
+                                                                  message: str) -> None:
+    report = run_conformance(_with_runner(runner_cls), examples=100, seed=0, profile=profile,
+                             properties=select([prop]), level="correct", shrink=False)
+    [result] = report.results
+    assert result.status == "failed", report.details()
+    assert any(re.search(message, f.message) for f in result.failures), result.failures[0].message
+
+
+def test_a_runner_with_the_zero_location_tail_passes_under_that_convention() -> None:
+    report = run_conformance(_with_runner(ZeroesLocTail), examples=25, seed=0, profile=ZERO_TAIL_TOKENSPEED,
+                             properties=select(["graph/replay-locs", "graph/protocol"]), level="correct")
+    assert report.passed, report.details()

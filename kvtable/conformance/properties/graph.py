@@ -58,6 +58,8 @@ def _graph_replay(ctx: Context, gc: GraphCase) -> None:
     h.scribble()
     for bs, ids, tpr in gc.captures:
         h.capture(bs, ids, tpr)
+    if not ctx.profile.buffers_at_init:
+        h.scribble()  # buffers allocated at capture: fill them too, so that what replay leaves alone shows
     h.replay(gc.replay)
 
 
