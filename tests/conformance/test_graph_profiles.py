@@ -91,7 +91,7 @@ def _with_runner(runner_cls: type) -> type:
 
 
 @pytest.mark.parametrize(("runner_cls", "prop", "message"), [
-    (GarbageAtFirstCapture, "graph/replay-fill", r"got 5, expected 0"),
+    (GarbageAtFirstCapture, "graph/capture", r"got 5, expected 0"),
     (FrozenAtFirstCapture, "graph/capture", r"(table|loc)_buffers\['\w+'\] (row|index) \d+ \(a row < bs|an entry < bs"),
     (MovesAtEachCapture, "graph/capture", r"moved: data_ptr changed|does not alias table_buffers"),
 ])
