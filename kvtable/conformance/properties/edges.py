@@ -234,7 +234,7 @@ PROPERTIES = (
              needs=("group_locs",)),
     Property("rejects/W5-edge", "W5", "the largest page id W5 allows gives its locations in any mode; the next "
              "one is refused in debug mode, naming its entry", _w5_edge(), _w5_exact_edge, debug=True,
-             needs=("group_locs",)),
+             tier=STRICTNESS, needs=("group_locs",)),
     Property("rejects/page-size-past-2^30", "W5", "a page size above 2^30 (no real page has int32 slots) is "
              "refused in any mode", _page_size_past_2_30(), _rejects_huge_page_size, tier=STRICTNESS,
              needs=("group_locs", "decode_locs", "extend_locs")),
