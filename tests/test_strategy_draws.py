@@ -95,6 +95,11 @@ def test_one_draw_per_table_entry_covers_every_kind_and_shrinks_to_the_pad() -> 
 def test_a_groups_family_and_ratio_and_the_state_group_shrink_together() -> None:
     simplest = find(cases(), lambda c: True)
     assert [(s.family, s.block_granularity // simplest.kernel_page_size) for s in simplest.specs] == [("full", 1)]
+    table = simplest.tables[simplest.specs[0].group_id]  # no rows past bs, no spare column, small pages, pad -1
+    assert simplest.tail_pad == -1 and len(table) == simplest.batch.bs and len(table[0]) == 1 and table[0][0] < 2**20
+    spare = find(cases(), lambda c: any(len(t[0]) > 1 for t in c.tables.values()))
+    assert spare.batch.seq_lens == (1,) and [len(t[0]) for t in spare.tables.values()] == [2]
+    assert find(cases(), lambda c: any(p > 2**20 for t in c.tables.values() for r in t for p in r))
     with_state = find(cases(), lambda c: any(s.is_state for s in c.specs))
     assert [s.block_granularity for s in with_state.specs if s.is_state] == [0]
     assert find(cases(), lambda c: any(s.is_state and s.block_granularity > 0 for s in c.specs))

@@ -152,13 +152,28 @@ def _first_write_col(batch: Batch, row: int, block: int) -> int:
     return ceil_div(batch.seq_lens[row], block) if first is None else first // block
 
 
+_BIG_AND_SPARE = between(0, 23)
+"""A group's pages near the int32 limit (1 draw in 8) and its spare columns (0-2), in one draw."""
+
+
+def _big_and_spare(draw: st.DrawFn, big_pages: bool | None, spare: bool) -> tuple[bool, int]:
+    """Whether a group's pages sit near the int32 limit (``big_pages``, else 1 in 8) and, if ``spare``, how many
+    columns its table has past the longest row (0-2); one draw when both are drawn, shrinking to (small, 0)."""
+    if big_pages is None and spare:
+        big, columns = divmod(draw(_BIG_AND_SPARE), 3)
+        return big == 7, columns
+    big = draw(between(0, 7)) == 7 if big_pages is None else big_pages
+    return big, draw(between(0, 2)) if spare else 0
+
+
 def _group_table(draw: st.DrawFn, rand: random.Random, spec: GroupSpec, batch: Batch, tail_pad: int,
-                 width: int | None, big: bool, extra_rows: int) -> Table:
-    """A valid table for one attention group: front holes, real pages, tail pads; dummy rows all 0."""
+                 width: int | None, spare: int, big: bool, extra_rows: int) -> Table:
+    """A valid table for one attention group: front holes, real pages, tail pads; dummy rows all 0.
+    ``width`` None: the longest row's columns plus ``spare``."""
     block = spec.block_granularity
     spans = [ceil_div(batch.seq_lens[row], block) for row in range(batch.live_rows)]
     if width is None:
-        width = max([1, *spans]) + draw(between(0, 2))
+        width = max([1, *spans]) + spare
     holes = []
     for row in range(batch.live_rows):
         cols = needed_columns(batch, row, spec)
@@ -215,14 +230,13 @@ def draw_case(draw: st.DrawFn, *, modes: Sequence[Mode] = MODES, specs: tuple[Gr
     actual_bs = live if pad_rows or (mode == "verify" and draw(BOOLEANS)) else None
     batch = Batch(tuple(seq), mode=mode, n=n, prefix_lens=None if prefix is None else tuple(prefix),
                   actual_bs=actual_bs)
-    tail_pad = pick(draw, tuple(tail_pads))
+    tail_pad, extra = pick(draw, tuple(product(tail_pads, range(3 if extra_rows else 1))))  # one draw for both
     rand = rng(draw)
-    extra = draw(between(0, 2)) if extra_rows else 0
     tables: dict[str, Table] = {}
     for spec in attention:
-        big = draw(between(0, 7)) == 7 if big_pages is None else big_pages
-        width = None if widths is None else widths[spec.group_id]
-        tables[spec.group_id] = _group_table(draw, rand, spec, batch, tail_pad, width, big, extra)
+        big, spare = _big_and_spare(draw, big_pages, widths is None)
+        width = widths[spec.group_id] if widths is not None else None
+        tables[spec.group_id] = _group_table(draw, rand, spec, batch, tail_pad, width, spare, big, extra)
     for spec in specs:
         if spec.is_state:
             tables[spec.group_id] = _state_table(rand, bs + extra)
