@@ -174,6 +174,16 @@ MUTANTS: tuple[SourceMutant, ...] = (
                  (("or block_granularity < 1 or block_granularity % kernel_page_size:", "or block_granularity < 1:"),),
                  "E1", "a block granularity that is no multiple of the kernel page size is accepted",
                  killer="page-ratio"),
+    # the entry a stale graph replay's refusal names (cosmic-ray survivors until graph/stale-seq-lens checked it)
+    SourceMutant("stale-col-unscaled", "graph",
+                 (("col = max(lengths[row] - n, 0, boundary * ps) // ps",
+                   "col = max(lengths[row] - n, 0, boundary * ps) - ps"),),
+                 "G4", "a stale replay's refusal names a position less a page, not a column", examples=100,
+                 killer="graph/stale-seq-lens"),
+    SourceMutant("stale-clause-swapped", "graph",
+                 (("            if col >= width:\n", "            if not col >= width:\n"),),
+                 "G4", "a stale replay past the buffer is refused as T4 and one on a tail pad as T8", examples=100,
+                 killer="graph/stale-seq-lens"),
     # S1/S2 selection (impl/groups.py, used by CacheGroupsMixin), killed through the backend's cache_groups adapter
     SourceMutant("select-no-sole-fallback", "groups", (("    if len(entries) != 1:\n", "    if True:\n"),),
                  "S1", "an empty or unknown layer group id raises even when one group is present", examples=30,
