@@ -4,6 +4,7 @@ with a shared example database and finds a broken backend's failure; the pytest 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,23 @@ def test_the_conformance_suite_runs_under_pytest_xdist() -> None:
                 "-k", "decode_locs or graph/init or expand_table", "--kvtable-backend", "reference")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "bringing up nodes" in done.stdout and "3 passed" in done.stdout, done.stdout
+
+
+def _campaign(backend: str, *tests: str) -> subprocess.CompletedProcess:
+    """pytest on the campaign's ``tests`` (-k expressions) against a backend of tests/conformance/test_tiers.py."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS / "conformance"), str(TESTS)])}
+    return subprocess.run([sys.executable, "-m", "pytest", CAMPAIGN, "-k", " or ".join(tests), "--kvtable-backend",
+                           backend, "-p", "no:cacheprovider", "-q", "-rs", "--hypothesis-show-statistics"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_unsupported_examples_are_discarded_and_counted_in_a_campaign() -> None:
+    done = _campaign("test_tiers:NoRatios", "expand_table")
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
+    assert re.search(r"unsupported: ratio [2348] \(only 1\)", done.stdout), done.stdout  # Hypothesis' event count
+
+
+def test_a_property_whose_every_example_is_unsupported_is_skipped_naming_why() -> None:
+    done = _campaign("test_tiers:NoVerify", "verify_locs", "decode_locs")
+    assert done.returncode == 0 and "1 passed, 1 skipped" in done.stdout, done.stdout + done.stderr
+    assert "verify_locs not applicable: every example unsupported: no speculative decoding (20)" in done.stdout

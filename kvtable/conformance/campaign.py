@@ -23,8 +23,10 @@ property has no ``@given`` form here (run it with ``kvtable fuzz --property grap
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
+
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture.data import ConjectureResult
 
@@ -39,15 +41,32 @@ if not hasattr(ConjectureResult, "slice_comments"):
 
 CAMPAIGN_PROPERTIES = tuple(p for p in PROPERTIES if p.stateful is None)
 """Every property with a strategy (the stateful graph protocol runs under ``kvtable fuzz``)."""
+UNSUPPORTED_LIMIT = 20
+"""Examples in a row a backend may call ``Unsupported`` before the property is skipped as not applicable
+(below Hypothesis' own give-up point, so the skip names the reasons instead of a health-check failure)."""
+_TALLIES: defaultdict[str, Counter[str]] = defaultdict(Counter)
+"""Per property: examples the backend supported (``"supported"``) and, by reason, the ones it did not."""
 
 
 @pytest.mark.parametrize("prop", CAMPAIGN_PROPERTIES, ids=[p.name for p in CAMPAIGN_PROPERTIES])
 @given(data=st.data())
+@settings(suppress_health_check=[HealthCheck.filter_too_much])  # Unsupported examples are discarded by design
 def test_property(prop: Property, kvtable_context: Context, data: st.DataObject) -> None:
     """One property against the plugin's backend: its own strategy, its own check (a Mismatch names the clause)."""
     assert prop.strategy is not None and prop.check is not None
     reason = prop.not_applicable(kvtable_context) if prop.not_applicable is not None else None
     if reason:
         pytest.skip(f"{prop.name} not applicable: {reason}")
+    example = data.draw(prop.strategy, label="example")
+    tally = _TALLIES[prop.name]
+    if not tally["supported"] and tally.total() >= UNSUPPORTED_LIMIT:
+        reasons = ", ".join(f"{why} ({count})" for why, count in sorted(tally.items()))
+        pytest.skip(f"{prop.name} not applicable: every example unsupported: {reasons}")
     kvtable_context.transcript.reset()
-    prop.check(kvtable_context, data.draw(prop.strategy, label="example"))
+    before = Counter(kvtable_context.unsupported)
+    try:
+        with kvtable_context.example():  # Unsupported: discarded (never shrunk toward) and counted, as in the runner
+            prop.check(kvtable_context, example)
+        tally["supported"] += 1
+    finally:
+        tally.update(kvtable_context.unsupported - before)

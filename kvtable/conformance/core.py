@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import reject
+from hypothesis import event, reject
 from hypothesis.strategies import SearchStrategy
 
 from kvtable.backends.profiles import Profile
@@ -40,6 +40,7 @@ class Context:
             yield
         except Unsupported as err:
             self.unsupported[err.reason] += 1
+            event("unsupported", err.reason)  # Hypothesis' statistics and HypoFuzz's dashboard count it too
             reject()
         except Mismatch as err:
             if (err.clause, err.kind) in self.seen:
