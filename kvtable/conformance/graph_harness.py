@@ -19,7 +19,10 @@ import torch
 from kvtable.conformance.calls import loc_dtypes
 from kvtable.conformance.checks import Mismatch, check_tensor, first_difference, judge, reference_outcome
 from kvtable.conformance.core import Context
+from kvtable.conformance.levels import SAFETY
+from kvtable.errors import Unsupported
 from kvtable.reference import NULL_PAGE, GraphModel
+from kvtable.reference.safety import token_positions, unsafe_writes
 from kvtable.strategies import GraphSetup, Replay, as_tensor
 
 SENTINEL = 77
@@ -246,9 +249,30 @@ class GraphHarness:
 
         self.ctx.transcript.note(f"view = runner.capture({bs}, [{group_id!r}])[0][{group_id!r}]")
         self.ctx.transcript.alias(view, "view")  # the call below replays on the view, not on a copy of it
-        judge("W4", "reanchor_locs on a captured view", expected,
-              lambda: self.ctx.backend.reanchor_locs(view, torch.tensor(frontier, dtype=torch.int32),
-                                                     group.page_size, n), compare)
+
+        def call() -> Any:
+            return self.ctx.backend.reanchor_locs(view, torch.tensor(frontier, dtype=torch.int32), group.page_size, n)
+
+        if not expected.raised:
+            judge("W4", "reanchor_locs on a captured view", expected, call, compare)
+            return
+        # The view's rows are no valid table (a scribble, or rows left by replays of other sizes share pages):
+        # no engine re-anchors there, so only safety is asked. Any refusal is safe.
+        try:
+            got = call()
+        except Unsupported:
+            raise
+        except Exception:
+            return
+        tokens = token_positions("reanchor", frontier, n=n)
+        unsafe = unsafe_writes(model_rows, got, tokens, group.page_size, group=group_id,
+                               pad_slot=self.ctx.profile.pad_slot)
+        if unsafe:
+            bad = unsafe[0]
+            raise Mismatch("W4", f"reanchor_locs on a captured view of {group_id!r} (rows that are no valid table: "
+                           f"[{expected.clause}]): row {bad.row} token {bad.token} position {bad.position} wrote "
+                           f"loc {bad.loc}: {bad.reason}", tier=SAFETY,
+                           kind="unsafe write: " + bad.reason.split(":")[0][:40])
 
     def scribble(self, value: int = SENTINEL) -> None:
         """Fill every buffer, backend and model alike, with ``value`` (to see what replay leaves alone)."""

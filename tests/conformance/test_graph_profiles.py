@@ -279,3 +279,24 @@ def test_a_runner_with_the_zero_location_tail_passes_under_that_convention() -> 
     report = run_conformance(_with_runner(ZeroesLocTail), examples=25, seed=0, profile=ZERO_TAIL_TOKENSPEED,
                              properties=select(["graph/replay-locs", "graph/protocol"]), level="correct")
     assert report.passed, report.details()
+
+
+# -- re-anchors on captured views whose rows are no valid table (scribbled): safety only ---------------------
+
+
+class ReanchorsScribbleUnsafely(TorchBackend):
+    """Seeded: a re-anchor over a scribbled view (every entry the sentinel 77) writes a negative slot."""
+
+    def reanchor_locs(self, table, frontier, page_size, n):
+        out = super().reanchor_locs(table, frontier, page_size, n)
+        return out - 10_000 if bool((table == 77).all()) else out
+
+
+def test_reanchor_on_a_scribbled_view_is_judged_by_safety_only() -> None:
+    assert run_conformance(TorchBackend, examples=60, seed=0, properties=select(["graph/protocol"]),
+                           level="strict").passed  # the reference refuses such rows (T7); torch need not
+    report = run_conformance(ReanchorsScribbleUnsafely, examples=200, seed=0, properties=select(["graph/protocol"]),
+                             level="safety", shrink=False)
+    [result] = report.results
+    assert result.status == "failed" and result.failures[0].tier == "safety", report.details()
+    assert re.search(r"no valid table: \[T\d\]\): row 0 token 0 position \d+ wrote loc -\d+", result.message)
