@@ -145,3 +145,30 @@ def test_a_backend_without_kernels_is_not_applicable_never_passed() -> None:
     assert report.passed and report.failures == [] and report.not_applicable == [na]
     assert "1/1 properties passed, 1 not applicable" in report.summary()
     assert "kernels/replay-fill  N/A" in report.table()
+
+
+class SubpageFillKernels(TorchKernels):
+    """A tokenspeed-style fill: at r > 1 a hole or pad becomes sub-pages 0 .. r-1 of dummy block 0."""
+
+    def replay_fill(self, packed, meta, dst, bs, actual_bs, tail_pad) -> None:
+        super().replay_fill(packed, meta, dst, bs, actual_bs, tail_pad)
+        for g, (offset, cols, ratio) in enumerate(meta.tolist()):
+            for b in range(min(actual_bs, bs)):
+                for w in range(min(dst.shape[2], cols * ratio)):
+                    if ratio > 1 and packed[offset + b * cols + w // ratio] <= 0:
+                        dst[g, b, w] = w % ratio
+
+
+def test_the_replay_fill_property_follows_the_profile() -> None:
+    """Under tokenspeed (sub-page holes, tail pad 0) the tokenspeed-style fill passes and kvtable's fails; under
+    kvtable the reverse: the expected rows are mapped through the profile, as the graph properties' are."""
+    verdicts = {}
+    for kernels in (TORCH_KERNELS, SubpageFillKernels()):
+        for profile in ("kvtable", "tokenspeed"):
+            report = run_conformance(TorchBackend(kernels=kernels), examples=60, seed=0, profile=profile,
+                                     properties=select(["kernels/replay-fill"]))
+            verdicts[type(kernels).__name__, profile] = report.results[0].status
+            if not report.passed:
+                assert report.results[0].clause.startswith("G3") and "kernels.replay_fill" in report.results[0].message
+    assert verdicts == {("TorchKernels", "kvtable"): "passed", ("TorchKernels", "tokenspeed"): "failed",
+                        ("SubpageFillKernels", "kvtable"): "failed", ("SubpageFillKernels", "tokenspeed"): "passed"}

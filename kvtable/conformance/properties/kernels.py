@@ -8,6 +8,12 @@ hold the model's values, everything else (the rest of the outputs, the inputs, t
 the views) must be left as it was. A backend with no ``kernels`` gets these properties reported
 "not applicable", never passed; so does one whose kernels lack an optional fast path
 (``grouped_locs``, ``grouped_extend_locs``), for that fast path's property alone.
+
+The profile applies as everywhere: the replay fill gets the profile's tail pad (kvtable's contract takes
+either pad, so its profile draws both) and its expected rows go through the profile's sub-page
+convention (``Profile.subpages``, as after a graph replay). The location kernels have no convention to
+map: they take no ``actual_bs`` (no pad slot), pads and holes sink into page 0 under every profile,
+and the ``Kernels`` protocol's outputs are int32 whatever the engine's location dtype.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import torch
 from kvtable.conformance import kernel_model
 from kvtable.conformance.checks import Mismatch, first_difference
 from kvtable.conformance.core import Context, Property
+from kvtable.contract import DEFAULT_TAIL_PAD
 from kvtable.errors import Unsupported
 from kvtable.strategies.kernels import (
     POISON,
@@ -231,11 +238,16 @@ def check_replay_fill(ctx: Context, case: FillCase) -> None:
                             device=ctx.device)}
     expected = [_sentinels(case.max_bs, case.width) for _ in range(groups)]
     dst = place(expected, (groups, case.max_bs, case.width), case.layouts["dst"], fill=SENTINEL, device=ctx.device)
-    kernel_model.replay_fill(case.packed, case.meta, expected, case.bs, case.actual_bs, case.tail_pad)
+    tail_pad = case.tail_pad if ctx.profile.tail_pad == DEFAULT_TAIL_PAD else ctx.profile.tail_pad
+    kernel_model.replay_fill(case.packed, case.meta, expected, case.bs, case.actual_bs, tail_pad)
+    live = min(case.actual_bs, case.bs)
+    for g, (offset, cols, ratio) in enumerate(case.meta):
+        source = [case.packed[offset + b * cols: offset + (b + 1) * cols] for b in range(live)]
+        expected[g][: case.bs] = ctx.profile.subpages(expected[g][: case.bs], source, ratio, live)
     kernels = ctx.backend.kernels
     _judge(ctx, "G3", "replay_fill",
            lambda: kernels.replay_fill(inputs["packed"].view, inputs["meta"].view, dst.view, case.bs,
-                                       case.actual_bs, case.tail_pad), inputs, dst, expected)
+                                       case.actual_bs, tail_pad), inputs, dst, expected)
 
 
 PROPERTIES = (
