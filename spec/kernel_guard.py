@@ -11,7 +11,7 @@ still shows up instead of corrupting a neighbour.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -220,9 +220,10 @@ def _tensor_arguments(args: Sequence[object], kwargs: dict[str, object]) -> dict
 
 
 @contextmanager
-def sanitizing() -> Iterator[None]:
+def sanitizing(on_hit: Callable[[OutOfBoundsAccess], None] | None = None) -> Iterator[None]:
     """Every Triton interpreter launch inside is bounds-checked against its own tensor arguments: an access
-    outside all of them is blocked and raises ``OutOfBoundsAccess`` when the launch ends (``--sanitize``)."""
+    outside all of them is blocked and raises ``OutOfBoundsAccess`` when the launch ends (``--sanitize``);
+    ``on_hit`` sees each such error first (a caller may catch the exception: the record stays)."""
     from triton.runtime.interpreter import GridExecutor
 
     launch = GridExecutor.__call__
@@ -231,7 +232,10 @@ def sanitizing() -> Iterator[None]:
         with guarded(_tensor_arguments(args, kwargs)) as log:
             result = launch(self, *args, **kwargs)
         if log.hits:
-            raise OutOfBoundsAccess(getattr(self.fn, "__name__", "a kernel"), log.hits)
+            error = OutOfBoundsAccess(getattr(self.fn, "__name__", "a kernel"), log.hits)
+            if on_hit is not None:
+                on_hit(error)
+            raise error
         return result
 
     GridExecutor.__call__ = checked

@@ -65,7 +65,8 @@ def test_property(prop: Property, kvtable_context: Context, data: st.DataObject)
     kvtable_context.transcript.reset()
     before = Counter(kvtable_context.unsupported)
     try:
-        with kvtable_context.example():  # Unsupported: discarded (never shrunk toward) and counted, as in the runner
+        # Unsupported: discarded (never shrunk toward) and counted, as in the runner; --sanitize findings: safety
+        with kvtable_context.example(prop.clause):
             prop.check(kvtable_context, example)
         tally["supported"] += 1
     finally:

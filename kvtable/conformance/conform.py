@@ -86,7 +86,7 @@ def sanitized(args: argparse.Namespace) -> contextlib.AbstractContextManager:
     """``--sanitize``: the bounds-checked Triton interpreter of spec/kernel_guard.py for the run."""
     if not getattr(args, "sanitize", False):
         return contextlib.nullcontext()
-    from kvtable.spec.kernel_guard import sanitizing
+    from kvtable.conformance.sanitize import sanitizing
     return sanitizing()
 
 

@@ -14,6 +14,7 @@ from hypothesis.strategies import SearchStrategy
 from kvtable.backends.profiles import Profile
 from kvtable.conformance.checks import Mismatch, Transcript
 from kvtable.conformance.levels import CORRECTNESS
+from kvtable.conformance.sanitize import out_of_bounds
 from kvtable.errors import Unsupported
 
 
@@ -33,11 +34,14 @@ class Context:
     """Examples discarded because the backend raised ``Unsupported``, by reason."""
 
     @contextmanager
-    def example(self) -> Iterator[None]:
+    def example(self, clause: str = "G3") -> Iterator[None]:
         """Run one example (or one state-machine step): an ``Unsupported`` configuration or a failure of a
-        kind already reported discards it (hypothesis never shrinks toward it)."""
+        kind already reported discards it (hypothesis never shrinks toward it). Under ``--sanitize`` an
+        out-of-bounds Triton access in it fails it at the safety tier as ``clause`` (the property's; the graph
+        protocol's G3 by default), whatever the property made of the guard's exception."""
         try:
-            yield
+            with _sanitized(clause):
+                yield
         except Unsupported as err:
             self.unsupported[err.reason] += 1
             event("unsupported", err.reason)  # Hypothesis' statistics and HypoFuzz's dashboard count it too
@@ -82,3 +86,18 @@ class Property:
     """The verdict tier a failure of this property counts against (``levels.TIERS``)."""
     needs: tuple[str, ...] = ()
     """The backend methods the property calls; a backend lacking one gets the property reported N/A."""
+
+
+@contextmanager
+def _sanitized(clause: str) -> Iterator[None]:
+    """Raise the safety failure for what ``--sanitize`` blocked inside, in place of any other outcome."""
+    try:
+        yield
+    except BaseException as err:
+        blocked = out_of_bounds(clause)
+        if blocked is None:
+            raise
+        raise blocked from err
+    blocked = out_of_bounds(clause)
+    if blocked is not None:
+        raise blocked

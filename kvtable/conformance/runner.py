@@ -396,7 +396,7 @@ def _search(prop: Property, ctx: Context, count: list[int], *, examples: int, se
     def body(example: Any) -> None:
         count[0] += 1
         ctx.transcript.reset()
-        with ctx.example():
+        with ctx.example(prop.clause):
             check(ctx, example)
 
     # settings outside @seed: @seed alone would also switch the example database off
