@@ -144,3 +144,19 @@ def test_lengths_outside_the_bounds_are_still_refused_row_by_row() -> None:
     padded = Batch((3,) * 39 + (9,), actual_bs=39)  # a dummy row past the width: no T8, and it sinks
     assert group_locs(specs, tables, padded)["full"][39].item() == 0
     assert group_locs(specs, tables, Batch((2**31,) + (3,) * 39, actual_bs=0))["full"].shape == (40,)
+
+
+def test_kernels_that_override_grouped_locs_get_int32_lengths_and_no_host_bound() -> None:
+    """Only the torch kernels' own grouped_locs takes ``longest`` (and int64 lengths); an override keeps the
+    protocol's six arguments and int32 lengths."""
+    seen = []
+
+    class Overriding(type(TORCH_KERNELS)):
+        def grouped_locs(self, tables, page_sizes, seq_lens, out, bs, n):  # noqa: ANN001, ANN202
+            seen.append(seq_lens.dtype)
+            super().grouped_locs(tables, page_sizes, seq_lens, out, bs, n)
+
+    specs, tables = [GroupSpec("full", "full", 4)], {"full": i32([[1, 2], [3, 4]])}
+    got = group_locs(specs, tables, Batch((3, 6)), kernels=Overriding())
+    assert got["full"].tolist() == [6, 17] and seen == [torch.int32]
+    assert group_locs(specs, tables, Batch((3, 6)))["full"].tolist() == [6, 17]
