@@ -144,7 +144,8 @@ def _check_layers(adapter: Any, step: Step, tables: Mapping[str, list[list[int]]
                   locs: Mapping[str, list[int]]) -> None:
     for gid in (*sorted(tables), *OTHER_IDS):
         _selected(f"select_page_table({gid!r})", "S1", lambda g=gid: select_group(tables, g),
-                  lambda g=gid: adapter.select_page_table(g), lambda a, b: a.tolist() == b)
+                  lambda g=gid: adapter.select_page_table(g),
+                  lambda a, b: isinstance(a, torch.Tensor) and a.tolist() == b)
         _selected(f"select_out_cache_loc({gid!r}) (draft: {step.is_draft})", "S2",
                   lambda g=gid: select_locs(locs, g, CALLER, prefer_caller=step.is_draft),
                   lambda g=gid: adapter.select_out_cache_loc(g, CALLER),
