@@ -134,16 +134,20 @@ def wrapped_accesses(binding: Binding, model: dict[str, int | bool]) -> dict[str
 
 
 def assert_the_interpreter_wraps_as_predicted(binding: Binding, model: dict[str, int | bool], report: Replay) -> None:
-    """Every wrapped access of the failing lane landed at the predicted hardware offset: read or written there
-    in the virtual memory, or blocked there (outside the tensor) by the guard."""
+    """Every wrapped access the failing lane made landed at the predicted hardware offset (read or written there
+    in the virtual memory, or blocked there by the guard), and at least one did. (A later access whose mask
+    depends on a value read through a wrapped address may not happen: the model reads the element it meant.)"""
     wrapped = wrapped_accesses(binding, model)
-    assert wrapped
+    landed = []
     for label, (offset, exact) in wrapped.items():
-        kind, number, tensor = label.split()
+        _, number, tensor = label.split()
         hit = [h.offset for h in report.hits if h.number == int(number)]
         touch = [t.flat for t in report.touches if t.number == int(number) and t.tensor == tensor]
-        assert hit + touch == [offset], (label, hit, touch, str(report), model)
-        assert f"{label}[" in str(report) and f"element {exact}, at hardware offset {offset}" in str(report)
+        if hit or touch:
+            assert hit + touch == [offset], (label, hit, touch, str(report), model)
+            assert f"{label}[" in str(report) and f"element {exact}, at hardware offset {offset}" in str(report)
+            landed.append(label)
+    assert landed, (wrapped, str(report))
 
 
 def test_int32_product_wraps_the_address() -> None:
