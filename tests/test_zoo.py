@@ -88,8 +88,9 @@ def test_unguarded_block_table_reads_the_next_row() -> None:
     assert out.tolist() == [[288, 288]]  # conforming: [0 (null page, offset 0), 288]
 
 
-def test_int32_slot_kernels_agree_with_int64_even_past_w5() -> None:
-    """vllm-1486: the int32 product stores the same bits, which is why only W5's checks and z3 catch it."""
+def test_int32_slot_kernels_wrap_past_w5_where_kvtables_sink() -> None:
+    """vllm-1486: the int32 product stores the int64 value's low bits (a wrapped slot); kvtable's kernels take
+    a page past W5 as page 0 (SPEC W5), so the safety tier (safety/int32-wrap) tells them apart."""
     big = 2**31 // 4 + 3  # (page + 1) * 4 > 2^31: a W5 breach
     table = torch.tensor([[[big, 7]]], dtype=torch.int32)
     args = (table, torch.tensor([2], dtype=torch.int32), torch.tensor([4], dtype=torch.int32),
@@ -97,7 +98,8 @@ def test_int32_slot_kernels_agree_with_int64_even_past_w5() -> None:
     ours, theirs = torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32)
     Int32SlotKernels().stacked_locs(*args, ours, 1, 1)
     TorchBackend().kernels.stacked_locs(*args, theirs, 1, 1)
-    assert ours.tolist() == theirs.tolist() == [[(big * 4 + 2 + 2**31) % 2**32 - 2**31]]
+    assert ours.tolist() == [[(big * 4 + 2 + 2**31) % 2**32 - 2**31]]
+    assert theirs.tolist() == [[2]]  # the sink: offset 2 of page 0
 
 
 def test_counterexample_replays_through_load() -> None:
