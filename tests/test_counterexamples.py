@@ -33,7 +33,7 @@ def _exit_status(snippet: str) -> int:
 
 
 @pytest.mark.parametrize(("backend", "prop", "examples"), [("DecodeOnePageOn", "decode_locs", 20),
-                                                           ("ReanchorOneRowOn", "graph/protocol", 100)])
+                                                           ("ReanchorOneRowOn", "graph/protocol", 400)])
 def test_the_snippet_exits_1_while_it_fails_and_0_once_fixed(backend: str, prop: str, examples: int) -> None:
     snippet = _snippet(backend, prop, examples)
     assert "sys.exit(reproduce(" in snippet
@@ -42,7 +42,7 @@ def test_the_snippet_exits_1_while_it_fails_and_0_once_fixed(backend: str, prop:
 
 
 def test_a_call_on_a_captured_view_replays_on_the_view() -> None:
-    snippet = _snippet("ReanchorOneRowOn", "graph/protocol", 100)
+    snippet = _snippet("ReanchorOneRowOn", "graph/protocol", 400)
     assert "out = backend.reanchor_locs(view, " in snippet  # the view itself, not torch.tensor(...) of its values
     namespace: dict = {}
     exec(compile(snippet.split("# FAILED:")[0], "<counterexample>", "exec"), namespace)  # our own rendering
