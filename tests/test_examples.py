@@ -48,6 +48,15 @@ def test_the_vllm_examples_missing_validation_is_a_strictness_failure_not_a_safe
     assert not strict.passed
     assert {f.tier for r in strict.results for f in r.failures} == {"strictness"}
     assert any("accepted input that breaks" in f.message for r in strict.results for f in r.failures)
+    assert all("profile 'vllm': validating this input is the scheduler's job" in f.message
+               for r in strict.results for f in r.failures)  # the profile's `validates`, stated in the verdict
+
+
+def test_a_profile_whose_backend_validates_adds_no_scheduler_note() -> None:
+    strict = run_conformance(VLLM, examples=10, seed=0, profile="kvtable", properties=select(["rejects-cheap/T9"]),
+                             level="strict")
+    messages = [f.message for r in strict.results for f in r.failures]
+    assert messages and not any("scheduler's job" in m for m in messages)
 
 
 def test_the_vllm_example_is_slot_mapping_only_int64_and_has_no_debug_mode() -> None:

@@ -27,7 +27,7 @@ from kvtable.backends.profiles import Profile, get_profile
 from kvtable.conformance.checks import Mismatch, Recorded, Transcript
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.database import KeyedDatabase, database_prefix
-from kvtable.conformance.levels import CORRECTNESS, DEFAULT_LEVEL, LEVELS
+from kvtable.conformance.levels import CORRECTNESS, DEFAULT_LEVEL, LEVELS, STRICTNESS
 from kvtable.conformance.properties import PROPERTIES
 from kvtable.conformance.reproduce import Blob, blob_of, verdict_lines
 from kvtable.exitcodes import UsageError
@@ -355,7 +355,9 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
                 break
             except Mismatch as err:
                 ctx.seen.add((err.clause, err.kind))
-                failures.append(Failure(clause_label(err.clause), err.tier or prop.tier, err.kind, str(err),
+                tier = err.tier or prop.tier
+                failures.append(Failure(clause_label(err.clause), tier, err.kind,
+                                        str(err) + _validation_note(ctx.profile, tier),
                                         _counterexample(ctx, spec, err, prop.name, level)))
             except Unsatisfiable:
                 if not failures:
@@ -377,6 +379,14 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
         first = failing[0]
         return result("failed", first.message, first.counterexample, first.clause, first.tier)
     return result("passed")
+
+
+def _validation_note(profile: Profile, tier: str) -> str:
+    """Where the profile leaves refusals to the scheduler, a strictness failure says so: a convention, not a bug."""
+    if tier != STRICTNESS or profile.backend_validates:
+        return ""
+    return (f" (profile {profile.name!r}: validating this input is the scheduler's job, not the backend's, so this"
+            " is a missing refusal, never a safety failure)")
 
 
 def _search(prop: Property, ctx: Context, count: list[int], *, examples: int, seed: int,
