@@ -50,8 +50,10 @@ class CacheGroupsMixin:
     """Pad past a table's columns in graph buffers and expanded tables; a full-width-table backend sets 0."""
     expand_tables: ClassVar[bool] = True
 
-    kernel_page_size: int = 1
-    max_num_pages: int = 1
+    kernel_page_size: int
+    """K, the page size the kernels see; no default: a backend that forgets it fails at its first use by name."""
+    max_num_pages: int
+    """Kernel pages per request the graph buffers and expanded tables hold; no default either."""
     spec_num_tokens: int = 1
     is_draft: bool = False
     device: torch.device | str = "cpu"
@@ -170,10 +172,11 @@ class CacheGroupsMixin:
 
     # CUDA graphs --------------------------------------------------------------------------------------
     def init_graph_state(self, max_bs: int) -> GroupGraphBuffers:
-        """G1 graph-init: persistent buffers for every non-state group, sized for ``spec_num_tokens``."""
+        """G1 graph-init: persistent buffers for every non-state group, sized for ``spec_n = max(spec_num_tokens,
+        1)`` tokens per request (an engine without speculation may say 0)."""
         self.graph_buffers = GroupGraphBuffers(
             self.cache_group_specs, max_bs=max_bs, max_kernel_pages=self.max_num_pages,
-            kernel_page_size=self.kernel_page_size, spec_n=self.spec_num_tokens, tail_pad=self.table_tail_pad,
+            kernel_page_size=self.kernel_page_size, spec_n=max(self.spec_num_tokens, 1), tail_pad=self.table_tail_pad,
             expand=self.expand_tables, device=self.device, kernels=self.kernels)
         return self.graph_buffers
 

@@ -22,7 +22,7 @@ from kvtable.reference.model import (
     write_positions,
 )
 from kvtable.reference.slots import row_slots
-from kvtable.reference.tables import check_lone_table, check_table_shape
+from kvtable.reference.tables import check_lone_table, check_table_shape, length_mirror
 
 
 def batch_locs(table: Table, batch: Batch, page_size: int, *, group: str | None = None) -> list[int]:
@@ -87,5 +87,5 @@ def reanchor_locs(table: Any, frontier: Sequence[int], page_size: int, n: int) -
 
 def extend_locs(table: Any, prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int) -> list[int]:
     """W3 extend-loc: positions ``[prefix, prefix + extend)`` of each request, in request order."""
-    batch = Batch.extend(prefix_lens, extend_lens)
+    batch = Batch.extend(length_mirror(prefix_lens, "prefix_lens"), length_mirror(extend_lens, "extend_lens"))
     return batch_locs(check_lone_table(table, batch, page_size), batch, page_size)

@@ -75,6 +75,13 @@ def check_table_shape(table: Table, batch: Batch, *, group: str | None = None) -
         raise ContractViolation("T1", "table has no columns; col 0 must exist for dummy rows", group=group)
 
 
+def length_mirror(values: object, what: str) -> tuple[Any, ...]:
+    """T9 lengths: a CPU mirror is a sequence of lengths, one per request (not one number, not a string)."""
+    if not isinstance(values, Iterable) or isinstance(values, (str, bytes)):
+        raise ContractViolation("T9", f"{what} are a sequence of ints, got {type(values).__name__}")
+    return tuple(values)
+
+
 def check_lengths(batch: Batch, *, short_rows: ShortRows = "refuse") -> None:
     """T9 lengths, and W2's ``seq_len >= N`` for real verify rows (unless ``short_rows`` clamps or sinks them).
 

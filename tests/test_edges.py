@@ -12,11 +12,16 @@ from kvtable import ContractViolation
 from kvtable.conformance.kernel_model import sink_loc
 from kvtable.conformance.properties import edges
 from kvtable.contract import Batch, GroupSpec
+from kvtable.impl import CacheGroupsMixin
 from kvtable.impl import decode_locs as impl_decode_locs
 from kvtable.impl import extend_locs as impl_extend_locs
 from kvtable.impl import group_locs as impl_group_locs
-from kvtable.reference import check_tables, decode_locs, extend_locs
+from kvtable.impl import reanchor_locs as impl_reanchor_locs
+from kvtable.impl import verify_locs as impl_verify_locs
+from kvtable.impl.graph import GroupGraphBuffers
+from kvtable.reference import GraphModel, check_tables, decode_locs, extend_locs
 from kvtable.strategies import Case
+from kvtable.strategies.graph import GraphSetup
 
 EDGE = settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
@@ -97,3 +102,65 @@ def test_lone_calls_check_page_sharing_and_w5_as_a_batch_does() -> None:
                              debug=True)
         assert (ref.value.clause_id, ref.value.row, ref.value.col) == (clause, row, col)
         assert (impl.value.clause_id, impl.value.row, impl.value.col) == (clause, row, col)
+
+
+@pytest.mark.parametrize("bare", [3, numpy.int64(3)])
+def test_both_sides_refuse_a_bare_number_for_a_length_mirror_as_t9(bare: object) -> None:
+    table = [[3, 4, -1]]
+    for call in (lambda: extend_locs(table, [1], bare, 2),
+                 lambda: impl_extend_locs(torch.tensor(table, dtype=torch.int32), [1], bare, 2)):
+        with pytest.raises(ContractViolation, match=r"\[T9 lengths\].*extend_lens are a sequence of ints"):
+            call()
+
+
+def test_lone_calls_refuse_cpu_lengths_outside_debug_mode() -> None:
+    """T9, W2 and T8 on a CPU lengths tensor cost no sync: a lone call refuses them in any mode."""
+    table = torch.tensor([[3, 4]], dtype=torch.int32)
+    calls = [("T9", lambda: impl_decode_locs(table, torch.tensor([0]), 2, debug=False)),
+             ("W2", lambda: impl_verify_locs(table, torch.tensor([1]), 2, 2, debug=False)),
+             ("T8", lambda: impl_reanchor_locs(table, torch.tensor([5]), 2, 1, debug=False))]
+    for clause, call in calls:
+        with pytest.raises(ContractViolation, match=rf"\[{clause}"):
+            call()
+
+
+@EDGE
+@given(edges._tables_on_two_devices())
+def test_the_two_device_case_is_valid_on_one_device(m: edges.TwoDevices) -> None:
+    check_tables(m.case.specs, m.case.tables, m.case.batch)
+    tensors = m.case.tensors()
+    impl_group_locs(list(m.case.specs), tensors, m.case.batch)
+    tensors[m.moved] = tensors[m.moved].to("meta")
+    with pytest.raises(ContractViolation, match=r"\[T1 .*share a device"):
+        impl_group_locs(list(m.case.specs), tensors, m.case.batch)
+
+
+@EDGE
+@given(edges._idle_row_past_width())
+def test_the_idle_row_lies_past_a_group_and_the_case_is_valid(case: Case) -> None:
+    check_tables(case.specs, case.tables, case.batch)
+    idle = case.extend_lens.index(0)
+    reach = min(len(case.tables[s.group_id][0]) * s.block_granularity for s in case.specs)
+    assert case.batch.prefix_lens[idle] > reach
+
+
+@EDGE
+@given(edges._graph_sizes_below_one())
+def test_graph_sizes_below_one_are_g1_on_both_sides(setup: GraphSetup) -> None:
+    for build in (GraphModel, GroupGraphBuffers):
+        with pytest.raises(ContractViolation, match=r"\[G1"):
+            build(setup.specs, **setup.kwargs())
+
+
+def test_the_mixin_reads_spec_num_tokens_0_as_one_token_and_has_no_default_sizes() -> None:
+    """G1: ``spec_n = max(spec_num_tokens, 1)``; K and the page budget have no default (E1 needs a real K)."""
+
+    class Backend(CacheGroupsMixin):
+        max_num_pages = 2
+
+    backend = Backend()
+    backend.learn_cache_groups([GroupSpec("f", "full", 2)])
+    with pytest.raises(AttributeError, match="kernel_page_size"):
+        backend.init_graph_state(3)
+    backend.kernel_page_size, backend.spec_num_tokens = 2, 0
+    assert backend.init_graph_state(3).loc_buffers["f"].shape == (3,)

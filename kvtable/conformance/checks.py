@@ -48,7 +48,7 @@ def render(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         dtype = str(value.dtype)
         device = "" if value.device.type == "cpu" else f", device={str(value.device)!r}"
-        if value.numel() == 0:
+        if value.numel() == 0 or value.is_meta:  # a meta tensor has a shape and no values
             return f"torch.zeros({tuple(value.shape)}, dtype={dtype}{device})"
         return f"torch.tensor({value.tolist()}, dtype={dtype}{device})"
     if isinstance(value, Mapping):

@@ -9,7 +9,7 @@ kernel checks), with the offending entry named where the clause has one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy
 from hypothesis import strategies as st
@@ -18,6 +18,7 @@ from kvtable.conformance.calls import check_group_locs, check_lone, tensor_compa
 from kvtable.conformance.checks import Mismatch, expect_raises, judge
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
+from kvtable.conformance.graph_harness import GraphHarness
 from kvtable.conformance.levels import STRICTNESS
 from kvtable.conformance.properties.kernels import (
     check_grouped_extend_locs,
@@ -30,7 +31,8 @@ from kvtable.reference import NULL_PAGE, Batch, GroupSpec
 from kvtable.strategies import Case
 from kvtable.strategies.batches import PAGE_LIMIT, ceil_div
 from kvtable.strategies.draws import BOOLEANS, between, pick
-from kvtable.strategies.kernels import GroupedCase, GroupedLocsCase, draw_layout
+from kvtable.strategies.graph import GraphSetup, graph_setups
+from kvtable.strategies.kernels import GroupedCase, GroupedLocsCase, draw_layout, grouped_locs_cases
 
 Where = frozenset[tuple[str | None, int | None, int | None]]
 
@@ -150,31 +152,36 @@ def _rejects_huge_page_size(ctx: Context, case: Case) -> None:
 
 @dataclass(frozen=True)
 class Mirrors:
-    """A one-row extend case and its CPU mirrors as handed over: numpy integers, or one float."""
+    """A one-row extend case and its CPU mirrors as handed over: numpy integers, one float, or the extend
+    mirror one bare number instead of a sequence."""
 
     case: Case
     prefix: list
-    extend: list
+    extend: object
 
     @property
     def valid(self) -> bool:
-        return not any(isinstance(v, float) for v in (*self.prefix, *self.extend))
+        return isinstance(self.extend, list) and not any(isinstance(v, float) for v in (*self.prefix, *self.extend))
 
 
 @st.composite
 def _numpy_lengths(draw: st.DrawFn) -> Mirrors:
-    """Extend lengths as numpy integers (valid), or the extend length a float (T9)."""
+    """Extend lengths as numpy integers (valid), the extend length a float (T9), or the extend mirror the
+    bare length, not a sequence (T9)."""
     ps = pick(draw, (1, 2, 4))
     prefix, extend = draw(between(0, 2 * ps)), draw(between(0, 2 * ps))
     end = max(ceil_div(prefix + extend, ps), 1)
     batch = Batch.extend((prefix,), (extend,))
     case = Case((GroupSpec("full0", "full", ps),), {"full0": [_row(0, list(range(3, 3 + end)), end + 1)]}, batch)
-    kind = pick(draw, (numpy.int64, numpy.int32, numpy.int16))
-    return Mirrors(case, [kind(prefix)], [float(extend) if draw(BOOLEANS) else kind(extend)])
+    kind = pick(draw, (numpy.int64, numpy.int32, numpy.int16, int))
+    shape = pick(draw, ("ints", "float", "bare"))
+    mirror = {"ints": [kind(extend)], "float": [float(extend)], "bare": kind(extend)}[shape]
+    return Mirrors(case, [kind(prefix)], mirror)
 
 
 def _numpy_length_mirrors(ctx: Context, m: Mirrors) -> None:
-    """T9: lengths are integers (python or numpy; never floats); numpy mirrors give the same locations."""
+    """T9: lengths are a sequence of integers (python or numpy; never floats, never one bare number); numpy
+    mirrors give the same locations."""
     ps = m.case.spec("full0").block_granularity
     tensor = m.case.tensors()["full0"]
     what = f"extend_locs with lengths {m.prefix!r}, {m.extend!r}"
@@ -187,12 +194,93 @@ def _numpy_length_mirrors(ctx: Context, m: Mirrors) -> None:
     except Mismatch as err:
         if err.tier:
             raise
-        # a float length accepted: a missing refusal, strictness as in every rejects/* property (the vLLM-style
+        # a float or bare length accepted: a missing refusal, strictness as in every rejects/* property (the vLLM-style
         # example validates nothing and must pass safety and correctness)
         raise Mismatch(err.clause, str(err).split("] ", 1)[1], tier=STRICTNESS, kind=err.kind) from err
 
 
+@st.composite
+def _idle_row_past_width(draw: st.DrawFn) -> Case:
+    """Extend over two groups of different reach: one request with extend 0 whose prefix lies past a group's
+    columns (it writes and needs nothing: T8 asks nothing of it) beside requests that write."""
+    sizes = [pick(draw, (1, 2, 4)) for _ in range(2)]
+    rows = draw(between(2, 3))
+    idle = draw(between(0, rows - 1))
+    prefix = [draw(between(0, 4)) for _ in range(rows)]
+    extend = [0 if r == idle else draw(between(1, 4)) for r in range(rows)]
+    needed = [max(ceil_div(p + e, ps) for p, e in zip(prefix, extend, strict=True) if e) for ps in sizes]
+    widths = [need + draw(between(0, 1)) for need in needed]
+    prefix[idle] = min(w * ps for w, ps in zip(widths, sizes, strict=True)) + draw(between(1, 6))
+    specs = tuple(GroupSpec(f"full{g}", "full", ps) for g, ps in enumerate(sizes))
+    tables = {s.group_id: [list(range(10 + 10 * r, 10 + 10 * r + w)) for r in range(rows)]
+              for s, w in zip(specs, widths, strict=True)}
+    return Case(specs, tables, Batch.extend(tuple(prefix), tuple(extend)))
+
+
+def _idle_row_locs(ctx: Context, case: Case) -> None:
+    """W3: the writing requests' locations in every group, as the reference gives them."""
+    check_group_locs(ctx, ctx.backend, case, "W3")
+
+
+@dataclass(frozen=True)
+class TwoDevices:
+    """A valid two-group case whose table ``moved`` is handed over on the meta device, the other where it is."""
+
+    case: Case
+    moved: str
+
+
+@st.composite
+def _tables_on_two_devices(draw: st.DrawFn) -> TwoDevices:
+    """Two full groups (page sizes drawn apart), one request of any mode; either table moves to meta."""
+    sizes = [pick(draw, (1, 2, 4)) for _ in range(2)]
+    seq, n = draw(between(1, 8)), draw(between(1, 2))
+    mode = pick(draw, ("decode", "verify", "extend") if seq >= n else ("decode", "extend"))
+    if mode == "extend":
+        prefix = draw(between(0, seq))
+        batch = Batch.extend((prefix,), (seq - prefix,))
+    else:
+        batch = Batch((seq,), mode=mode, n=n if mode == "verify" else 1)
+    specs = tuple(GroupSpec(f"full{g}", "full", ps) for g, ps in enumerate(sizes))
+    tables = {s.group_id: [_row(0, list(range(3, 3 + ceil_div(seq, s.block_granularity))),
+                                ceil_div(seq, s.block_granularity))] for s in specs}
+    return TwoDevices(Case(specs, tables, batch), pick(draw, ("full0", "full1")))
+
+
+def _rejects_two_devices(ctx: Context, m: TwoDevices) -> None:
+    """T1: the tables of one batch share a device; a table on another one is refused (any mode; no sync)."""
+    case = m.case
+    tensors = case.tensors()
+    tensors[m.moved] = tensors[m.moved].to("meta")
+    expect_raises("T1", f"group_locs with table {m.moved!r} on the meta device, the other on "
+                  f"{tensors['full1' if m.moved == 'full0' else 'full0'].device}",
+                  lambda: ctx.backend.group_locs(list(case.specs), tensors, case.batch))
+
+
 _LARGE_PAGE_SIZES = (2**20, 2**24, 2**26, 2**28, 2**30)
+
+
+@st.composite
+def _zero_width_grouped_locs(draw: st.DrawFn) -> GroupedLocsCase:
+    """``grouped_locs`` with one group's table column-less (the Kernels protocol allows it: all its tokens
+    sink into page 0); the other groups as drawn."""
+    case = draw(grouped_locs_cases())
+    empty = draw(between(0, len(case.tables) - 1))
+    return replace(case, tables=[[[] for _ in t] if g == empty else t for g, t in enumerate(case.tables)])
+
+
+@st.composite
+def _graph_sizes_below_one(draw: st.DrawFn) -> GraphSetup:
+    """A valid runner setup with one of ``max_bs``, ``max_kernel_pages`` and ``spec_n`` set to 0 or below
+    (``spec_n`` is already ``max(spec_num_tokens, 1)``: the engine's 0 for "no speculation" never reaches it)."""
+    setup = draw(graph_setups())
+    field = pick(draw, ("max_bs", "max_kernel_pages", "spec_n"))
+    return replace(setup, **{field: draw(between(-1, 0))})
+
+
+def _rejects_graph_sizes(ctx: Context, setup: GraphSetup) -> None:
+    """G1: graph init refuses buffer sizes below 1, as the reference does (``GraphHarness.init`` judges it)."""
+    GraphHarness(ctx, setup).init()
 
 
 def _large_entry(draw: st.DrawFn, ps: int) -> int:
@@ -246,7 +334,18 @@ PROPERTIES = (
              "refused in any mode", _page_size_past_2_30(), _rejects_huge_page_size, tier=STRICTNESS,
              needs=("group_locs", "decode_locs", "extend_locs")),
     Property("lengths/numpy-ints", "T9", "extend lengths that are numpy integers give the same locations; "
-             "a float length is refused", _numpy_lengths(), _numpy_length_mirrors, needs=("extend_locs",)),
+             "a float length, or a bare number for the mirror, is refused", _numpy_lengths(), _numpy_length_mirrors,
+             needs=("extend_locs",)),
+    Property("rejects/T1-devices", "T1", "tables of one batch on two devices (one on meta) are refused in any "
+             "mode", _tables_on_two_devices(), _rejects_two_devices, tier=STRICTNESS, needs=("group_locs",)),
+    Property("group_locs/idle-row-past-width", "W3", "extend over groups of different reach: a request with "
+             "extend 0 past a group's columns writes nothing and leaves the others' locations as they are",
+             _idle_row_past_width(), _idle_row_locs, needs=("group_locs",)),
+    Property("kernels/zero-width", "G4", "backend.kernels' fixed-count fast path with one group's table "
+             "column-less: its tokens sink into page 0", _zero_width_grouped_locs(), check_grouped_locs,
+             not_applicable=missing_grouped_locs),
+    Property("rejects/G1-sizes", "G1", "graph init refuses max_bs, max_kernel_pages or spec_n below 1",
+             _graph_sizes_below_one(), _rejects_graph_sizes, tier=STRICTNESS, needs=("graph",)),
     Property("kernels/large-page-extend", "W3", "backend.kernels' extend fast path at page sizes 2^20-2^30 "
              "(spans past 2^31) equals the stacked kernel", _large_grouped_extend(), check_grouped_extend_locs,
              not_applicable=missing_grouped_extend),

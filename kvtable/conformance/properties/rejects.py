@@ -30,18 +30,23 @@ def _expect_broken(ctx: Context, backend: Any, b: Broken) -> None:
                                              tail_pad=b.case.tail_pad), where=b.where)
 
 
+_CHEAP_CLAUSES = frozenset({"T1", "T8", "T9", "W2"})
+"""The clauses a lone call can see without reading a table back (T9: lengths on the CPU cost no sync)."""
+
+
 def _rejects_cheap(ctx: Context, b: Broken) -> None:
-    """group_locs refuses the breach; so do the lone-table calls a malformed tensor or CPU length reaches."""
+    """group_locs refuses the breach; so do the lone-table calls a malformed tensor or CPU length reaches
+    (``lone_call`` hands decode, verify and re-anchor their lengths as a CPU tensor, extend its mirrors)."""
     _expect_broken(ctx, ctx.backend, b)
     attention = {s.group_id for s in b.case.attention}
     if b.clause == "T1":
         for gid in sorted(set(b.case.raw) & attention):  # a malformed tensor is T1 for every call taking it
             what, _, call = lone_call(ctx, ctx.backend, b.case, gid)
             expect_raises("T1", f"{what} on {b.how}", call)
-    elif b.case.batch.mode == "extend":  # extend lengths are CPU mirrors: T8/T9 are cheap there too
+    else:  # lone calls get the lengths as CPU mirrors (extend) or a CPU tensor: T8/T9/W2 cost no sync there either
         for gid in sorted(attention & set(b.case.tables)):
             what, expected, call = lone_call(ctx, ctx.backend, b.case, gid)
-            if expected.raised:
+            if expected.clause in _CHEAP_CLAUSES and not (expected.clause == "W2" and ctx.profile.clamp_short_verify):
                 judge(b.clause, f"{what} on {b.how}", expected, call, lambda _g, _e: None)
 
 
