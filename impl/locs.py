@@ -20,7 +20,7 @@ from kvtable.impl import validate
 from kvtable.impl.debug import debug_check, debug_check_device
 from kvtable.impl.groups import check_group_ids, shed_state_groups, specs_by_id
 from kvtable.impl.kernels import Kernels
-from kvtable.impl.tokens import extend_tokens, int32_mirror, upload
+from kvtable.impl.tokens import extend_tokens, host_ints, int32_mirror, int64_mirror, upload
 from kvtable.impl.torch_kernels import INT32_END, TORCH_KERNELS, TorchKernels
 
 Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
@@ -91,10 +91,15 @@ def extend_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[st
         return {}
     ordered, block_sizes = [tables[g] for g in gids], [page_sizes[g] for g in gids]
     grouped = getattr(kernels, "grouped_extend_locs", None)
-    if grouped is not None and _inside_tables(ordered, block_sizes, prefix_lens, extend_lens):
-        out = torch.empty(len(gids), sum(extend_lens), dtype=torch.int32, device=ordered[0].device)
-        grouped(ordered, block_sizes, prefix_lens, extend_lens, out)
-        return dict(zip(gids, out, strict=True))
+    if grouped is not None:
+        prefix, extend = int64_mirror(prefix_lens), int64_mirror(extend_lens)
+        if prefix is not None and extend is not None and _inside_tables(ordered, block_sizes, prefix, extend):
+            out = torch.empty(len(gids), int(extend.sum()), dtype=torch.int32, device=ordered[0].device)
+            if getattr(type(kernels), "grouped_extend_locs", None) is not TorchKernels.grouped_extend_locs:
+                prefix, extend = host_ints(prefix), host_ints(extend)  # python ints, as the protocol says
+            grouped(ordered, block_sizes, prefix, extend, out)
+            return dict(zip(gids, out, strict=True))
+    prefix_lens, extend_lens = host_ints(prefix_lens), host_ints(extend_lens)
     stack, widths, sizes = stack_tables(ordered, len(extend_lens), block_sizes)
     rows, positions = extend_tokens(prefix_lens, extend_lens, stack.device)
     out = torch.empty(len(gids), rows.shape[0], dtype=torch.int32, device=stack.device)
@@ -102,18 +107,18 @@ def extend_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[st
     return dict(zip(gids, out, strict=True))
 
 
-def _inside_tables(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], prefix_lens: Sequence[int],
-                   extend_lens: Sequence[int]) -> bool:
+def _inside_tables(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], prefix: np.ndarray,
+                   extend: np.ndarray) -> bool:
     """``GroupedExtendLocs``' precondition, on the host: int32 2-D tables on one device, a row for every
     request, and every written position in ``[0, width * ps)`` of every table (no lengths below 0; the
     bound is taken over every row, writing or not)."""
-    if len(prefix_lens) != len(extend_lens) or min(extend_lens, default=0) < 0 or min(prefix_lens, default=0) < 0:
+    if prefix.shape != extend.shape or (extend.size and (extend.min() < 0 or prefix.min() < 0)):
         return False
-    reach = max(map(operator.add, prefix_lens, extend_lens), default=0)
-    if sum(extend_lens) >= INT32_END:
+    reach = int((prefix + extend).max()) if extend.size else 0
+    if int(extend.sum()) >= INT32_END:
         return False
     return all(isinstance(ps, int) and ps >= 1 and t.dtype == torch.int32 and t.dim() == 2
-               and t.device == tables[0].device and t.shape[0] >= len(extend_lens) and reach <= t.shape[1] * ps
+               and t.device == tables[0].device and t.shape[0] >= len(extend) and reach <= t.shape[1] * ps
                for t, ps in zip(tables, page_sizes, strict=True))
 
 
@@ -129,20 +134,26 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
     validate.check_batch_form(batch)
     fixed = batch.mode != "extend"
     mirror = int32_mirror(batch.seq_lens) if fixed else None
-    shortest, longest = _bounds(batch.seq_lens, mirror) if fixed else (0, 0)
-    # every row at least 1 (W2: N) long passes T9 and W2 at once; anything else is checked row by row
-    if not fixed or (not debug and shortest < (batch.n if batch.mode == "verify" else 1)):
-        validate.check_lengths(batch)  # debug mode checks the other modes' lengths with the tables
+    runs = None if fixed else _extend_runs(batch)
+    if fixed:
+        shortest, longest = _bounds(batch.seq_lens, mirror)
+        # every row at least 1 (W2: N) long passes T9 and W2 at once; anything else is checked row by row
+        checked = debug or shortest >= (batch.n if batch.mode == "verify" else 1)  # debug: with the tables
+    else:
+        checked, longest = runs is not None, max(batch.seq_lens, default=0) if runs is None else runs[2]
+    if not checked:
+        validate.check_lengths(batch)
     by_id, live = _live_tables(specs, tables, batch.bs)
     sizes = validate.check_group_page_sizes(by_id, live)
     if not debug:  # debug mode checks T8 on the device, in the contract's order
         widths = {gid: t.shape[1] for gid, t in live.items()}
-        if not fixed or longest > min((widths[gid] * sizes[gid] for gid in widths), default=longest):
+        if longest > min((widths[gid] * sizes[gid] for gid in widths), default=longest):
             validate.check_width(batch, widths, sizes)  # unless every row, live or not, fits every group
     if batch.mode == "extend":
         assert batch.prefix_lens is not None
-        extend = list(map(operator.sub, batch.seq_lens, batch.prefix_lens))
-        locs = extend_group_locs(live, sizes, batch.prefix_lens, extend, kernels=kernels)
+        if runs is None:
+            runs = (batch.prefix_lens, list(map(operator.sub, batch.seq_lens, batch.prefix_lens)))
+        locs = extend_group_locs(live, sizes, runs[0], runs[1], kernels=kernels)
     else:
         seq = upload(batch.seq_lens, "cpu", torch.int64) if mirror is None else torch.from_numpy(mirror)
         locs = fixed_group_locs(live, sizes, seq, batch.tokens_per_row, kernels=kernels, longest=longest)
@@ -232,6 +243,18 @@ def _bounds(values: Sequence[int], mirror: np.ndarray | None) -> tuple[int, int]
     if mirror is not None and mirror.size >= NUMPY_BOUNDS_FROM:
         return int(mirror.min()), int(mirror.max())
     return min(values, default=1), max(values, default=0)
+
+
+def _extend_runs(batch: Batch) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """An extend batch's prefix and extend lengths as int64 arrays and its longest row, when every length is an
+    int64 and every row passes T9 (``0 <= prefix <= seq_len``, read off numpy's reductions); else None."""
+    seq, prefix = int64_mirror(batch.seq_lens), int64_mirror(batch.prefix_lens or ())
+    if seq is None or prefix is None or seq.shape != prefix.shape:
+        return None
+    extend = seq - prefix
+    if seq.size and (prefix.min() < 0 or extend.min() < 0):
+        return None
+    return prefix, extend, int(seq.max()) if seq.size else 0
 
 
 def _live_tables(specs: Specs, tables: Mapping[str, torch.Tensor], bs: int

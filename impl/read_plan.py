@@ -45,6 +45,8 @@ class ReadPlan:
     """log2 of the page sizes when every one is a power of two (a shift is cheaper than a division)."""
     last: torch.Tensor
     """Each table's last column (0 for a table with no column: a stand-in zero is read)."""
+    top: torch.Tensor
+    """int32, W5: the largest page whose slots are all int32, ``2^31 // ps - 1``."""
     bound: torch.Tensor
     """int32, W5: pages above it sink (see ``sink``): the largest page whose slots are all int32, ``2^31 // ps - 1``,
     or, when every page size is a power of two, one past it (``2^31 - 1`` for page size 1, which has no such page)."""
@@ -83,13 +85,15 @@ class ReadPlan:
             return rows + col
         return torch.addcmul(rows, col, self.step)
 
-    def sink(self, page: torch.Tensor) -> torch.Tensor:
-        """Pads (negative pages) and pages past W5's top, int32 in place: to page 0, or, when every page size is a
-        power of two, to ``top + 1``, whose slots are exactly ``2^31 + offset``: ``unwrap`` of the slots then
-        sends them to ``offset``, the sink slot in page 0 (two cheap ops instead of a compare and a masked fill).
+    def sink(self, page: torch.Tensor, *, exact: bool = False) -> torch.Tensor:
+        """Pads (negative pages) and pages past W5's top, int32 in place: to page 0 (always when ``exact``), or,
+        when every page size is a power of two, to ``top + 1``, whose slots are exactly ``2^31 + offset``:
+        ``unwrap`` of the slots then sends them to ``offset``, the sink slot in page 0 (two cheap ops instead of a
+        compare and a masked fill).
         Slots computed in int32 wrap, so ``2^31 + offset`` is then ``-2^31 + offset``: the same low 31 bits."""
-        bound = self.bound if page.dim() == 3 else self.bound.view(-1, *(1,) * (page.dim() - 1))
-        if self.shift is None:
+        bound = self.top if exact or self.shift is None else self.bound
+        bound = bound if page.dim() == 3 else bound.view(-1, *(1,) * (page.dim() - 1))
+        if self.shift is None or exact:
             return page.masked_fill_(page > bound, 0).clamp_min_(0)
         return torch.minimum(page, bound, out=page).clamp_min_(0)
 
@@ -143,13 +147,14 @@ def _build(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], device: to
     consts = upload([*page_sizes, *[size.bit_length() - 1 for size in page_sizes], *[max(w - 1, 0) for w in widths],
                      *[t.stride(1) for t in tables]], device, dtype).view(4, len(tables), 1, 1)
     # W5: page INT32_END // ps - 1 is the last with int32 slots; see ``sink`` for the power-of-two bound
-    bound = upload([min(INT32_END // size, INT32_END - 1) if pow2 else INT32_END // size - 1 for size in page_sizes],
-                   device).view(len(tables), 1, 1)
+    tops = [INT32_END // size - 1 for size in page_sizes]
+    bounds = upload([*tops, *[min(INT32_END // size, INT32_END - 1) if pow2 else top
+                              for size, top in zip(page_sizes, tops, strict=True)]], device).view(2, len(tables), 1, 1)
     starts = upload([*bases, *[t.stride(0) for t in tables]], device, dtype).view(2, len(tables), 1)
     row_start = torch.addcmul(starts[0], starts[1], torch.arange(rows, dtype=dtype, device=device))
     reach = min(w * size for w, size in zip(widths, page_sizes, strict=True))
-    return ReadPlan(tuple(spans), dtype, consts[0], consts[1] if pow2 else None, consts[2], bound, row_start,
-                    None if unit else consts[3], reach, tuple(bases), tuple(t.stride(0) for t in tables),
+    return ReadPlan(tuple(spans), dtype, consts[0], consts[1] if pow2 else None, consts[2], bounds[0], bounds[1],
+                    row_start, None if unit else consts[3], reach, tuple(bases), tuple(t.stride(0) for t in tables),
                     torch.tensor(INT32_END - 1, dtype=dtype, device=device))
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import array
+import struct
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,7 +15,6 @@ from kvtable.contract import Batch
 _TYPECODES = {dtype: code for dtype, code in ((torch.int32, "i"), (torch.int64, "q"))
               if array.array(code).itemsize == dtype.itemsize}
 """``array.array`` typecodes of the integer dtypes ``_host_ints`` builds directly."""
-_INT32_CODE = _TYPECODES.get(torch.int32)
 
 
 def upload(values: Sequence[int] | torch.Tensor, device: torch.device | str,
@@ -33,13 +33,33 @@ def upload(values: Sequence[int] | torch.Tensor, device: torch.device | str,
 
 def int32_mirror(values: Sequence[int]) -> np.ndarray | None:
     """Host ints as an int32 numpy array (torch reads it in place), or None when there are none or one is no
-    int32 (``array.array`` converts each through ``__index__`` and range-checks it: nothing wraps)."""
-    if _INT32_CODE is None or not values:
+    int32."""
+    if not len(values):
         return None
+    return _mirror(values, "i", np.int32)
+
+
+def int64_mirror(values: Sequence[int] | np.ndarray) -> np.ndarray | None:
+    """Host ints (or an int64 array, as it is) as an int64 numpy array, or None when one is no int64."""
+    if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.ndim == 1:
+        return values
+    return _mirror(values, "q", np.int64)
+
+
+def _mirror(values: Sequence[int], code: str, dtype: type[np.integer]) -> np.ndarray | None:
+    """``struct`` packs each value through ``__index__`` and range-checks it (nothing wraps, no float passes),
+    several times faster than ``array.array`` on a tuple of python ints."""
+    host = bytearray(len(values) * np.dtype(dtype).itemsize)  # writable: torch may read it in place
     try:
-        return np.frombuffer(array.array(_INT32_CODE, values), dtype=np.int32)
-    except (OverflowError, TypeError):
+        struct.pack_into(f"={len(values)}{code}", host, 0, *values)
+    except struct.error:
         return None
+    return np.frombuffer(host, dtype=dtype)
+
+
+def host_ints(values: Sequence[int] | np.ndarray) -> list[int]:
+    """Host ints as a list of python ints (a numpy array's own ``tolist``)."""
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
 
 
 def _host_ints(values: Sequence[int], dtype: torch.dtype = torch.int32) -> torch.Tensor:

@@ -11,11 +11,12 @@ page 0. ``grouped_locs`` and ``grouped_extend_locs`` read each group's own table
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
+from kvtable.impl.extend_blocks import extend_blocks
 from kvtable.impl.read_plan import INT32_END, read_plan
 from kvtable.impl.tokens import upload
 
@@ -65,24 +66,6 @@ def _gather_locs(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.T
     g = torch.arange(groups, device=tables.device).view(shape)
     page = tables[g, rows, col.clamp_max(tables.shape[2] - 1)].to(torch.int64)
     return _slots(page, col, widths[:groups].to(torch.int64).view(shape), positions, ps)
-
-
-def _spots(rows: Sequence[tuple[int, int]], prefix_lens: Sequence[int], extend_lens: Sequence[int], total: int,
-           device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """``[len(rows), total]``: request i's tokens at spots ``first + i * step + prefix_i + k`` (k < extend_i) per
-    row ``(first, step)``, in request order, as one running sum: every step adds 1, and at a request's first
-    token a jump from where the previous request ended (requests that write nothing add their jumps at the
-    same token, and they telescope to the one jump needed)."""
-    bs = len(extend_lens)
-    lengths = upload([*extend_lens, *prefix_lens, *(v for row in rows for v in row)], device, dtype)
-    extend, prefix, row = lengths[:bs], lengths[bs: 2 * bs], lengths[2 * bs:].view(-1, 2, 1)
-    starts = torch.cumsum(extend, 0, dtype=dtype).sub_(extend)
-    first = torch.addcmul(row[:, 0] + prefix, row[:, 1], torch.arange(bs, dtype=dtype, device=device))
-    ends = first + extend  # the spot after each request's last token
-    jumps = first.sub_(torch.cat([ends.new_ones(len(rows), 1), ends[:, :-1]], 1))
-    steps = torch.ones(len(rows), total + 1, dtype=dtype, device=device)
-    steps.index_add_(1, starts, jumps)  # a request that writes nothing after the last token lands at ``total``
-    return torch.cumsum(steps[:, :total], 1, dtype=dtype)
 
 
 def _expand_into(dst: torch.Tensor, src: torch.Tensor, ratio: int) -> None:
@@ -170,34 +153,37 @@ class TorchKernels:
 
     def grouped_extend_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int],
                             prefix_lens: Sequence[int], extend_lens: Sequence[int], out: torch.Tensor) -> None:
-        """See ``GroupedExtendLocs``. Token t (request i, position p) of group g has the spot
-        ``(base + i * stride(0)) * ps + p`` in its span: ``spot // ps`` is the element to read and
-        ``spot % ps`` the offset, so ``loc = (max(page, 0) - spot // ps) * ps + spot`` (a page past W5's top
-        sinks too). Spots are one row shared by every group when their ``base * ps`` and ``stride(0) * ps``
-        agree (else one row per group), built by one running sum (``_spots``); int32 when every one fits.
-        Columns and pages are one ``[G, T]`` tensor each, the pages gathered straight into ``out``.
+        """See ``GroupedExtendLocs``. The index arithmetic is host work on the lengths (``impl/extend_blocks.py``):
+        each page a request writes is read once per unit block (``elem``) and turned into the block's
+        ``max(page, 0) * ps - lead`` (a page past W5's top taken as 0), then every token's location is its
+        block's value (one gather per group) plus its spot (one add for all groups). int32 when every step
+        fits, else int64.
         """
-        total = sum(extend_lens)
-        if total == 0 or not tables:
+        extend = np.asarray(extend_lens, dtype=np.int64)
+        if not tables or not extend.size or not extend.any():
             return
         device, groups = out.device, len(tables)
         tables = [t if t.stride(1) == 1 else t.contiguous() for t in tables]
         plan = read_plan(tables, page_sizes, device, torch.int32)
-        rows = sorted({(b * ps, pitch * ps) for b, pitch, ps in zip(plan.bases, plan.pitches, page_sizes, strict=True)})
-        if len(rows) > 1:
-            rows = [(b * ps, pitch * ps) for b, pitch, ps in zip(plan.bases, plan.pitches, page_sizes, strict=True)]
-        top = max(first + max(len(extend_lens) - 1, 1) * step for first, step in rows)  # the step itself too
-        if top + max(map(operator.add, prefix_lens, extend_lens)) >= INT32_END:
-            plan = read_plan(tables, page_sizes, device, torch.int64)
-        spot = _spots(rows, prefix_lens, extend_lens, total, device, plan.dtype)
-        ps = plan.ps.view(groups, 1)
-        col = torch.div(spot, ps, rounding_mode="floor") if plan.shift is None else spot >> plan.shift.view(groups, 1)
-        dst = out[:groups, :total]
-        page = plan.sink(plan.gather(col, dst if dst.is_contiguous() else None))  # the pages land in out itself
-        if plan.dtype == torch.int32:
-            plan.unwrap(torch.addcmul(spot, page.sub_(col), ps, out=dst))
-        else:
-            dst.copy_(plan.unwrap(torch.addcmul(spot, page.to(torch.int64).sub_(col), ps)))
+        at = extend_blocks(prefix_lens, extend, page_sizes, plan.bases, plan.pitches,
+                           max(span.numel() for span in plan.spans))
+        dtype = torch.int32 if at.dtype == np.int32 else torch.int64
+        if dtype != plan.dtype:
+            plan = read_plan(tables, page_sizes, device, dtype)
+        spot = upload(torch.from_numpy(at.spot), device, dtype)
+        elem = torch.from_numpy(at.elem)
+        pages = plan.sink(plan.gather(upload(elem, device, elem.dtype)), exact=True)
+        values = torch.addcmul(upload(torch.from_numpy(at.lead), device, dtype).neg_(), pages.to(dtype),
+                               plan.ps.view(groups, 1))
+        block = spot if at.unit == 1 else spot >> (at.unit.bit_length() - 1) if at.unit & (at.unit - 1) == 0 \
+            else torch.div(spot, at.unit, rounding_mode="floor")
+        dst = out[:groups, : spot.shape[0]]
+        sums = dst if dtype == torch.int32 else torch.empty(dst.shape, dtype=dtype, device=device)
+        for g in range(groups):
+            torch.index_select(values[g], 0, block, out=sums[g])
+        sums.add_(spot)
+        if sums is not dst:
+            dst.copy_(sums)
 
     def replay_fill(self, packed: torch.Tensor, meta: torch.Tensor, dst: torch.Tensor, bs: int,
                     actual_bs: int, tail_pad: int) -> None:
