@@ -88,7 +88,7 @@ class GroupGraphBuffers:
         live = {gid: min(t.shape[0], cap) for gid, t in live_tables.items()}
         lengths = validate.cpu_lengths(seq_lens)
         if lengths is not None:
-            self.check_short_rows(lengths[: max(live.values())], tokens_per_req)
+            self.check_short_rows(seq_lens[: max(live.values())], tokens_per_req)
             self.check_reach(lengths[:bs], tokens_per_req, live_tables, live)
         self._fill(bs, live_tables, live)
         self.kernels.stacked_locs(self.table_stack, self._widths, self._page_sizes, seq, self.loc_stack, bs,
@@ -136,16 +136,20 @@ class GroupGraphBuffers:
         return upload(seq_lens, self.device)
 
     @staticmethod
-    def check_short_rows(live_lengths: Sequence[int], n: int) -> None:
-        """T9 / W2 on CPU lengths of the live rows: none is 0 (it would write position 0 of its own page) and
-        none is shorter than N (clamped positions would write one slot twice), as the eager calls refuse."""
-        for row, seq in enumerate(live_lengths):
-            if seq < 1:
-                raise ContractViolation("T9", f"live row has seq_len {seq}; it would write position 0 of its "
-                                        "own page", row=row)
-            if seq < n:
-                raise ContractViolation("W2", f"live row has seq_len {seq} < N={n}: clamped positions would "
-                                        "write the slot of position 0 more than once", row=row)
+    def check_short_rows(live_lengths: torch.Tensor, n: int) -> None:
+        """T9 / W2 on the live rows' CPU lengths, one comparison over them all: none is 0 (it would write
+        position 0 of its own page) and none is shorter than N (clamped positions would write one slot twice),
+        as the eager calls refuse. The first short row is named."""
+        short = torch.nonzero(live_lengths < n)
+        if not short.numel():
+            return
+        row = int(short[0, 0])
+        seq = int(live_lengths[row])
+        if seq < 1:
+            clause, why = "T9", "; it would write position 0 of its own page"
+        else:
+            clause, why = "W2", f" < N={n}: clamped positions would write the slot of position 0 more than once"
+        raise ContractViolation(clause, f"live row has seq_len {seq}{why}", row=row)
 
     def check_reach(self, lengths: Sequence[int], n: int, tables: Mapping[str, torch.Tensor],
                     live: Mapping[str, int]) -> None:

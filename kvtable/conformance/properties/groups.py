@@ -88,12 +88,22 @@ class Step:
     spec_num_tokens: int
 
 
+def _fewest_written(case: Case) -> int:
+    """The fewest positions a row of the step writes, all at its end and in its private pages (T7): a draft
+    chain re-anchored at the rows' lengths with at most this many tokens writes only there."""
+    return min(case.extend_lens, default=0) if case.batch.mode == "extend" else case.batch.n
+
+
 @st.composite
 def _steps(draw: st.DrawFn) -> Step:
+    """A valid step; the draft chain's ``spec_num_tokens`` stays within what every row writes, so its
+    re-anchored positions lie in pages the row owns (a longer chain would write into shared prefix pages,
+    which a valid draft never does)."""
     case = draw_case(draw, modes=("decode", "verify", "extend"), padding=False, extra_rows=False)
     k = case.kernel_page_size
     widths = [len(case.tables[s.group_id][0]) * (s.block_granularity // k) for s in case.attention]
-    return Step(case, max(widths) + draw(between(0, 2)), draw(BOOLEANS), draw(BOOLEANS), draw(between(1, 3)))
+    return Step(case, max(widths) + draw(between(0, 2)), draw(BOOLEANS), draw(BOOLEANS),
+                draw(between(1, max(_fewest_written(case), 1))))
 
 
 def _kernel_tables(step: Step) -> dict[str, list[list[int]]]:
@@ -122,7 +132,7 @@ def _select_per_step(ctx: Context, step: Step) -> None:
         adapter.init_decode_metadata(tensors, case.seq_tensor(), n=batch.n, actual_bs=batch.actual_bs)
     tables = _kernel_tables(step)
     _check_layers(adapter, step, tables, ctx.profile.group_locs(list(case.specs), dict(case.tables), batch))
-    if min(batch.seq_lens) >= 1:  # a draft chain re-anchors at each row's length (an empty extend row has none)
+    if _fewest_written(case) >= 1:  # a draft chain re-anchors at each row's length, over positions the step wrote
         _check_draft(adapter, step, tables)
 
 
