@@ -48,14 +48,15 @@ def stack_tables(tables: Sequence[torch.Tensor], rows: int, page_sizes: Sequence
 
 def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str, int],
                      seq_lens: torch.Tensor, n: int, *, kernels: Kernels = TORCH_KERNELS,
-                     longest: int | None = None) -> dict[str, torch.Tensor]:
+                     longest: int | None = None, shortest: int | None = None) -> dict[str, torch.Tensor]:
     """W1/W2/W4 for already-validated tables: ``bs*n`` clamped positions per group, one kernel call.
 
     Kernels with the ``GroupedLocs`` fast path get the tables as they are (validation already gave
     them what it needs); otherwise the tables are stacked. ``seq_lens`` may live on the device;
     nothing here reads it back. The torch kernels' own ``grouped_locs`` takes int64 lengths as they are and
-    ``longest``, a bound on the lengths read off their CPU mirrors (it skips the column sink when every
-    table holds it); other kernels get int32 lengths.
+    ``longest`` and ``shortest``, bounds on the lengths read off their CPU mirrors (they skip the column sink
+    when every table holds the longest, the clamp at 0 when the shortest is at least n); other kernels get
+    int32 lengths.
     """
     bs = seq_lens.shape[0]
     gids = sorted(tables)
@@ -68,7 +69,7 @@ def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str
         out = torch.empty(len(gids), bs * n, dtype=torch.int32, device=device)
         if getattr(type(kernels), "grouped_locs", None) is TorchKernels.grouped_locs:  # int32 or int64 lengths
             seq = seq_lens if seq_lens.device == device else upload(seq_lens, device, seq_lens.dtype)
-            grouped(ordered, block_sizes, seq, out, bs, n, longest=longest)
+            grouped(ordered, block_sizes, seq, out, bs, n, longest=longest, shortest=shortest)
         else:
             grouped(ordered, block_sizes, upload(seq_lens, device), out, bs, n)
         return dict(zip(gids, out.unbind(), strict=True))
@@ -156,7 +157,8 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
         locs = extend_group_locs(live, sizes, runs[0], runs[1], kernels=kernels)
     else:
         seq = upload(batch.seq_lens, "cpu", torch.int64) if mirror is None else torch.from_numpy(mirror)
-        locs = fixed_group_locs(live, sizes, seq, batch.tokens_per_row, kernels=kernels, longest=longest)
+        locs = fixed_group_locs(live, sizes, seq, batch.tokens_per_row, kernels=kernels, longest=longest,
+                                shortest=shortest)
     if debug:
         debug_check(by_id, live, batch, locs, tail_pad=tail_pad)
     return locs

@@ -21,10 +21,13 @@ from kvtable.impl.read_plan import INT32_END, read_plan
 from kvtable.impl.tokens import upload
 
 
-def _fixed_positions(seq_lens: torch.Tensor, bs: int, n: int, dtype: torch.dtype = torch.int64) -> torch.Tensor:
-    """W1/W2/W4 as ``[bs, n]`` of ``dtype``: request b's token t at ``max(seq_b - n + t, 0)`` (token-major)."""
+def _fixed_positions(seq_lens: torch.Tensor, bs: int, n: int, dtype: torch.dtype = torch.int64, *,
+                     clamp: bool = True) -> torch.Tensor:
+    """W1/W2/W4 as ``[bs, n]`` of ``dtype``: request b's token t at ``max(seq_b - n + t, 0)`` (token-major);
+    ``clamp=False`` when every length is known to be at least n (no position below 0)."""
     seq = seq_lens if seq_lens.shape[0] == bs and seq_lens.dtype == dtype else seq_lens[:bs].to(dtype)
-    return torch.add(seq.view(bs, 1), _steps(n, dtype, seq_lens.device)).clamp_min_(0)
+    positions = torch.add(seq.view(bs, 1), _steps(n, dtype, seq_lens.device))
+    return positions.clamp_min_(0) if clamp else positions
 
 
 _STEPS: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
@@ -117,7 +120,8 @@ class TorchKernels:
         _token_major(out, tables.shape[0], bs, n).copy_(_gather_locs(tables, widths, page_sizes, rows, positions))
 
     def grouped_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int], seq_lens: torch.Tensor,
-                     out: torch.Tensor, bs: int, n: int, *, longest: int | None = None) -> None:
+                     out: torch.Tensor, bs: int, n: int, *, longest: int | None = None,
+                     shortest: int | None = None) -> None:
         """See ``GroupedLocs``. Token i of group g reads ``row_start[b] + col * stride(1)`` of its group's span
         (``impl/read_plan.py``, built once per set of tables), the column clamped into the width and the page
         zeroed past it (the sink), or past W5's top page. A table with no column reads a stand-in zero: every
@@ -125,13 +129,14 @@ class TorchKernels:
 
         ``longest`` (the torch kernels' own extra) is a host bound on ``seq_lens[:bs]``, read off the CPU
         mirrors: when every table holds that many tokens, no column reaches past a width, and the column
-        clamp and its sink are skipped.
+        clamp and its sink are skipped. ``shortest``, a host bound from below: at least n, no position is
+        clamped at 0.
         """
         if bs * n == 0 or not tables:
             return
         dtype = torch.int32 if seq_lens.dtype == torch.int32 else torch.int64
         plan = read_plan(tables, page_sizes, out.device, dtype)
-        positions = _fixed_positions(seq_lens, bs, n, plan.dtype)
+        positions = _fixed_positions(seq_lens, bs, n, plan.dtype, clamp=shortest is None or shortest < n)
         col = plan.col(positions)
         inside = longest is not None and longest <= plan.reach
         dst = _token_major(out, len(tables), bs, n)
