@@ -6,8 +6,8 @@ write are numbered in request order, ``k = 0 .. blocks - 1``; token ``p`` of req
 ``spot // unit`` is its block and ``spot % unit`` its offset in the block. Block ``k`` of request ``i`` lies in
 column ``c = (a_i + k - K_i) // (ps / unit)`` of row ``i`` of a group with page size ``ps``; its slots are
 ``page * ps + p - c * ps``, i.e. ``page * ps - lead + spot`` with ``lead = c * ps + (K_i - a_i) * unit``.
-So a kernel reads each page once per block (``elem``), forms ``page * ps - lead`` per block, and a token's
-location is its block's value plus its spot: one gather and one add per token.
+So a kernel reads each page once per block (``elem``), forms ``page * ps + base`` (``base = -lead``) per block,
+and a token's location is its block's value plus its spot: one gather and one add per token.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ class ExtendBlocks:
     """``[T]`` each token's spot, in ``dtype``."""
     elem: np.ndarray
     """``[G, blocks]`` the span element of the page holding each block (int32 when every one fits)."""
-    lead: np.ndarray
-    """``[G, blocks]`` what each block's slot formula subtracts from ``page * ps``, in ``dtype``."""
+    base: np.ndarray
+    """``[G, blocks]`` minus ``lead``: what each block's slot formula adds to ``page * ps``, in ``dtype``."""
     dtype: type[np.integer]
     """int32 when every spot, lead and position fits (then every step of the formula does), else int64."""
 
@@ -84,6 +84,6 @@ def extend_blocks(prefix_lens: Sequence[int] | np.ndarray, extend_lens: Sequence
     else:
         col = unit_col // np.asarray(ratios, dtype=np.int64)[:, None]
     elem = (per_block[:groups] + col).astype(np.int32 if span_end <= INT32_END else np.int64)
-    lead = col * np.asarray(page_sizes, dtype=np.int64)[:, None]
-    lead += per_block[groups] * unit
-    return ExtendBlocks(unit, spot, elem, lead.astype(dtype), dtype)
+    base = col * -np.asarray(page_sizes, dtype=np.int64)[:, None]
+    base -= per_block[groups] * unit
+    return ExtendBlocks(unit, spot, elem, base.astype(dtype), dtype)

@@ -160,7 +160,7 @@ class TorchKernels:
                             prefix_lens: Sequence[int], extend_lens: Sequence[int], out: torch.Tensor) -> None:
         """See ``GroupedExtendLocs``. The index arithmetic is host work on the lengths (``impl/extend_blocks.py``):
         each page a request writes is read once per unit block (``elem``) and turned into the block's
-        ``max(page, 0) * ps - lead`` (a page past W5's top taken as 0), then every token's location is its
+        ``max(page, 0) * ps + base`` (a page past W5's top taken as 0), then every token's location is its
         block's value (one gather per group) plus its spot (one add for all groups). int32 when every step
         fits, else int64.
         """
@@ -178,8 +178,8 @@ class TorchKernels:
         spot = upload(torch.from_numpy(at.spot), device, dtype)
         elem = torch.from_numpy(at.elem)
         pages = plan.sink(plan.gather(upload(elem, device, elem.dtype)), exact=True)
-        values = torch.addcmul(upload(torch.from_numpy(at.lead), device, dtype).neg_(), pages.to(dtype),
-                               plan.ps.view(groups, 1))
+        base = upload(torch.from_numpy(at.base), device, dtype)
+        values = torch.addcmul(base, pages.to(dtype), plan.ps.view(groups, 1))
         block = spot if at.unit == 1 else spot >> (at.unit.bit_length() - 1) if at.unit & (at.unit - 1) == 0 \
             else torch.div(spot, at.unit, rounding_mode="floor")
         dst = out[:groups, : spot.shape[0]]
