@@ -184,8 +184,15 @@ class TorchKernels:
             else torch.div(spot, at.unit, rounding_mode="floor")
         dst = out[:groups, : spot.shape[0]]
         sums = dst if dtype == torch.int32 else torch.empty(dst.shape, dtype=dtype, device=device)
-        for g in range(groups):
-            torch.index_select(values[g], 0, block, out=sums[g])
+        if len(plan.spans) == 1:  # tables in one storage: one gather for every group, a fixed op count
+            blocks = values.shape[1]
+            narrow = block.dtype == torch.int32 and groups * blocks < INT32_END
+            first = torch.from_numpy(np.arange(0, groups * blocks, blocks, dtype=np.int32 if narrow else np.int64))
+            index = torch.add(block, upload(first, device, first.dtype).view(-1, 1))
+            torch.index_select(values.view(-1), 0, index.view(-1), out=sums.view(-1))
+        else:
+            for g in range(groups):
+                torch.index_select(values[g], 0, block, out=sums[g])
         sums.add_(spot)
         if sums is not dst:
             dst.copy_(sums)
