@@ -146,10 +146,13 @@ def test_the_idle_row_lies_past_a_group_and_the_case_is_valid(case: Case) -> Non
 
 @EDGE
 @given(edges._graph_sizes_below_one())
-def test_graph_sizes_below_one_are_g1_on_both_sides(setup: GraphSetup) -> None:
-    for build in (GraphModel, GroupGraphBuffers):
-        with pytest.raises(ContractViolation, match=r"\[G1"):
-            build(setup.specs, **setup.kwargs())
+def test_graph_sizes_below_one_are_g1_on_both_sides(arg: tuple[GraphSetup, int]) -> None:
+    setup, size = arg
+    GraphModel(setup.specs, **setup.kwargs())
+    for field in edges._GRAPH_SIZES:
+        for build in (GraphModel, GroupGraphBuffers):
+            with pytest.raises(ContractViolation, match=r"\[G1"):
+                build(setup.specs, **{**setup.kwargs(), field: size})
 
 
 def test_the_mixin_reads_spec_num_tokens_0_as_one_token_and_has_no_default_sizes() -> None:

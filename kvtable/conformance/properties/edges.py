@@ -270,17 +270,21 @@ def _zero_width_grouped_locs(draw: st.DrawFn) -> GroupedLocsCase:
 
 
 @st.composite
-def _graph_sizes_below_one(draw: st.DrawFn) -> GraphSetup:
-    """A valid runner setup with one of ``max_bs``, ``max_kernel_pages`` and ``spec_n`` set to 0 or below
-    (``spec_n`` is already ``max(spec_num_tokens, 1)``: the engine's 0 for "no speculation" never reaches it)."""
-    setup = draw(graph_setups())
-    field = pick(draw, ("max_bs", "max_kernel_pages", "spec_n"))
-    return replace(setup, **{field: draw(between(-1, 0))})
+def _graph_sizes_below_one(draw: st.DrawFn) -> tuple[GraphSetup, int]:
+    """A valid runner setup and a size below 1, 0 or negative (``spec_n`` is already ``max(spec_num_tokens,
+    1)``: the engine's 0 for "no speculation" never reaches the runner)."""
+    return draw(graph_setups()), pick(draw, (0, -1))
 
 
-def _rejects_graph_sizes(ctx: Context, setup: GraphSetup) -> None:
-    """G1: graph init refuses buffer sizes below 1, as the reference does (``GraphHarness.init`` judges it)."""
-    GraphHarness(ctx, setup).init()
+_GRAPH_SIZES = ("max_bs", "max_kernel_pages", "spec_n")
+
+
+def _rejects_graph_sizes(ctx: Context, arg: tuple[GraphSetup, int]) -> None:
+    """G1: graph init refuses each of ``max_bs``, ``max_kernel_pages`` and ``spec_n`` below 1 (the others
+    valid), as the reference does (``GraphHarness.init`` judges it)."""
+    setup, size = arg
+    for field in _GRAPH_SIZES:
+        GraphHarness(ctx, replace(setup, **{field: size})).init()
 
 
 def _large_entry(draw: st.DrawFn, ps: int) -> int:
