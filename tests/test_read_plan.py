@@ -83,6 +83,29 @@ def test_a_resized_or_restrided_table_gets_a_new_plan() -> None:
     assert out.tolist() == [[28, 35]]
 
 
+@pytest.mark.parametrize("page_sizes", [(3, 6), (12, 6, 18), (2, 8), (5,), (1, 4)])
+def test_extend_blocks_at_any_unit_match_a_hand_model(page_sizes: tuple[int, ...]) -> None:
+    """The extend kernel's unit (the gcd of the page sizes; a power of two or not) and its blocks: every token's
+    location as the hand model gives it, requests of every length (0 and 1 too) starting mid-page, a table read
+    through a column stride, pads and pages past W5 in the written pages."""
+    prefix, extend = [0, 7, 5, 3, 0, 11], [5, 0, 13, 1, 2, 9]
+    width = max(-(-(p + e) // min(page_sizes)) for p, e in zip(prefix, extend, strict=True))
+    gen = torch.Generator().manual_seed(sum(page_sizes))
+    tables = []
+    for ps in page_sizes:
+        table = torch.randint(1, 1000, (len(prefix), 2 * width), generator=gen, dtype=torch.int32)[:, ::2]
+        table[0, 0], table[2, 1], table[5, 2] = -1, min(INT32_END // ps, INT32_MAX), INT32_MAX
+        tables.append(table)
+    total = sum(extend)
+    out = torch.full((len(page_sizes), total + 1), 99, dtype=torch.int32)
+    TORCH_KERNELS.grouped_extend_locs(tables, list(page_sizes), prefix, extend, out)
+    for g, (table, ps) in enumerate(zip(tables, page_sizes, strict=True)):
+        want = [model_loc(table[i, pos // ps].item(), pos, ps, table.shape[1])
+                for i, (p, e) in enumerate(zip(prefix, extend, strict=True)) for pos in range(p, p + e)]
+        assert out[g, :total].tolist() == want
+        assert out[g, total].item() == 99
+
+
 def test_views_of_one_storage_and_separate_tables_read_the_same() -> None:
     pool = torch.arange(1, 25, dtype=torch.int32)
     views = [pool[:8].view(2, 4), pool[8:14].view(2, 3), pool[14:24].view(2, 5)]
