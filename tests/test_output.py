@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-FUZZ = ["fuzz", "--backend", "reference", "--examples", "10", "--property", "decode_locs", "--property", "G1",
+FUZZ = ["fuzz", "--backend", "reference", "--examples", "10", "--property", "decode_locs", "--property", "graph/init",
         "--database", "none"]
 
 
