@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kvtable.reference import NULL_PAGE, Batch, GroupSpec
 from kvtable.reference.model import MODES, Mode, Table, first_query
 from kvtable.reference.tables import needed_columns
-from kvtable.strategies.draws import BOOLEANS, TAIL_PADS, between, pick, rng
+from kvtable.strategies.draws import TAIL_PADS, between, digits, rng, within
 
 KERNEL_PAGE_SIZES = (1, 2, 4, 8, 16)
 RATIOS = (1, 2, 4)
@@ -29,8 +29,6 @@ MAX_N = 4
 PAGE_LIMIT = 2**31
 """W5: a real page ``p`` of a group with page size ``ps`` needs ``(p + 1) * ps <= 2^31``."""
 _PREFIX = {"full": "full", "sliding": "swa", "state": "state"}
-_STATE = between(0, 3)
-"""No state group (0, 1), one of page size 0 (2) or of the kernel page size (3): see :func:`draw_group_specs`."""
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -85,31 +83,36 @@ def draw_group_specs(draw: st.DrawFn, kernel_page_size: int, *, max_groups: int 
                      families: Sequence[str] = ("full", "sliding"), require: str | None = None
                      ) -> tuple[GroupSpec, ...]:
     """1..max_groups attention groups with ``B = r * K`` (r in 1, 2, 4), sliding windows, and a state group
-    if ``state`` (None: maybe)."""
-    count = draw(between(1, max_groups))
-    kinds = tuple(product(families, RATIOS))  # a group's family and ratio in one draw
-    chosen = [pick(draw, kinds) for _ in range(count)]
+    if ``state`` (None: maybe).
+
+    The count, the state group and its page size and each group's family and ratio come in packed draws that
+    shrink to one full group of ratio 1 and no state group; then each sliding window (drawn for the widest
+    block). A state group has no page size its tables could be divided by: 0 trips a backend that
+    uses it.
+    """
+    kinds = tuple(product(families, RATIOS))
+    # the state group's page size (None: no state group): none for half of the draws when it is maybe
+    states = {None: (None, None, 0, kernel_page_size), True: (0, kernel_page_size), False: (None,)}[state]
+    count, at, state_at = digits(draw, [max_groups, max_groups if require else 1, len(states)])
+    kind_at = digits(draw, [len(kinds)] * max_groups)  # apart: the count shrinks, the groups left keep their kinds
+    count += 1
+    chosen = [kinds[i] for i in kind_at[:count]]
     if require is not None and require not in [family for family, _ in chosen]:
-        at = draw(between(0, count - 1))
+        at = within(at, 0, count - 1)
         chosen[at] = (require, chosen[at][1])
-    specs = []
-    for i, (family, ratio) in enumerate(chosen):
-        block = kernel_page_size * ratio
-        window = draw(between(1, 4 * block)) if family == "sliding" else None
-        specs.append(GroupSpec(f"{_PREFIX[family]}{i}", family, block, window))
-    # whether there is a state group and its page size in one draw: none for half of the draws (shrinks to none).
-    # A state group has no page size its tables could be divided by: 0 trips a backend that uses it.
-    state_page = pick(draw, (0, kernel_page_size)) if state else None
-    if state is None:
-        state_page = (None, None, 0, kernel_page_size)[draw(_STATE)]
-    if state_page is not None:
-        specs.append(GroupSpec(f"state{count}", "state", state_page))
+    windows = digits(draw, [4 * kernel_page_size * max(RATIOS) if family == "sliding" else 1 for family, _ in chosen])
+    specs = [GroupSpec(f"{_PREFIX[family]}{i}", family, kernel_page_size * ratio,
+                       within(window, 1, 4 * kernel_page_size * ratio) if family == "sliding" else None)
+             for i, ((family, ratio), window) in enumerate(zip(chosen, windows, strict=True))]
+    if states[state_at] is not None:
+        specs.append(GroupSpec(f"state{count}", "state", states[state_at]))
     return tuple(specs)
 
 
 def _lengths(draw: st.DrawFn, mode: Mode, n: int, live: int, limit: int
              ) -> tuple[list[int], list[int] | None]:
-    """Live rows' seq_lens (and prefix_lens for extend: a row may extend by 0) for one mode, each <= limit."""
+    """Live rows' seq_lens (and prefix_lens for extend: a row may extend by 0) for one mode, each <= limit; a
+    draw per row (and per extension), so that the engine drops a row's draws with the row."""
     if mode == "extend":
         prefix = [draw(between(0, limit)) for _ in range(live)]
         seq = [p + draw(between(0, limit - p)) for p in prefix]
@@ -152,46 +155,44 @@ def _first_write_col(batch: Batch, row: int, block: int) -> int:
     return ceil_div(batch.seq_lens[row], block) if first is None else first // block
 
 
-_BIG_AND_SPARE = between(0, 23)
-"""A group's pages near the int32 limit (1 draw in 8) and its spare columns (0-2), in one draw."""
-
-
-def _big_and_spare(draw: st.DrawFn, big_pages: bool | None, spare: bool) -> tuple[bool, int]:
-    """Whether a group's pages sit near the int32 limit (``big_pages``, else 1 in 8) and, if ``spare``, how many
-    columns its table has past the longest row (0-2); one draw when both are drawn, shrinking to (small, 0)."""
-    if big_pages is None and spare:
-        big, columns = divmod(draw(_BIG_AND_SPARE), 3)
-        return big == 7, columns
-    big = draw(between(0, 7)) == 7 if big_pages is None else big_pages
-    return big, draw(between(0, 2)) if spare else 0
+_BIG = 8
+"""Pages near the int32 limit for one group in ``_BIG`` (when not pinned)."""
 
 
 def _group_table(draw: st.DrawFn, rand: random.Random, spec: GroupSpec, batch: Batch, tail_pad: int,
-                 width: int | None, spare: int, big: bool, extra_rows: int) -> Table:
+                 width: int | None, big_pages: bool | None, extra_rows: int, rows: int) -> Table:
     """A valid table for one attention group: front holes, real pages, tail pads; dummy rows all 0.
-    ``width`` None: the longest row's columns plus ``spare``."""
+    ``width`` None: the longest row's columns plus 0-2 spare ones.
+
+    One packed draw: pages near the int32 limit (``big_pages``, else 1 in ``_BIG``), the spare columns and the
+    rows that share read-only prefix pages (one bit for each of up to ``rows`` rows); then one for a sliding
+    group's front holes. They shrink to small pages, no spare column, no sharing and no hole.
+    """
     block = spec.block_granularity
-    spans = [ceil_div(batch.seq_lens[row], block) for row in range(batch.live_rows)]
+    live = batch.live_rows
+    spans = [ceil_div(batch.seq_lens[row], block) for row in range(live)]
+    starts = []
+    for row in range(live):
+        cols = needed_columns(batch, row, spec)
+        starts.append(cols.start if cols and spec.family == "sliding" else 0)
+    big, spare, shared_rows = digits(draw, [_BIG if big_pages is None else 1, 3 if width is None else 1,
+                                            2 ** max(rows - 1, 0)])
+    holes = digits(draw, [start + 1 for start in starts])
+    big = big == _BIG - 1 if big_pages is None else big_pages
     if width is None:
         width = max([1, *spans]) + spare
-    holes = []
-    for row in range(batch.live_rows):
-        cols = needed_columns(batch, row, spec)
-        start = cols.start if cols else 0
-        holes.append(draw(between(0, start)) if spec.family == "sliding" else 0)
     pages = iter(_pages(rand, sum(s - h for s, h in zip(spans, holes, strict=True)), block, big))
     table: Table = []
-    for row in range(batch.live_rows):
+    for row in range(live):
         entries = [NULL_PAGE] * holes[row] + [next(pages) for _ in range(spans[row] - holes[row])]
         table.append(entries + [tail_pad] * (width - len(entries)))
-    shared_rows = draw(between(0, 2 ** (batch.live_rows - 1) - 1)) if batch.live_rows > 1 else 0  # one bit a row
-    for row in range(1, batch.live_rows):
+    for row in range(1, live):
         if shared_rows >> (row - 1) & 1:  # read-only prefix pages shared with the previous row
             shared = min(_first_write_col(batch, row, block), _first_write_col(batch, row - 1, block))
             for col in range(shared):
                 if table[row][col] > 0 and table[row - 1][col] > 0:
                     table[row][col] = table[row - 1][col]
-    table += [[NULL_PAGE] * width for _ in range(batch.live_rows, batch.bs)]
+    table += [[NULL_PAGE] * width for _ in range(live, batch.bs)]
     used = [p for r in table for p in r if p > 0]
     for _ in range(extra_rows):  # rows past bs are ignored: fill them with pages live rows write
         table.append([rand.choice((-1, 0, *used)) for _ in range(width)])
@@ -216,27 +217,36 @@ def draw_case(draw: st.DrawFn, *, modes: Sequence[Mode] = MODES, specs: tuple[Gr
     strategies use them); ``padding`` allows dummy rows (not in extend); ``big_pages`` forces pages near
     the int32 limit (None: sometimes).
     """
-    k = kernel_page_size or pick(draw, tuple(kernel_page_sizes))
+    low_bs = max(1, min_live + min_pad)
+    top_bs = bs or max_bs
+    pads = (tuple(tail_pads), range(3 if extra_rows else 1))
+    # the batch's shape in packed draws (a choice costs the engine more than a digit): shrinks to the first
+    # kernel page size and mode, N 1, no padding, one column, tail pad first, no extra rows. The rows come in a
+    # draw of their own, so that the engine drops a row's length draws with the row as it shrinks
+    k_at, mode_at, n_at, actual_at, pad_at, cols_at, tail_at = digits(draw, [
+        1 if kernel_page_size else len(kernel_page_sizes), len(modes), 1 if n else MAX_N,
+        2 if "verify" in modes else 1, top_bs - min_live - min_pad + 1 if padding else 1,
+        1 if max_seq else max_cols, len(pads[0]) * len(pads[1])])
+    k = kernel_page_size or kernel_page_sizes[k_at]
     specs = specs or draw_group_specs(draw, k, require=require)
     attention = [s for s in specs if not s.is_state]
-    mode = pick(draw, tuple(modes))
-    n = 1 if mode == "decode" else (n or draw(between(1, MAX_N)))
-    bs = bs or draw(between(max(1, min_live + min_pad), max_bs))
-    pad_rows = draw(between(min_pad, bs - min_live)) if padding and mode != "extend" else 0
+    mode = modes[mode_at]
+    n = 1 if mode == "decode" else (n or 1 + n_at)
+    bs = bs or draw(between(low_bs, max_bs))
+    pad_rows = within(pad_at, min_pad, bs - min_live) if padding and mode != "extend" else 0
     live = bs - pad_rows
-    limit = max_seq or draw(between(1, max_cols)) * max(s.block_granularity for s in attention)
+    limit = max_seq or (1 + cols_at) * max(s.block_granularity for s in attention)
     seq, prefix = _lengths(draw, mode, n, live, limit)
     seq += [1] * pad_rows
-    actual_bs = live if pad_rows or (mode == "verify" and draw(BOOLEANS)) else None
+    actual_bs = live if pad_rows or (mode == "verify" and actual_at) else None
     batch = Batch(tuple(seq), mode=mode, n=n, prefix_lens=None if prefix is None else tuple(prefix),
                   actual_bs=actual_bs)
-    tail_pad, extra = pick(draw, tuple(product(tail_pads, range(3 if extra_rows else 1))))  # one draw for both
+    tail_pad, extra = pads[0][tail_at // len(pads[1])], pads[1][tail_at % len(pads[1])]
     rand = rng(draw)
     tables: dict[str, Table] = {}
     for spec in attention:
-        big, spare = _big_and_spare(draw, big_pages, widths is None)
         width = widths[spec.group_id] if widths is not None else None
-        tables[spec.group_id] = _group_table(draw, rand, spec, batch, tail_pad, width, spare, big, extra)
+        tables[spec.group_id] = _group_table(draw, rand, spec, batch, tail_pad, width, big_pages, extra, top_bs)
     for spec in specs:
         if spec.is_state:
             tables[spec.group_id] = _state_table(rand, bs + extra)

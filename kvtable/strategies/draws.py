@@ -6,7 +6,8 @@ range, ``pick`` indexes a sequence through it, and ``rng`` seeds a ``random.Rand
 integer instead of routing every call of ``st.randoms()`` through the engine.
 
 A range or sequence with a single option draws nothing: each draw costs the engine a choice (and a span)
-to record, mutate and shrink, and a choice with one possible value only adds that cost.
+to record, mutate and shrink, and a choice with one possible value only adds that cost. For the same reason
+``digits`` packs several small decisions (a batch's shape, a group's family and ratio) into one draw.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ T = TypeVar("T")
 
 BOOLEANS = st.booleans()
 TAIL_PADS = (-1, 0)
+PACKED = 256
+"""The most values one packed draw spans: Hypothesis draws an integer uniformly only within 256 of zero (past
+that its distribution thins out like a log-t), so a wider span would starve its first digits."""
 SEEDS = st.integers(0, 2**32 - 1)
 
 
@@ -40,6 +44,35 @@ def pick(draw: st.DrawFn, items: Sequence[T]) -> T:
         return items[0]
     assume(len(items) > 0)
     return items[draw(between(0, len(items) - 1))]
+
+
+def digits(draw: st.DrawFn, sizes: Sequence[int]) -> list[int]:
+    """A digit in ``range(size)`` for each of ``sizes``, packed mixed-radix into as few integer draws as hold
+    ``PACKED`` values each (a size of 1 costs nothing). The first digit of a draw is the most significant: as
+    the engine shrinks the packed value toward 0 it takes the earlier digits toward 0 first, as it did
+    separate draws in order."""
+    out: list[int] = []
+    start = 0
+    while start < len(sizes):
+        span, end = sizes[start], start + 1
+        while end < len(sizes) and span * sizes[end] <= PACKED:
+            span *= sizes[end]
+            end += 1
+        value = draw(between(0, span - 1))
+        chunk = []
+        for size in reversed(sizes[start:end]):
+            value, digit = divmod(value, size)
+            chunk.append(digit)
+        out += reversed(chunk)
+        start = end
+    return out
+
+
+def within(digit: int, lo: int, hi: int) -> int:
+    """A digit folded into ``[lo, hi]`` (0 to ``lo``), kept as drawn while it fits: a digit drawn for the widest
+    range a value may have keeps its value when the engine narrows the range (shrinking the rows that bound
+    the padding, say)."""
+    return lo + digit % (hi - lo + 1)
 
 
 def rng(draw: st.DrawFn) -> random.Random:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kvtable.reference import GraphModel, GroupSpec
 from kvtable.reference.model import Table
 from kvtable.strategies.batches import KERNEL_PAGE_SIZES, MAX_N, as_tensor, ceil_div, draw_case, draw_group_specs
-from kvtable.strategies.draws import BOOLEANS, TAIL_PADS, between, pick, rng
+from kvtable.strategies.draws import TAIL_PADS, between, digits, pick, rng, within
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,15 @@ class Replay:
 
 
 def draw_setup(draw: st.DrawFn) -> GraphSetup:
-    """A runner's arguments; its buffers hold at least one verify step of ``spec_n`` tokens (no engine has less)."""
-    k = pick(draw, KERNEL_PAGE_SIZES)
+    """A runner's arguments; its buffers hold at least one verify step of ``spec_n`` tokens (no engine has less).
+    The kernel page size, ``spec_n``, ``max_kernel_pages``, ``max_bs``, tail pad and expansion in two packed
+    draws, then the groups."""
+    k_at, n_at, pages_at, bs_at, pad_at, expand = digits(draw, [len(KERNEL_PAGE_SIZES), MAX_N, 12, 5,
+                                                                 len(TAIL_PADS), 2])
+    k, spec_n = KERNEL_PAGE_SIZES[k_at], 1 + n_at
     specs = draw_group_specs(draw, k)
-    spec_n = draw(between(1, MAX_N))
-    max_kernel_pages = draw(between(ceil_div(spec_n, k), 12))
-    return GraphSetup(specs, draw(between(1, 5)), max_kernel_pages, k, spec_n, pick(draw, TAIL_PADS),
-                      draw(BOOLEANS))
+    return GraphSetup(specs, 1 + bs_at, within(pages_at, ceil_div(spec_n, k), 12), k, spec_n, TAIL_PADS[pad_at],
+                      bool(expand))
 
 
 @st.composite
@@ -86,27 +88,34 @@ def draw_replay(draw: st.DrawFn, setup: GraphSetup, *, bs: int | None = None, mi
     bs = bs or draw(between(1, setup.max_bs))
     attention = setup.attention
     limit = min(setup.source_width(s) * s.block_granularity for s in attention)
-    widths = {s.group_id: max(1, setup.source_width(s) + draw(between(-2, 2))) for s in attention}
+    # each group's buffer width (-2..2 around its source width), N and the delivery in packed draws; N and
+    # the delivery come first, so that every draw is a valid replay (nothing is drawn to be rejected): N never
+    # exceeds what the narrowest buffer holds, and live rows only come with at least one live row
+    *spreads, n_at, delivery_at = digits(draw, [5] * len(attention) + [setup.spec_n, len(_DELIVERIES)])
+    widths = {s.group_id: max(1, setup.source_width(s) + d - 2) for s, d in zip(attention, spreads, strict=True)}
     limit = min(limit, *(w * s.block_granularity for s, w in zip(attention, widths.values(), strict=True)))
-    # N and the delivery come first, so that every draw is a valid replay (nothing is drawn to be rejected):
-    # N never exceeds what the narrowest buffer holds, and live rows only come with at least one live row
-    n = draw(between(1, min(setup.spec_n, limit)))
-    delivery = pick(draw, _DELIVERIES)
+    n = within(n_at, 1, min(setup.spec_n, limit))
+    delivery = _DELIVERIES[delivery_at]
     case = draw_case(draw, modes=("verify",), specs=setup.specs, kernel_page_size=setup.kernel_page_size, bs=bs,
                      n=n, max_seq=limit, widths=widths, min_live=max(min_live, int(delivery == "live rows only")))
     live = case.batch.live_rows
     tables: dict[str, Table] = {gid: [list(r) for r in t] for gid, t in case.tables.items()}
     actual_bs = case.batch.actual_bs
+    garbage = delivery == "garbage dummy rows" and actual_bs is not None
+    # whether state tables travel along (the runner ignores them), up to two seq_lens past bs, the garbage in
+    # each dummy row: packed draws
+    along, extra, *rest = digits(draw, [2, 3, 9, 9] + [len(_GARBAGE)] * (len(widths) * (bs - live) * garbage))
     if delivery == "live rows only":  # the runner pads the dummy rows itself
         tables = {gid: t[:live] if gid in widths else t for gid, t in tables.items()}
         actual_bs = None
-    elif delivery == "garbage dummy rows" and actual_bs is not None:
+    elif garbage:
+        fills = iter(rest[2:])
         for gid in widths:
             for row in tables[gid][live:bs]:
-                row[:] = [pick(draw, _GARBAGE)] * len(row)
-    if not draw(BOOLEANS):  # state tables may travel along; the runner ignores them
+                row[:] = [_GARBAGE[next(fills)]] * len(row)
+    if not along:
         tables = {gid: t for gid, t in tables.items() if gid in widths}
-    seq = case.batch.seq_lens + tuple(draw(between(1, 9)) for _ in range(draw(between(0, 2))))
+    seq = case.batch.seq_lens + tuple(1 + v for v in rest[:extra])
     live_seq = case.batch.seq_lens[:live] + (1,) * (bs - live)
     return Replay(bs, tables, seq, n, actual_bs, live_seq)
 
@@ -123,8 +132,10 @@ Capture = tuple[int, tuple[str, ...], int]
 def draw_capture(draw: st.DrawFn, setup: GraphSetup, *, min_groups: int = 0) -> Capture:
     """A capture inside the allocation: bs in [1, max_bs], distinct declared groups (state ones too), N <= spec_n."""
     ids = [s.group_id for s in setup.specs]
-    chosen = tuple(dict.fromkeys(pick(draw, ids) for _ in range(draw(between(min_groups, len(ids))))))
-    return draw(between(1, setup.max_bs)), chosen, draw(between(1, setup.spec_n))
+    count, *picks, bs_at, n_at = digits(draw, [len(ids) - min_groups + 1, *[len(ids)] * len(ids), setup.max_bs,
+                                              setup.spec_n])
+    chosen = tuple(dict.fromkeys(ids[i] for i in picks[:min_groups + count]))
+    return 1 + bs_at, chosen, 1 + n_at
 
 
 @dataclass(frozen=True)
