@@ -76,7 +76,9 @@ class ReanchorOneRowOn(TorchBackend):
     replays the view itself reproduces it."""
 
     def reanchor_locs(self, table, frontier, page_size, n):
-        spare = table.untyped_storage().nbytes() // table.element_size() - table.storage_offset() - table.numel()
+        end = table.storage_offset() + sum((size - 1) * stride for size, stride in zip(table.shape, table.stride(),
+                                                                                        strict=True)) + 1
+        spare = table.untyped_storage().nbytes() // table.element_size() - end  # past the view's last element
         if table.dim() == 2 and table.shape[0] and spare >= table.stride(0):
             table = torch.as_strided(table, table.shape, table.stride(), table.storage_offset() + table.stride(0))
         return super().reanchor_locs(table, frontier, page_size, n)

@@ -292,9 +292,10 @@ def _t7_twice_in_row(draw: st.DrawFn, case: Case) -> Mutated:
 
 def _t8_narrow(draw: st.DrawFn, case: Case) -> Mutated:
     tables = copy_tables(case)
-    gid = _pick_group(draw, case)
-    need = max([_needed(case, gid, r).stop for r in writing_rows(case)], default=0)
-    assume(need >= 2)
+    needs = {s.group_id: max([_needed(case, s.group_id, r).stop for r in writing_rows(case)], default=0)
+             for s in case.attention}
+    gid = pick(draw, [g for g, need in needs.items() if need >= 2])  # a group one column can be cut from
+    need = needs[gid]
     width = draw(between(1, need - 1))
     tables[gid] = [row[:width] for row in tables[gid]]
     short = [r for r in writing_rows(case) if _needed(case, gid, r).stop > width]

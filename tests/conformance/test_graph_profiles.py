@@ -251,6 +251,8 @@ class ZeroesLocTail(ts.LazyGroupGraphBuffers):
 
     def replay(self, bs, tables, seq_lens, tokens_per_req=1, *, actual_bs=None):
         super().replay(bs, tables, seq_lens, tokens_per_req, actual_bs=actual_bs)
+        if bs == 0:
+            return  # an idle replay runs nothing, as in the runner this one extends
         for locs in self.loc_buffers.values():
             locs[bs * tokens_per_req:] = 0
 
