@@ -109,13 +109,17 @@ def draw_group_specs(draw: st.DrawFn, kernel_page_size: int, *, max_groups: int 
     return tuple(specs)
 
 
-def _lengths(draw: st.DrawFn, mode: Mode, n: int, live: int, limit: int
+def _lengths(draw: st.DrawFn, mode: Mode, n: int, live: int, limit: int, writes: bool
              ) -> tuple[list[int], list[int] | None]:
-    """Live rows' seq_lens (and prefix_lens for extend: a row may extend by 0) for one mode, each <= limit; a
-    draw per row (and per extension), so that the engine drops a row's draws with the row."""
+    """Live rows' seq_lens (and prefix_lens for extend: a row may extend by 0, though not every row when
+    ``writes``) for one mode, each <= limit; a draw per row (and per extension), so that the engine drops a
+    row's draws with the row."""
     if mode == "extend":
         prefix = [draw(between(0, limit)) for _ in range(live)]
         seq = [p + draw(between(0, limit - p)) for p in prefix]
+        if writes and live and seq == prefix:  # the last row extends by one token instead
+            prefix[-1] = min(prefix[-1], limit - 1)
+            seq[-1] = prefix[-1] + 1
         return seq, prefix
     low = n if mode == "verify" else 1
     return [draw(between(low, max(limit, low))) for _ in range(live)], None
@@ -210,12 +214,13 @@ def draw_case(draw: st.DrawFn, *, modes: Sequence[Mode] = MODES, specs: tuple[Gr
               bs: int | None = None, max_bs: int = 5, min_live: int = 0, min_pad: int = 0, n: int | None = None,
               tail_pads: Sequence[int] = TAIL_PADS, padding: bool = True, max_seq: int | None = None,
               widths: Mapping[str, int] | None = None, big_pages: bool | None = None, extra_rows: bool = True,
-              max_cols: int = 6, require: str | None = None) -> Case:
+              max_cols: int = 6, require: str | None = None, writes: bool = False) -> Case:
     """A contract-valid batch (passes ``check_tables`` at its ``tail_pad``), drawn inside another draw.
 
     Fixed ``specs``/``kernel_page_size``/``bs``/``n``/``max_seq``/``widths`` pin those parts (the graph
     strategies use them); ``padding`` allows dummy rows (not in extend); ``big_pages`` forces pages near
-    the int32 limit (None: sometimes).
+    the int32 limit (None: sometimes); ``writes``: some live row writes a token (an extend batch is not all
+    empty rows).
     """
     low_bs = max(1, min_live + min_pad)
     top_bs = bs or max_bs
@@ -236,7 +241,7 @@ def draw_case(draw: st.DrawFn, *, modes: Sequence[Mode] = MODES, specs: tuple[Gr
     pad_rows = within(pad_at, min_pad, bs - min_live) if padding and mode != "extend" else 0
     live = bs - pad_rows
     limit = max_seq or (1 + cols_at) * max(s.block_granularity for s in attention)
-    seq, prefix = _lengths(draw, mode, n, live, limit)
+    seq, prefix = _lengths(draw, mode, n, live, limit, writes)
     seq += [1] * pad_rows
     actual_bs = live if pad_rows or (mode == "verify" and actual_at) else None
     batch = Batch(tuple(seq), mode=mode, n=n, prefix_lens=None if prefix is None else tuple(prefix),

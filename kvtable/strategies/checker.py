@@ -76,7 +76,7 @@ def write_loc_cases(draw: st.DrawFn, *, corrupt: bool | None = None,
         seq[row] = frontier
         case = replace(case, tables=tables, batch=replace(case.batch, seq_lens=tuple(seq)))
     else:  # no clamped re-anchor rows: their repeated slots would be reported (D2) before the corruption
-        case = draw_case(draw, min_live=_MIN_LIVE.get(how, 1))
+        case = draw_case(draw, min_live=_MIN_LIVE.get(how, 1), writes=how != "correct locations")
         assume(case.batch.mode != "reanchor" or min(case.batch.seq_lens[: case.batch.live_rows]) >= case.batch.n)
     gid = pick(draw, [s.group_id for s in case.attention])
     block = case.spec(gid).block_granularity
