@@ -15,8 +15,9 @@ from kvtable.conformance.properties import select
 from kvtable.conformance.runner import run_conformance
 
 BROKEN = "runs_backends:RareDecodeBug"
-FIRST_FIND = 282
-"""Examples seed 0 needs to find RareDecodeBug from scratch (so a find within 5 can only be a replay)."""
+REPLAY = 5
+"""A find within this many examples is a replay: seed 0 needs hundreds to find RareDecodeBug from scratch (how many
+varies with the modules imported before Hypothesis first draws: it takes its pool of constants from them)."""
 
 
 def _run(backend: str, database: ExampleDatabase, examples: int = 500, **kwargs) -> tuple[str, int]:
@@ -37,17 +38,19 @@ def _redis(_tmp_path: Path) -> ExampleDatabase:
 def test_torch_then_broken_then_torch_then_broken_finds_it_within_5(make, tmp_path: Path) -> None:
     database = make(tmp_path)
     assert _run("torch", database, 20) == ("passed", 20)  # replays its own entries only: deletes none of BROKEN's
-    assert _run(BROKEN, database) == ("failed", FIRST_FIND)
+    status, fresh = _run(BROKEN, database)
+    assert status == "failed" and fresh > REPLAY
     assert _run("torch", database, 20) == ("passed", 20)
     status, examples = _run(BROKEN, database)
-    assert status == "failed" and examples <= 5
+    assert status == "failed" and examples <= REPLAY
 
 
 def test_profile_and_level_key_their_own_entries() -> None:
     database = InMemoryExampleDatabase()
-    assert _run(BROKEN, database) == ("failed", FIRST_FIND)
+    status, fresh = _run(BROKEN, database)
+    assert status == "failed" and fresh > REPLAY
     status, examples = _run(BROKEN, database, profile="tokenspeed")
-    assert status == "failed" and examples > 5  # found afresh: the kvtable profile's entry is not replayed
+    assert status == "failed" and examples > REPLAY  # found afresh: the kvtable profile's entry is not replayed
     saved = [key for key, values in database.data.items() if values]
     for profile in ("kvtable", "tokenspeed"):
         assert any(key.startswith(database_prefix(BROKEN, profile, "correct")) for key in saved), profile
