@@ -1,4 +1,4 @@
-"""The mutation-testing sample (mutation/sample.py) is reproducible: the same keys, size and seed, the same mutants."""
+"""The mutation-testing sample (mutation/sample.py) is reproducible, and its survivors' table agrees with README."""
 
 from __future__ import annotations
 
@@ -27,3 +27,26 @@ def test_a_site_is_module_operator_and_occurrence() -> None:
         occurrence = 3
 
     assert sample.site([Mutation()]) == (("impl/graph.py", "core/ReplaceBinaryOperator_Add_Sub", 3),)
+
+
+SURVIVORS = Path(__file__).parents[1] / "mutation" / "survivors-6062f4c.md"
+README_COUNTS = {  # verdict prefix in the survivors' table -> the phrase README's "Mutation testing" gives its count in
+    "equivalent (annotation)": (20, "20 type annotations"),
+    "equivalent (prose)": (6, "6 changes\n  to an error's prose only"),
+    "equivalent (argued)": (20, "20 argued one by\n  one"),
+    "not reachable on a CPU": (5, "**5 are not reachable on a CPU**"),
+    "killed since by": (11, "**11 are killed since**"),
+    "line no longer exists": (1, "**1 no longer exists**"),
+}
+
+
+def test_the_survivor_table_lists_63_verdicts_with_the_counts_readme_gives() -> None:
+    rows = [line for line in SURVIVORS.read_text().splitlines() if line.startswith("| impl/")]
+    verdicts = [row.rsplit(" | ", 1)[1] for row in rows]
+    counts = {prefix: sum(v.startswith(prefix) for v in verdicts) for prefix in README_COUNTS}
+    assert len(rows) == 63 and sum(counts.values()) == 63
+    assert counts == {prefix: n for prefix, (n, _) in README_COUNTS.items()}
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert "63 survived" in readme and "**46 are equivalent**" in readme and "mutation/survivors-6062f4c.md" in readme
+    assert all(phrase in readme for _, phrase in README_COUNTS.values())
+    assert len({tuple(row.split(" | ")[:2]) for row in rows}) == 63  # one row per mutant: site, operator and occurrence
