@@ -436,7 +436,8 @@ def test_a_loop_one_token_too_far_is_refuted_and_replayed() -> None:
     model = counterexample(binding, kq.in_bounds)
     token = model["load 2 positions_ptr index[0]"]
     assert model["load 2 positions_ptr mask"] and token == model["N"]  # the token after the last live one
-    assert model["query_start_loc_ptr[1]"] == token  # it is the request's end: the last request's, = N
+    end = model[f"query_start_loc_ptr[{model['load 1 query_start_loc_ptr index[0]']}]"]  # its request's end
+    assert end == token  # the read one past the request's end is the last request's end, = N
     report = replay(binding, model)
     assert report.ran and any(h.kind == "load" for h in report.hits)  # the interpreter's read past positions
     assert "past the end of positions_ptr" in str(report)
