@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import array
 import struct
 from collections.abc import Sequence
 
@@ -12,9 +11,8 @@ import torch
 
 from kvtable.contract import Batch
 
-_TYPECODES = {dtype: code for dtype, code in ((torch.int32, "i"), (torch.int64, "q"))
-              if array.array(code).itemsize == dtype.itemsize}
-"""``array.array`` typecodes of the integer dtypes ``_host_ints`` builds directly."""
+_PACKED = {torch.int32: ("i", np.int32), torch.int64: ("q", np.int64)}
+"""``struct`` codes and numpy dtypes of the integer dtypes ``_mirror`` packs host ints into."""
 
 
 def upload(values: Sequence[int] | torch.Tensor, device: torch.device | str,
@@ -36,14 +34,14 @@ def int32_mirror(values: Sequence[int]) -> np.ndarray | None:
     int32."""
     if not len(values):
         return None
-    return _mirror(values, "i", np.int32)
+    return _mirror(values, *_PACKED[torch.int32])
 
 
 def int64_mirror(values: Sequence[int] | np.ndarray) -> np.ndarray | None:
     """Host ints (or an int64 array, as it is) as an int64 numpy array, or None when one is no int64."""
     if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.ndim == 1:
         return values
-    return _mirror(values, "q", np.int64)
+    return _mirror(values, *_PACKED[torch.int64])
 
 
 def _mirror(values: Sequence[int], code: str, dtype: type[np.integer]) -> np.ndarray | None:
@@ -63,16 +61,11 @@ def host_ints(values: Sequence[int] | np.ndarray) -> list[int]:
 
 
 def _host_ints(values: Sequence[int], dtype: torch.dtype = torch.int32) -> torch.Tensor:
-    """Python ints as a CPU tensor of ``dtype``, through ``array.array`` when every value fits (several
-    times faster than ``torch.tensor`` of a list); anything else takes ``torch.tensor``'s own way."""
+    """Python ints as a CPU tensor of ``dtype``, packed by ``_mirror`` when every value fits (several times
+    faster than ``torch.tensor`` of a list); anything else takes ``torch.tensor``'s own way."""
     items = values if isinstance(values, (list, tuple)) else list(values)
-    code = _TYPECODES.get(dtype)
-    if code is not None and items:
-        try:
-            return torch.frombuffer(array.array(code, items), dtype=dtype)
-        except (TypeError, OverflowError):
-            pass
-    return torch.tensor(list(items), dtype=dtype)
+    host = _mirror(items, *_PACKED[dtype]) if dtype in _PACKED and items else None
+    return torch.tensor(list(items), dtype=dtype) if host is None else torch.from_numpy(host)
 
 
 def extend_runs(prefix_lens: Sequence[int], extend_lens: Sequence[int], device: torch.device | str
