@@ -49,6 +49,14 @@ class ExtendBlocks:
     """int32 when every spot, lead and position fits (then every step of the formula does), else int64."""
 
 
+def _floor_div(values: np.ndarray, divisors: int | np.ndarray) -> np.ndarray:
+    """``values // divisors`` (numpy broadcasting), a right shift when every divisor is a power of two."""
+    d = np.asarray(divisors, dtype=np.int64)
+    if np.all(d & (d - 1) == 0):
+        return values >> (np.frexp(d)[1] - 1)  # log2 of a power of two (exact: its float is exact)
+    return values // d
+
+
 def extend_blocks(prefix_lens: Sequence[int] | np.ndarray, extend_lens: Sequence[int] | np.ndarray,
                   page_sizes: Sequence[int], bases: Sequence[int], pitches: Sequence[int],
                   span_end: int) -> ExtendBlocks:
@@ -58,10 +66,9 @@ def extend_blocks(prefix_lens: Sequence[int] | np.ndarray, extend_lens: Sequence
     prefix = np.asarray(prefix_lens, dtype=np.int64)
     extend = np.asarray(extend_lens, dtype=np.int64)
     unit = math.gcd(*page_sizes)
-    pow2 = unit & (unit - 1) == 0
-    first = prefix >> (unit.bit_length() - 1) if pow2 else prefix // unit
+    first = _floor_div(prefix, unit)
     last = prefix + extend - 1
-    count = np.where(extend > 0, (last >> (unit.bit_length() - 1) if pow2 else last // unit) - first + 1, 0)
+    count = np.where(extend > 0, _floor_div(last, unit) - first + 1, 0)
     done = np.cumsum(count)
     blocks = int(done[-1])
     begin = done - count - first  # K_i - a_i
@@ -78,11 +85,7 @@ def extend_blocks(prefix_lens: Sequence[int] | np.ndarray, extend_lens: Sequence
     per_row[groups] = begin
     per_block = np.repeat(per_row, count, axis=1)
     unit_col = arange(blocks, np.int64) - per_block[groups]
-    ratios = [size // unit for size in page_sizes]
-    if all(r & (r - 1) == 0 for r in ratios):
-        col = unit_col >> np.asarray([r.bit_length() - 1 for r in ratios], dtype=np.int64)[:, None]
-    else:
-        col = unit_col // np.asarray(ratios, dtype=np.int64)[:, None]
+    col = _floor_div(unit_col, np.asarray([size // unit for size in page_sizes])[:, None])
     elem = (per_block[:groups] + col).astype(np.int32 if span_end <= INT32_END else np.int64)
     base = col * -np.asarray(page_sizes, dtype=np.int64)[:, None]
     base -= per_block[groups] * unit
