@@ -11,7 +11,8 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -128,22 +129,64 @@ ALLOCATIONS = frozenset({"aten.empty.memory_format", "aten.empty_strided.default
 """Dispatched ops that only allocate or wrap memory: no kernel runs for them on a GPU."""
 
 
-def count_dispatched_ops(fn: Callable[[], object]) -> int:
+def count_dispatched_ops(fn: Callable[[], object], *, run_launches: bool = True) -> int:
     """How many non-view, non-allocating aten ops one call dispatches (after one call to warm any cache):
-    on a GPU each is (about) one kernel launch, so the count is the launch count, the same on any device."""
+    on a GPU each is (about) one kernel launch, so the count is the launch count, the same on any device.
+
+    A Triton kernel launch (``kernel[grid](...)``) counts as one op, and the torch ops dispatched inside it
+    are not counted: compiled, a launch dispatches none; interpreted (TRITON_INTERPRET=1), the interpreter
+    copies every tensor argument to and from the host with torch ops, which are its own workings, not the
+    call's. ``run_launches=False`` counts each launch without running it (the interpreter runs a bs-512
+    replay fill for tens of seconds); only for calls where no host decision reads what a launch wrote.
+    """
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Counter(TorchDispatchMode):
         ops = 0
+        in_launch = False
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-            Counter.ops += not func.is_view and str(func) not in ALLOCATIONS
+            Counter.ops += not (Counter.in_launch or func.is_view or str(func) in ALLOCATIONS)
             return func(*args, **(kwargs or {}))
 
-    fn()
-    with Counter():
+    def launch(run: Callable[..., object]) -> Callable[..., object]:
+        def counted(*args: object, **kwargs: object) -> object:
+            Counter.ops += 1
+            if not run_launches:
+                return None
+            Counter.in_launch = True
+            try:
+                return run(*args, **kwargs)
+            finally:
+                Counter.in_launch = False
+        return counted
+
+    with _triton_launches(launch):
         fn()
+        Counter.ops = 0
+        with Counter():
+            fn()
     return Counter.ops
+
+
+@contextmanager
+def _triton_launches(wrap: Callable[[Callable[..., object]], Callable[..., object]]) -> Iterator[None]:
+    """Every Triton launch ``kernel[grid](*args)`` made inside goes through ``wrap(launcher)`` (Triton has no
+    launch hook that the interpreter calls too, so ``KernelInterface.__getitem__``, where both the compiled and
+    the interpreted kernels take their grid, is wrapped for the duration). Nothing to wrap without triton."""
+    from kvtable.impl.triton_kernels import triton_available  # sets TRITON_INTERPRET before triton loads
+
+    if not triton_available():
+        yield
+        return
+    from triton.runtime.jit import KernelInterface
+
+    take_grid = KernelInterface.__getitem__
+    KernelInterface.__getitem__ = lambda kernel, grid: wrap(take_grid(kernel, grid))
+    try:
+        yield
+    finally:
+        KernelInterface.__getitem__ = take_grid
 
 
 def count_device_launches(fn: Callable[[], object]) -> int:

@@ -1,8 +1,9 @@
 """G1-G5: persistent per-group CUDA-graph buffers in torch, one stack for tables and one for locations.
 
 Capture hands out views of the stacks (stable data pointers across batch sizes). Replay checks
-everything it can before it writes, then refills every group's rows in one ``replay_fill`` call over a
-packed upload of the live tables, and recomputes every group's locations in one ``stacked_locs`` call.
+everything it can before it writes, then refills every group's rows in one ``replay_fill`` call over the
+live tables (read where they lie when they share one storage, else packed by one ``cat``), and
+recomputes every group's locations in one ``stacked_locs`` call.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from kvtable.errors import ContractViolation, StaleGraphState
 from kvtable.impl import validate
 from kvtable.impl.groups import specs_by_id
 from kvtable.impl.kernels import Kernels
+from kvtable.impl.read_plan import INT32_END
 from kvtable.impl.tokens import upload
 from kvtable.impl.torch_kernels import TORCH_KERNELS
 
 Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
+MAX_LAYOUTS = 1024
+"""Kept ``replay_fill`` metadata tensors, one per layout of the live tables (offsets, columns)."""
 
 
 class GroupGraphBuffers:
@@ -88,7 +92,7 @@ class GroupGraphBuffers:
         live = {gid: min(t.shape[0], cap) for gid, t in live_tables.items()}
         lengths = validate.cpu_lengths(seq_lens)
         if lengths is not None:
-            self.check_short_rows(seq_lens[: max(live.values())], tokens_per_req)
+            self.check_short_rows(lengths[: max(live.values())], tokens_per_req)
             self.check_reach(lengths[:bs], tokens_per_req, live_tables, live)
         self._fill(bs, live_tables, live)
         self.kernels.stacked_locs(self.table_stack, self._widths, self._page_sizes, seq, self.loc_stack, bs,
@@ -136,15 +140,14 @@ class GroupGraphBuffers:
         return upload(seq_lens, self.device)
 
     @staticmethod
-    def check_short_rows(live_lengths: torch.Tensor, n: int) -> None:
-        """T9 / W2 on the live rows' CPU lengths, one comparison over them all: none is 0 (it would write
+    def check_short_rows(live_lengths: Sequence[int], n: int) -> None:
+        """T9 / W2 on the live rows' CPU lengths, one C-level ``min`` over them all: none is 0 (it would write
         position 0 of its own page) and none is shorter than N (clamped positions would write one slot twice),
         as the eager calls refuse. The first short row is named."""
-        short = torch.nonzero(live_lengths < n)
-        if not short.numel():
+        if min(live_lengths, default=n) >= n:
             return
-        row = int(short[0, 0])
-        seq = int(live_lengths[row])
+        row = next(r for r, seq in enumerate(live_lengths) if seq < n)
+        seq = live_lengths[row]
         if seq < 1:
             clause, why = "T9", "; it would write position 0 of its own page"
         else:
@@ -174,37 +177,73 @@ class GroupGraphBuffers:
                                     f"{filled} kernel columns (stale seq_len?)", group=gid, row=row, col=col)
 
     def _fill(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
-        """G3 replay-fill: one ``replay_fill`` over the packed live tables, then zero any group's extra rows.
+        """G3 replay-fill: one ``replay_fill`` over the live tables, then zero any group's extra rows.
 
-        The live tables are packed by one ``cat`` into the persistent packed buffer (a table on another
-        device through a pinned upload first); the per-group offsets are uploaded once per row count and
-        table widths, then reused. Groups normally share one live row count; a group with fewer rows is
-        packed with zero rows up to the common count, and those rows (now dummy rows) are zeroed after
-        the fill.
+        When the live tables are row-major views of one storage on the buffers' device (an engine that
+        allocates every group's table from one pool), ``replay_fill`` reads them where they lie, through
+        one flat view of that storage: no packing op. Otherwise one ``cat`` packs them into the persistent
+        packed buffer (a table on another device through a pinned upload first). The per-group offsets
+        are uploaded once per layout, then reused. Groups normally share one live row count; a group with
+        fewer rows is packed with zero rows up to the common count, and those rows (now dummy rows) are
+        zeroed after the fill.
         """
         rows = max(live.values())
-        pieces, columns = [], []
-        for gid in self.group_ids:
-            cols = min(tables[gid].shape[1], self.source_widths[gid])
+        columns = tuple(min(tables[gid].shape[1], self.source_widths[gid]) for gid in self.group_ids)
+        where = self._in_place(tables, live, rows, columns)
+        if where is None:
+            packed, offsets = self._pack(tables, live, rows, columns)
+        else:
+            packed, offsets = where
+        self.kernels.replay_fill(packed, self._meta(offsets, columns), self.table_stack, bs, rows, self.tail_pad)
+        for i, gid in enumerate(self.group_ids):
+            if live[gid] < rows:
+                self.table_stack[i, live[gid]:bs] = 0
+
+    def _in_place(self, tables: Mapping[str, torch.Tensor], live: Mapping[str, int], rows: int,
+                  columns: tuple[int, ...]) -> tuple[torch.Tensor, tuple[int, ...]] | None:
+        """One flat view over the storage every live table lies in, and each table's offset in it, when every
+        group has ``rows`` live rows stored row-major at its packed width on the buffers' device (the layout
+        ``replay_fill`` reads) and none shares the stack's storage (the fill would read what it writes)."""
+        first = tables[self.group_ids[0]]
+        storage = first.untyped_storage().data_ptr()
+        if storage == self.table_stack.untyped_storage().data_ptr():
+            return None
+        starts = []
+        for gid, cols in zip(self.group_ids, columns, strict=True):
+            table = tables[gid]
+            if (live[gid] != rows or table.device != self.device or table.dtype != torch.int32
+                    or table.shape[1] != cols or not table[:rows].is_contiguous()
+                    or table.untyped_storage().data_ptr() != storage):
+                return None
+            starts.append(table.storage_offset())
+        low = min(starts)
+        span = max(start + rows * cols for start, cols in zip(starts, columns, strict=True)) - low
+        if span >= INT32_END:
+            return None
+        return first.as_strided((span,), (1,), low), tuple(start - low for start in starts)
+
+    def _pack(self, tables: Mapping[str, torch.Tensor], live: Mapping[str, int], rows: int,
+              columns: tuple[int, ...]) -> tuple[torch.Tensor, tuple[int, ...]]:
+        """The live tables back to back in the persistent packed buffer (one ``cat``), and their offsets."""
+        pieces = []
+        for gid, cols in zip(self.group_ids, columns, strict=True):
             source = tables[gid][: live[gid], :cols]
             source = source if source.device == self.device else upload(source, self.device)
             pieces.append(source.reshape(-1))
             if live[gid] < rows:
                 pieces.append(source.new_zeros((rows - live[gid]) * cols))
-            columns.append(cols)
         packed = self._packed[: rows * sum(columns)]
         torch.cat(pieces, out=packed)
-        self.kernels.replay_fill(packed, self._meta(rows, tuple(columns)), self.table_stack, bs, rows, self.tail_pad)
-        for i, gid in enumerate(self.group_ids):
-            if live[gid] < rows:
-                self.table_stack[i, live[gid]:bs] = 0
+        return packed, tuple(rows * sum(columns[:g]) for g in range(len(columns)))
 
-    def _meta(self, rows: int, columns: tuple[int, ...]) -> torch.Tensor:
-        """``replay_fill``'s int32 ``[G, 3]`` (offset, columns, ratio) for ``rows`` packed rows of each group,
-        uploaded on first use and kept (a replay step then uploads nothing but the tables)."""
-        key = (rows, *columns)
+    def _meta(self, offsets: tuple[int, ...], columns: tuple[int, ...]) -> torch.Tensor:
+        """``replay_fill``'s int32 ``[G, 3]`` (offset, columns, ratio) for one layout of the live tables,
+        uploaded on first use and kept (a replay step then uploads nothing but the tables); the kept set is
+        emptied when it reaches ``MAX_LAYOUTS``, so tables that move every step cannot grow it for ever."""
+        key = (*offsets, *columns)
         if key not in self._metas:
-            offsets = [rows * sum(columns[:g]) for g in range(len(columns))]
+            if len(self._metas) >= MAX_LAYOUTS:
+                self._metas.clear()
             ratios = [self.ratios[gid] for gid in self.group_ids]
             flat = [v for row in zip(offsets, columns, ratios, strict=True) for v in row]
             self._metas[key] = upload(flat, self.device).view(len(columns), 3)

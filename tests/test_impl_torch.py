@@ -24,6 +24,7 @@ from kvtable.impl import (
     group_locs,
     group_seq_locs,
     reanchor_locs,
+    triton_kernels,
     verify_locs,
 )
 from kvtable.reference import Batch, GraphModel, GroupSpec, batch_locs, check_tables
@@ -34,6 +35,10 @@ from kvtable.reference.model import read_start, write_positions
 
 def i32(values: object) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32)
+
+
+KERNELS = [TORCH_KERNELS, *([triton_kernels.TRITON_KERNELS] if triton_kernels.interpreting() else [])]
+"""The kernels a CPU graph runner can use: the torch ones, and the Triton ones when they run interpreted."""
 
 
 def tables() -> dict[str, torch.Tensor]:
@@ -436,7 +441,7 @@ def test_random_graph_replays_match_the_model(seed: int) -> None:
     kw = {"max_bs": max_bs, "max_kernel_pages": 24, "kernel_page_size": kernel, "spec_n": spec_n,
           "tail_pad": rng.choice([-1, 0]), "expand": rng.random() < 0.7}
     model = GraphModel(specs, **kw)
-    runner = TorchBackend().graph(specs, **kw)
+    runner, pool_runner = TorchBackend().graph(specs, **kw), TorchBackend().graph(specs, **kw)
     assert isinstance(runner, GraphRunner)
     for _ in range(3):
         bs, n = rng.randint(1, max_bs), rng.randint(1, spec_n)
@@ -449,6 +454,47 @@ def test_random_graph_replays_match_the_model(seed: int) -> None:
         model.replay(bs, sources, list(seq), n, actual_bs=batch.actual_bs)
         runner.replay(bs, {g: i32(t) for g, t in sources.items()}, i32(list(seq)), n, actual_bs=batch.actual_bs)
         assert_same_graph(model, runner)
+        pool_runner.replay(bs, pooled(sources, rng), i32(list(seq)), n, actual_bs=batch.actual_bs)
+        assert_same_graph(model, pool_runner)
+
+
+def pooled(tables: dict[str, list[list[int]]], rng: random.Random) -> dict[str, torch.Tensor]:
+    """The tables as row-major views of one int32 pool (as an engine allocating every group's table from one
+    pool hands them over), in a random order with poison between them: replay reads them where they lie."""
+    order = rng.sample(sorted(tables), len(tables))
+    gaps = [rng.randint(0, 3) for _ in order]
+    pool = torch.full((sum(len(t) * len(t[0]) for t in tables.values()) + sum(gaps),), 999, dtype=torch.int32)
+    views, at = {}, 0
+    for gid, gap in zip(order, gaps, strict=True):
+        table = i32(tables[gid])
+        at += gap
+        views[gid] = pool[at: at + table.numel()].view(table.shape)
+        views[gid].copy_(table)
+        at += table.numel()
+    return views
+
+
+@pytest.mark.parametrize("kernels", KERNELS, ids=[k.name for k in KERNELS])
+def test_replay_reads_pooled_tables_in_place_and_never_its_own_stack(kernels: object) -> None:
+    """Tables in one pool are read where they lie (the packed buffer stays untouched); tables that lie in the
+    runner's own stack, where the fill writes, are packed first (the Triton fill, reading them in place,
+    would read rows it already rewrote); both equal the reference model's replay."""
+    specs = [GroupSpec("f", "full", 4), GroupSpec("g", "full", 2)]
+    live = {"f": [[3, 5, -1], [7, 9, 11]], "g": [[2, 4, 6, 8, 10, -1], [12, 14, 16, 18, 20, 22]]}
+    model = GraphModel(specs, max_bs=3, max_kernel_pages=6, kernel_page_size=2)
+    model.replay(3, live, [8, 12, 1])
+    runner = GroupGraphBuffers(specs, max_bs=3, max_kernel_pages=6, kernel_page_size=2, kernels=kernels)
+    runner._packed.fill_(-5)
+    runner.replay(3, pooled(live, random.Random(0)), i32([8, 12, 1]))
+    assert_same_graph(model, runner)
+    assert runner._packed.eq(-5).all()
+    # f's table over f's own row 0 of the stack (which the fill rewrites, expanded), g's over g's rows 0-1
+    own = {"f": runner.table_stack[0, 0].view(2, 3), "g": runner.table_stack[1, :2]}
+    assert own["f"].tolist() == [[6, 7, 10], [11, -1, -1]]
+    snapshot = {gid: table.tolist() for gid, table in own.items()}
+    runner.replay(2, own, i32([9, 4]))
+    model.replay(2, snapshot, [9, 4])
+    assert_same_graph(model, runner)
 
 
 @pytest.mark.parametrize("seed", range(20))
