@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kvtable.bench.baselines import chain_decode_locs, loop_extend_locs, per_group_decode_locs
+from kvtable.bench.harness import count_dispatched_ops
 from kvtable.bench.replay import check_fill, fill_step
 from kvtable.bench.workload import decode_workload, extend_workload, stacked
 from kvtable.cli import main
@@ -91,6 +92,28 @@ def test_fill_step_check_accepts_the_fill_and_catches_a_wrong_entry():
         check_fill(step, filled)
 
 
+@pytest.mark.parametrize("run_launches", [True, False])
+def test_a_triton_launch_counts_as_one_op(run_launches):
+    """The interpreter's own argument copies inside a launch are not counted; a launch counted without
+    running it writes nothing."""
+    from kvtable.impl.triton_kernels import TRITON_KERNELS, triton_available
+
+    if not triton_available():
+        pytest.skip("triton is not installed")
+    step = fill_step(3, 4, seed=2, max_seq=SMALL_SEQ)
+
+    def fill():
+        TRITON_KERNELS.replay_fill(step.packed, step.meta, step.dst, step.bs, step.actual_bs, -1)
+
+    step.dst.fill_(-7)
+    assert count_dispatched_ops(fill, run_launches=run_launches) == 1
+    assert step.dst.eq(-7).all().item() is not run_launches
+    assert count_dispatched_ops(lambda: (fill(), step.dst.add_(1)), run_launches=run_launches) == 2
+    # the torch fill of the same step: each group its own ops, so more than one
+    assert count_dispatched_ops(lambda: TORCH_KERNELS.replay_fill(step.packed, step.meta, step.dst, step.bs,
+                                                                  step.actual_bs, -1)) > 3
+
+
 def _bench(tmp_path, *flags):
     """``kvtable bench FLAGS`` through the real command line, and the JSON it wrote."""
     path = tmp_path / "bench.json"
@@ -115,6 +138,13 @@ def test_smoke_run_writes_every_section(tmp_path, capsys):
     counts = {t["name"]: t for t in doc["sections"]["ops"]["targets"]}
     decode = counts["decode: ops per call with the tables in one storage"]
     assert decode["met"] is True and decode["got"]["min"] == decode["got"]["max"] > 0
+    # replay's target is for the Triton kernels (its name says so): the fill launch and the location launch
+    replay, = (t for name, t in counts.items() if name.startswith("replay on the Triton kernels"))
+    assert replay["met"] is True and replay["got"]["min"] == replay["got"]["max"] == 2
+    rows = {(r["kernels"], r["groups"]): r for r in doc["sections"]["ops"]["records"] if r["call"] == "replay"}
+    assert [rows["triton", g]["impl_ops"] for g in (1, 3, 8)] == [2, 3, 3]  # separate tables: one cat packs them
+    torch_replay = [rows["torch", g]["one_storage_ops"] for g in (1, 3, 8)]
+    assert torch_replay[0] < torch_replay[1] < torch_replay[2]  # the CPU fill: each group its own ops, shown
     if not torch.cuda.is_available():
         assert any("no CUDA" in s for s in doc["sections"]["decode"]["skipped"])
         assert all(r["device"] == "cpu" for r in doc["sections"]["decode"]["records"])
