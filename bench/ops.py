@@ -4,6 +4,7 @@ count, the same on any machine (on a GPU each op is about one kernel launch; a T
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -11,6 +12,7 @@ from kvtable.bench.baselines import bare_decode_locs, loop_extend_locs, per_grou
 from kvtable.bench.harness import Section, Settings, Spread, Target, count_dispatched_ops
 from kvtable.bench.workload import KERNEL_PAGE_SIZE, Workload, decode_workload, extend_workload, one_storage
 from kvtable.impl.kernels import Kernels
+from kvtable.impl.torch_kernels import TorchKernels, vectorized_extend_locs
 
 GROUPS = (1, 3, 8)
 BATCH_SIZES = (1, 512)
@@ -36,6 +38,10 @@ def run(settings: Settings) -> Section:
             for bs in sizes:
                 section.add(call=call, kernels="torch", groups=groups, bs=bs,
                             **_counts(call, groups, bs, TORCH_KERNELS, "cpu"))
+    for groups in GROUPS:
+        for bs in sizes:
+            section.add(call="extend", kernels="torch-ops", groups=groups, bs=bs,
+                        **_counts("extend", groups, bs, TorchOpsExtend(), "cpu"))
     if triton_available():
         device = "cpu" if interpreting() else "cuda"
         for groups in GROUPS:
@@ -44,10 +50,10 @@ def run(settings: Settings) -> Section:
                             **_counts("replay", groups, bs, TRITON_KERNELS, device, run_launches=bs == 1))
     else:
         section.skipped.append("replay on the Triton kernels: triton is not installed")
-    for call in CALLS[:-1]:
-        counts = _one_storage(section, call, "torch")
-        section.targets.append(Target(f"{call}: ops per call with the tables in one storage", "the same count "
-                                      f"for every G in {GROUPS} and bs in {sizes}", Spread.of(counts),
+    for call, kernels in (*((call, "torch") for call in CALLS[:-1]), ("extend", "torch-ops")):
+        counts = _one_storage(section, call, kernels)
+        section.targets.append(Target(f"{call} on the {kernels} kernels: ops per call with the tables in one storage",
+                                      f"the same count for every G in {GROUPS} and bs in {sizes}", Spread.of(counts),
                                       min(counts) == max(counts)))
     counts = _one_storage(section, "replay", "triton")
     section.targets.append(Target(
@@ -57,7 +63,10 @@ def run(settings: Settings) -> Section:
         set(counts) == {REPLAY_LAUNCHES} if counts else None))
     section.notes += [
         "ops = aten ops dispatched by one call (after a warm-up call), views and allocations not counted; a Triton "
-        "kernel launch counts as one op and the torch ops inside it (the interpreter's argument copies) do not",
+        "kernel launch counts as one op and the torch ops inside it (the interpreter's argument copies) do not; "
+        "so does a call of the compiled CPU extend loop (impl/cpu_kernels.py)",
+        "kernels: torch = the torch kernels on this CPU (extend: the compiled loop CPU tensors take); torch-ops = "
+        "the same kernels with extend through the torch ops that CUDA tensors take (vectorized_extend_locs)",
         "impl = impl.locs.group_locs (decode, verify, extend: validation included; the torch kernels) or "
         "GroupGraphBuffers.replay on the kernels named; with separate tables each group costs one gather of its "
         "own (index_select); as views of one storage one gather reads every group",
@@ -72,6 +81,15 @@ def run(settings: Settings) -> Section:
         "extend loop; bare = the fewest torch ops for the same decode/verify values, no validation",
     ]
     return section
+
+
+class TorchOpsExtend(TorchKernels):
+    """The torch kernels as CUDA tensors run extend: through torch ops, not the compiled CPU loop."""
+
+    name = "torch-ops"
+
+    def grouped_extend_locs(self, *args: Any) -> None:
+        vectorized_extend_locs(*args)
 
 
 def _one_storage(section: Section, call: str, kernels: str) -> list[int]:
@@ -107,7 +125,7 @@ def _impl(call: str, w: Workload, kernels: Kernels, device: str) -> Callable[[],
     from kvtable.impl.locs import group_locs
 
     if call != "replay":
-        return lambda: group_locs(w.specs, w.tables, w.batch, debug=False)
+        return lambda: group_locs(w.specs, w.tables, w.batch, debug=False, kernels=kernels)
     graph = GroupGraphBuffers(w.specs, max_bs=w.batch.bs, max_kernel_pages=-(-MAX_SEQ // KERNEL_PAGE_SIZE),
                               kernel_page_size=KERNEL_PAGE_SIZE, device=device, kernels=kernels)
     seq = torch.tensor(w.batch.seq_lens, dtype=torch.int32)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from kvtable.impl import cpu_kernels
 from kvtable.impl.extend_blocks import extend_blocks
 from kvtable.impl.read_plan import INT32_END, read_plan
 from kvtable.impl.tokens import upload
@@ -106,6 +107,46 @@ def _fill_group(dst: torch.Tensor, src: torch.Tensor, ratio: int, bs: int, tail_
         dst[rows:bs].zero_()
 
 
+def vectorized_extend_locs(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], prefix_lens: Sequence[int],
+                           extend_lens: Sequence[int], out: torch.Tensor) -> None:
+    """``GroupedExtendLocs`` in torch ops (any device; at least one token written). The index arithmetic is host
+    work on the lengths (``impl/extend_blocks.py``): each page a request writes is read once per unit block
+    (``elem``) and turned into the block's ``max(page, 0) * ps + base`` (a page past W5's top taken as 0), then
+    every token's location is its block's value (one gather per group) plus its spot (one add for all groups).
+    int32 when every step fits, else int64.
+    """
+    extend = np.asarray(extend_lens, dtype=np.int64)
+    device, groups = out.device, len(tables)
+    tables = [t if t.stride(1) == 1 else t.contiguous() for t in tables]
+    plan = read_plan(tables, page_sizes, device, torch.int32)
+    at = extend_blocks(prefix_lens, extend, page_sizes, plan.bases, plan.pitches,
+                       max(span.numel() for span in plan.spans))
+    dtype = torch.int32 if at.dtype == np.int32 else torch.int64
+    if dtype != plan.dtype:
+        plan = read_plan(tables, page_sizes, device, dtype)
+    spot = upload(torch.from_numpy(at.spot), device, dtype)
+    elem = torch.from_numpy(at.elem)
+    pages = plan.sink(plan.gather(upload(elem, device, elem.dtype)), exact=True)
+    base = upload(torch.from_numpy(at.base), device, dtype)
+    values = torch.addcmul(base, pages.to(dtype), plan.ps.view(groups, 1))
+    block = spot if at.unit == 1 else spot >> (at.unit.bit_length() - 1) if at.unit & (at.unit - 1) == 0 \
+        else torch.div(spot, at.unit, rounding_mode="floor")
+    dst = out[:groups, : spot.shape[0]]
+    sums = dst if dtype == torch.int32 else torch.empty(dst.shape, dtype=dtype, device=device)
+    if len(plan.spans) == 1:  # tables in one storage: one gather for every group, a fixed op count
+        blocks = values.shape[1]
+        narrow = block.dtype == torch.int32 and groups * blocks < INT32_END
+        first = torch.from_numpy(np.arange(0, groups * blocks, blocks, dtype=np.int32 if narrow else np.int64))
+        index = torch.add(block, upload(first, device, first.dtype).view(-1, 1))
+        torch.index_select(values.view(-1), 0, index.view(-1), out=sums.view(-1))
+    else:
+        for g in range(groups):
+            torch.index_select(values[g], 0, block, out=sums[g])
+    sums.add_(spot)
+    if sums is not dst:
+        dst.copy_(sums)
+
+
 class TorchKernels:
     """The reference-speed implementation; the Triton one must agree with it element for element."""
 
@@ -158,44 +199,16 @@ class TorchKernels:
 
     def grouped_extend_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int],
                             prefix_lens: Sequence[int], extend_lens: Sequence[int], out: torch.Tensor) -> None:
-        """See ``GroupedExtendLocs``. The index arithmetic is host work on the lengths (``impl/extend_blocks.py``):
-        each page a request writes is read once per unit block (``elem``) and turned into the block's
-        ``max(page, 0) * ps + base`` (a page past W5's top taken as 0), then every token's location is its
-        block's value (one gather per group) plus its spot (one add for all groups). int32 when every step
-        fits, else int64.
-        """
+        """See ``GroupedExtendLocs``: on CPU tensors one compiled loop over every group (``impl/cpu_kernels.py``),
+        elsewhere ``vectorized_extend_locs``' torch ops."""
         extend = np.asarray(extend_lens, dtype=np.int64)
         if not tables or not extend.size or not extend.any():
             return
-        device, groups = out.device, len(tables)
-        tables = [t if t.stride(1) == 1 else t.contiguous() for t in tables]
-        plan = read_plan(tables, page_sizes, device, torch.int32)
-        at = extend_blocks(prefix_lens, extend, page_sizes, plan.bases, plan.pitches,
-                           max(span.numel() for span in plan.spans))
-        dtype = torch.int32 if at.dtype == np.int32 else torch.int64
-        if dtype != plan.dtype:
-            plan = read_plan(tables, page_sizes, device, dtype)
-        spot = upload(torch.from_numpy(at.spot), device, dtype)
-        elem = torch.from_numpy(at.elem)
-        pages = plan.sink(plan.gather(upload(elem, device, elem.dtype)), exact=True)
-        base = upload(torch.from_numpy(at.base), device, dtype)
-        values = torch.addcmul(base, pages.to(dtype), plan.ps.view(groups, 1))
-        block = spot if at.unit == 1 else spot >> (at.unit.bit_length() - 1) if at.unit & (at.unit - 1) == 0 \
-            else torch.div(spot, at.unit, rounding_mode="floor")
-        dst = out[:groups, : spot.shape[0]]
-        sums = dst if dtype == torch.int32 else torch.empty(dst.shape, dtype=dtype, device=device)
-        if len(plan.spans) == 1:  # tables in one storage: one gather for every group, a fixed op count
-            blocks = values.shape[1]
-            narrow = block.dtype == torch.int32 and groups * blocks < INT32_END
-            first = torch.from_numpy(np.arange(0, groups * blocks, blocks, dtype=np.int32 if narrow else np.int64))
-            index = torch.add(block, upload(first, device, first.dtype).view(-1, 1))
-            torch.index_select(values.view(-1), 0, index.view(-1), out=sums.view(-1))
+        if out.device.type == "cpu":
+            cpu_kernels.extend_locs(tables, page_sizes, np.asarray(prefix_lens, dtype=np.int64), extend,
+                                    out[: len(tables), : int(extend.sum())])
         else:
-            for g in range(groups):
-                torch.index_select(values[g], 0, block, out=sums[g])
-        sums.add_(spot)
-        if sums is not dst:
-            dst.copy_(sums)
+            vectorized_extend_locs(tables, page_sizes, prefix_lens, extend, out)
 
     def replay_fill(self, packed: torch.Tensor, meta: torch.Tensor, dst: torch.Tensor, bs: int,
                     actual_bs: int, tail_pad: int) -> None:

@@ -11,6 +11,12 @@ from kvtable import ContractViolation
 from kvtable.contract import Batch, GroupSpec
 from kvtable.impl import TORCH_KERNELS, group_locs
 from kvtable.impl.read_plan import INT32_END, read_plan
+from kvtable.impl.torch_kernels import vectorized_extend_locs
+
+EXTEND_PATHS = pytest.mark.parametrize("extend_locs", [TORCH_KERNELS.grouped_extend_locs, vectorized_extend_locs],
+                                       ids=["compiled-cpu", "torch-ops"])
+"""Both ways the torch kernels write extend locations: the compiled loop CPU tensors take, the torch ops of
+every other device (run here on CPU tensors too)."""
 
 INT32_MAX = INT32_END - 1
 
@@ -28,7 +34,8 @@ def model_loc(page: int, pos: int, ps: int, width: int) -> int:
 
 
 @pytest.mark.parametrize("ps", [1, 2, 3, 16, 2**30])
-def test_pages_at_and_past_the_w5_top_in_decode_and_extend(ps: int) -> None:
+@EXTEND_PATHS
+def test_pages_at_and_past_the_w5_top_in_decode_and_extend(ps: int, extend_locs: object) -> None:
     top = INT32_END // ps - 1
     row = [top, top + 1, INT32_MAX, -1, 0, 5]
     table = i32([[p for p in row if p <= INT32_MAX]])
@@ -45,17 +52,18 @@ def test_pages_at_and_past_the_w5_top_in_decode_and_extend(ps: int) -> None:
     assert got == want
     out = torch.empty(1, len(positions), dtype=torch.int32)
     for i, pos in enumerate(positions):  # extend: one token each
-        TORCH_KERNELS.grouped_extend_locs([table], [ps], [pos], [1], out[:, i:])
+        extend_locs([table], [ps], [pos], [1], out[:, i:])
     assert out[0].tolist() == want
 
 
-def test_mixed_page_sizes_share_one_call() -> None:
+@EXTEND_PATHS
+def test_mixed_page_sizes_share_one_call(extend_locs: object) -> None:
     """A power-of-two group beside a non-power-of-two one: each group sinks its own pages past its own top."""
     tables = [i32([[INT32_END // 4, 7]]), i32([[INT32_END // 3, 7]])]
     out = torch.empty(2, 2, dtype=torch.int32)
     TORCH_KERNELS.grouped_locs(tables, [4, 3], i32([1]), out, 1, 1)
     assert out[:, 0].tolist() == [0, 0]
-    TORCH_KERNELS.grouped_extend_locs(tables, [4, 3], [0], [2], out)
+    extend_locs(tables, [4, 3], [0], [2], out)
     assert out.tolist() == [[0, 1], [0, 1]]
 
 
@@ -84,7 +92,8 @@ def test_a_resized_or_restrided_table_gets_a_new_plan() -> None:
 
 
 @pytest.mark.parametrize("page_sizes", [(3, 6), (12, 6, 18), (2, 8), (5,), (1, 4)])
-def test_extend_blocks_at_any_unit_match_a_hand_model(page_sizes: tuple[int, ...]) -> None:
+@EXTEND_PATHS
+def test_extend_blocks_at_any_unit_match_a_hand_model(page_sizes: tuple[int, ...], extend_locs: object) -> None:
     """The extend kernel's unit (the gcd of the page sizes; a power of two or not) and its blocks: every token's
     location as the hand model gives it, requests of every length (0 and 1 too) starting mid-page, a table read
     through a column stride, pads and pages past W5 in the written pages."""
@@ -98,7 +107,7 @@ def test_extend_blocks_at_any_unit_match_a_hand_model(page_sizes: tuple[int, ...
         tables.append(table)
     total = sum(extend)
     out = torch.full((len(page_sizes), total + 1), 99, dtype=torch.int32)
-    TORCH_KERNELS.grouped_extend_locs(tables, list(page_sizes), prefix, extend, out)
+    extend_locs(tables, list(page_sizes), prefix, extend, out)
     for g, (table, ps) in enumerate(zip(tables, page_sizes, strict=True)):
         want = [model_loc(table[i, pos // ps].item(), pos, ps, table.shape[1])
                 for i, (p, e) in enumerate(zip(prefix, extend, strict=True)) for pos in range(p, p + e)]
@@ -106,7 +115,8 @@ def test_extend_blocks_at_any_unit_match_a_hand_model(page_sizes: tuple[int, ...
         assert out[g, total].item() == 99
 
 
-def test_views_of_one_storage_and_separate_tables_read_the_same() -> None:
+@EXTEND_PATHS
+def test_views_of_one_storage_and_separate_tables_read_the_same(extend_locs: object) -> None:
     pool = torch.arange(1, 25, dtype=torch.int32)
     views = [pool[:8].view(2, 4), pool[8:14].view(2, 3), pool[14:24].view(2, 5)]
     copies = [v.clone() for v in views]
@@ -115,8 +125,8 @@ def test_views_of_one_storage_and_separate_tables_read_the_same() -> None:
     TORCH_KERNELS.grouped_locs(views, [2, 2, 1], seq, got, 2, 2)
     TORCH_KERNELS.grouped_locs(copies, [2, 2, 1], seq, want, 2, 2)
     assert torch.equal(got, want)
-    TORCH_KERNELS.grouped_extend_locs(views, [2, 2, 1], [1, 0], [2, 2], got)
-    TORCH_KERNELS.grouped_extend_locs(copies, [2, 2, 1], [1, 0], [2, 2], want)
+    extend_locs(views, [2, 2, 1], [1, 0], [2, 2], got)
+    extend_locs(copies, [2, 2, 1], [1, 0], [2, 2], want)
     assert torch.equal(got, want)
 
 
@@ -131,11 +141,12 @@ def test_host_bound_skips_only_what_it_proves() -> None:
     assert got[0, :2].tolist() == [2, 3]
 
 
-def test_extend_requests_that_write_nothing_anywhere_in_the_batch() -> None:
+@EXTEND_PATHS
+def test_extend_requests_that_write_nothing_anywhere_in_the_batch(extend_locs: object) -> None:
     table = i32([[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]])
     prefix, extend = [0, 2, 5, 1], [0, 3, 0, 2]
     out = torch.full((1, 5), -7, dtype=torch.int32)
-    TORCH_KERNELS.grouped_extend_locs([table], [2], prefix, extend, out)
+    extend_locs([table], [2], prefix, extend, out)
     want = [model_loc(table[i, p // 2].item(), p, 2, 3) for i, (a, e) in enumerate(zip(prefix, extend, strict=True))
             for p in range(a, a + e)]
     assert out[0].tolist() == want
