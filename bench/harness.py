@@ -137,8 +137,9 @@ def count_dispatched_ops(fn: Callable[[], object], *, run_launches: bool = True)
     are not counted: compiled, a launch dispatches none; interpreted (TRITON_INTERPRET=1), the interpreter
     copies every tensor argument to and from the host with torch ops, which are its own workings, not the
     call's. A call of the compiled CPU extend loop (``impl/cpu_kernels.py``, which torch's dispatcher never
-    sees) counts as one launch too. ``run_launches=False`` counts each launch without running it (the interpreter runs a bs-512
-    replay fill for tens of seconds); only for calls where no host decision reads what a launch wrote.
+    sees) counts as one launch too. ``run_launches=False`` counts each launch without running it (the
+    interpreter runs a bs-512 replay fill for tens of seconds); only for calls where no host decision reads what
+    a launch wrote.
     """
     from torch.utils._python_dispatch import TorchDispatchMode
 

@@ -50,10 +50,11 @@ def run(settings: Settings) -> Section:
                             **_counts("replay", groups, bs, TRITON_KERNELS, device, run_launches=bs == 1))
     else:
         section.skipped.append("replay on the Triton kernels: triton is not installed")
-    for call, kernels in (*((call, "torch") for call in CALLS[:-1]), ("extend", "torch-ops")):
+    for call, kernels, name in (*((call, "torch", call) for call in CALLS[:-1]),
+                                ("extend", "torch-ops", "extend through torch ops (as CUDA tensors run it)")):
         counts = _one_storage(section, call, kernels)
-        section.targets.append(Target(f"{call} on the {kernels} kernels: ops per call with the tables in one storage",
-                                      f"the same count for every G in {GROUPS} and bs in {sizes}", Spread.of(counts),
+        section.targets.append(Target(f"{name}: ops per call with the tables in one storage", "the same count "
+                                      f"for every G in {GROUPS} and bs in {sizes}", Spread.of(counts),
                                       min(counts) == max(counts)))
     counts = _one_storage(section, "replay", "triton")
     section.targets.append(Target(
