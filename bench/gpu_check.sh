@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On a CUDA machine: the Triton kernel tests compiled (TRITON_INTERPRET unset), one large
 # compiled-Triton-vs-torch comparison of the three fused kernels (equality and time per call), then
-# the bench's decode and replay sections, which add their compiled-Triton GPU rows (device launches
-# counted by the CUDA profiler, torch.utils.benchmark wall-clock with the device synchronized).
+# the bench's ops, decode and replay sections, which add their compiled-Triton GPU rows (ops: the Triton replay's
+# launches, run compiled; decode/replay: device launches counted by the CUDA profiler, torch.utils.benchmark
+# wall-clock with the device synchronized).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unset TRITON_INTERPRET
@@ -32,4 +33,4 @@ for name, call in calls.items():
         outs.append(o); times.append((time.perf_counter() - t) / 50 * 1e6)
     print(f"{name:20s} equal={torch.equal(*outs)}  triton {times[0]:8.1f} us  torch {times[1]:8.1f} us")
 EOF
-$PY -m kvtable.cli bench --quick --only decode --only replay --json bench/results/gpu.json
+$PY -m kvtable.cli bench --quick --only ops --only decode --only replay --json bench/results/gpu.json

@@ -47,7 +47,8 @@ def run(settings: Settings) -> Section:
         for groups in GROUPS:
             for bs in sizes:
                 section.add(call="replay", kernels="triton", groups=groups, bs=bs,
-                            **_counts("replay", groups, bs, TRITON_KERNELS, device, run_launches=bs == 1))
+                            **_counts("replay", groups, bs, TRITON_KERNELS, device,
+                                      run_launches=bs == 1 or not interpreting()))
     else:
         section.skipped.append("replay on the Triton kernels: triton is not installed")
     for call, kernels, name in (*((call, "torch", call) for call in CALLS[:-1]),
@@ -76,8 +77,9 @@ def run(settings: Settings) -> Section:
         "(the CPU path) replay_fill writes each group with its own ops, 1 (ratio 1) or 6 (expanded): per-group "
         "strided copies are the fastest CPU fill (a one-op gather over every group measured 8.7-9.4x the copy floor "
         "against 1.9-2.8x), so its count grows with G and carries no target",
-        "Triton rows at bs 1 run their launches; at bs 512 each launch is counted without running (the "
-        "interpreter takes ~40 s for an 8-group bs-512 fill); no host step of replay reads what a launch wrote",
+        "Triton rows at bs 1 run their launches; interpreted, at bs 512 each launch is counted without running "
+        "(the interpreter takes ~40 s for an 8-group bs-512 fill); no host step of replay reads what a launch "
+        "wrote. seq_lens lie on the kernels' device (on a GPU a CPU seq_lens adds its upload, one copy)",
         "baseline: chains = one torch chain per group (upstream's eager decode), loop = upstream's per-request "
         "extend loop; bare = the fewest torch ops for the same decode/verify values, no validation",
     ]
@@ -129,5 +131,5 @@ def _impl(call: str, w: Workload, kernels: Kernels, device: str) -> Callable[[],
         return lambda: group_locs(w.specs, w.tables, w.batch, debug=False, kernels=kernels)
     graph = GroupGraphBuffers(w.specs, max_bs=w.batch.bs, max_kernel_pages=-(-MAX_SEQ // KERNEL_PAGE_SIZE),
                               kernel_page_size=KERNEL_PAGE_SIZE, device=device, kernels=kernels)
-    seq = torch.tensor(w.batch.seq_lens, dtype=torch.int32)
+    seq = torch.tensor(w.batch.seq_lens, dtype=torch.int32, device=device)
     return lambda: graph.replay(w.batch.bs, w.tables, seq)
