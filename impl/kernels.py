@@ -47,8 +47,9 @@ class Kernels(Protocol):
                     actual_bs: int, tail_pad: int) -> None:
         """The CUDA-graph replay fill of all groups in one pass (G3).
 
-        packed: int32 1-D, every group's live table back to back (row-major, ``actual_bs`` rows each);
-        meta: int32 ``[G, 3]`` = (element offset into packed, source columns, ratio r);
+        packed: int32 1-D holding every group's live table row-major (``actual_bs`` rows of ``cols``) at its
+        offset: packed back to back, or a flat view of the one storage the tables lie in (elements between
+        them are never read); meta: int32 ``[G, 3]`` = (element offset into packed, source columns, ratio r);
         dst: int32 ``[G, max_bs, W]``. For every g, b < bs and w < W:
         - b < actual_bs and ``w // r < cols``: v = packed[off + b*cols + w//r];
           ``dst = v*r + w % r`` if v > 0 else v (holes stay 0, pads stay pad); a block whose sub-pages
