@@ -148,14 +148,19 @@ def test_a_backend_without_kernels_is_not_applicable_never_passed() -> None:
 
 
 class SubpageFillKernels(TorchKernels):
-    """A tokenspeed-style fill: at r > 1 a hole or pad becomes sub-pages 0 .. r-1 of dummy block 0."""
+    """A tokenspeed-style fill: at r > 1 a hole or pad becomes sub-pages 0 .. r-1 of dummy block 0, and the
+    columns past the expanded row become 0 (as the tokenspeed profile's ``subpages`` says)."""
 
     def replay_fill(self, packed, meta, dst, bs, actual_bs, tail_pad) -> None:
         super().replay_fill(packed, meta, dst, bs, actual_bs, tail_pad)
         for g, (offset, cols, ratio) in enumerate(meta.tolist()):
+            if ratio == 1:
+                continue
             for b in range(min(actual_bs, bs)):
-                for w in range(min(dst.shape[2], cols * ratio)):
-                    if ratio > 1 and packed[offset + b * cols + w // ratio] <= 0:
+                for w in range(dst.shape[2]):
+                    if w >= cols * ratio:
+                        dst[g, b, w] = 0
+                    elif packed[offset + b * cols + w // ratio] <= 0:
                         dst[g, b, w] = w % ratio
 
 
