@@ -9,10 +9,12 @@ on a backend with no ``backend.kernels``) is not run: it is reported ``not appli
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -483,15 +485,29 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
         results = (run_property(prop, ctx, examples=examples(prop), seed=seed, spec=spec, database=database,
                                 shrink=shrink, level=level) for prop in properties)
     try:
-        for result in results:
-            report.results.append(result)
-            if progress is not None:
-                progress(len(report.results), len(properties), result)
+        with long_lived_frozen():
+            for result in results:
+                report.results.append(result)
+                if progress is not None:
+                    progress(len(report.results), len(properties), result)
     except KeyboardInterrupt:
         report.interrupted = True
     order = {p.name: i for i, p in enumerate(properties)}
     report.results.sort(key=lambda r: order[r.property])
     return report
+
+
+@contextmanager
+def long_lived_frozen() -> Iterator[None]:
+    """Keep the objects alive when a run starts (modules, torch, Hypothesis, the backend) out of the garbage
+    collector's full passes until it ends: none of them becomes garbage mid-run, and each full pass rescanned
+    them all (~0.15 s each, 4% of a 2000-example fuzz run). ``gc.freeze`` moves them to the permanent
+    generation; ``gc.unfreeze`` hands them back, so a later collection still frees what the run left."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def run_conformance(backend: BackendLike, *, examples: int = 100, seed: int = 0,
