@@ -58,7 +58,7 @@ def digits(draw: st.DrawFn, sizes: Sequence[int]) -> list[int]:
         while end < len(sizes) and span * sizes[end] <= PACKED:
             span *= sizes[end]
             end += 1
-        value = draw(between(0, span - 1))
+        value = draw(between(0, span - 1)) if span > 1 else 0  # not even a span for the engine to record
         chunk = []
         for size in reversed(sizes[start:end]):
             value, digit = divmod(value, size)

@@ -6,12 +6,13 @@ pages, each argument laid out as a (maybe strided) view in the corner of a large
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
 from kvtable.strategies.batches import draw_entry
-from kvtable.strategies.draws import BOOLEANS, between, pick
+from kvtable.strategies.draws import BOOLEANS, between, digits, pick
 
 POISON = 4242
 """Input buffers around the views, and stack columns past a group's width: a real page no draw uses."""
@@ -28,8 +29,15 @@ class Layout:
     step: int = 1
 
 
-def draw_layout(draw: st.DrawFn, dims: int) -> Layout:
-    return Layout(tuple(draw(between(0, 2)) for _ in range(dims)), pick(draw, (1, 2)))
+STEPS = (1, 2)
+
+
+def draw_layouts(draw: st.DrawFn, dims: Sequence[int]) -> list[Layout]:
+    """A layout per entry of ``dims`` (its argument's dimensions), their digits packed into few draws (a layout's
+    extras 0-2 per dimension, then its step), each shrinking to no extra and step 1."""
+    sizes = [size for d in dims for size in [3] * d + [len(STEPS)]]
+    values = iter(digits(draw, sizes))
+    return [Layout(tuple(next(values) for _ in range(d)), STEPS[next(values)]) for d in dims]
 
 
 @dataclass(frozen=True)
@@ -51,9 +59,9 @@ class Stack:
 
 
 def draw_stack(draw: st.DrawFn, rows: int) -> Stack:
-    groups, width = draw(between(1, 3)), draw(between(1, 6))
-    page_sizes = [pick(draw, PAGE_SIZES) for _ in range(groups)]
-    widths = [draw(between(1, width)) for _ in range(groups)]
+    groups, width = (1 + d for d in digits(draw, [3, 6]))
+    page_sizes = [PAGE_SIZES[d] for d in digits(draw, [len(PAGE_SIZES)] * groups)]
+    widths = [1 + d for d in digits(draw, [width] * groups)]
     tables = [[[draw_entry(draw, page_sizes[g]) if c < widths[g] else POISON for c in range(width)]
                for _ in range(rows)] for g in range(groups)]
     return Stack(tables, widths, page_sizes)
@@ -78,7 +86,7 @@ def locs_cases(draw: st.DrawFn) -> LocsCase:
     seq = [draw(between(1, stack.reach + n)) for _ in range(bs + draw(between(0, 2)))]
     cap = bs * n + draw(between(0, 3))
     names = {"tables": 3, "widths": 1, "page_sizes": 1, "seq_lens": 1, "out": 2}
-    return LocsCase(stack, seq, bs, n, cap, {k: draw_layout(draw, d) for k, d in names.items()})
+    return LocsCase(stack, seq, bs, n, cap, dict(zip(names, draw_layouts(draw, list(names.values())), strict=True)))
 
 
 @dataclass(frozen=True)
@@ -100,7 +108,13 @@ def extend_cases(draw: st.DrawFn) -> ExtendCase:
     positions = [draw(between(0, stack.reach)) for _ in range(tokens)]
     names = {"tables": 3, "widths": 1, "page_sizes": 1, "rows": 1, "positions": 1, "out": 2}
     return ExtendCase(stack, rows, positions, tokens + draw(between(0, 3)),
-                      {k: draw_layout(draw, d) for k, d in names.items()})
+                      dict(zip(names, draw_layouts(draw, list(names.values())), strict=True)))
+
+
+def _sizes(draw: st.DrawFn, groups: int, max_width: int = 6) -> tuple[list[int], list[int]]:
+    """Each group's page size and width (1..max_width), a group's pair packed in one draw."""
+    pairs = digits(draw, [len(PAGE_SIZES), max_width] * groups)
+    return [PAGE_SIZES[d] for d in pairs[::2]], [1 + d for d in pairs[1::2]]
 
 
 @dataclass(frozen=True)
@@ -121,14 +135,13 @@ class GroupedLocsCase:
 @st.composite
 def grouped_locs_cases(draw: st.DrawFn) -> GroupedLocsCase:
     bs, n, groups = draw(between(0, 4)), draw(between(1, 4)), draw(between(1, 3))
-    page_sizes = [pick(draw, PAGE_SIZES) for _ in range(groups)]
-    widths = [draw(between(1, 6)) for _ in range(groups)]
+    page_sizes, widths = _sizes(draw, groups)
     tables = [[[draw_entry(draw, ps) for _ in range(w)] for _ in range(bs + draw(between(0, 2)) or 1)]
               for ps, w in zip(page_sizes, widths, strict=True)]
     reach = (max(widths) + 2) * max(page_sizes)
     seq = [draw(between(1, reach + n)) for _ in range(bs + draw(between(0, 2)))]
     cap = bs * n + draw(between(0, 3))
-    lay = [*(draw_layout(draw, 2) for _ in range(groups)), draw_layout(draw, 1), draw_layout(draw, 2)]
+    lay = draw_layouts(draw, [2] * groups + [1, 2])
     return GroupedLocsCase(tables, page_sizes, seq, bs, n, cap, lay)
 
 
@@ -155,15 +168,14 @@ class GroupedCase:
 @st.composite
 def grouped_cases(draw: st.DrawFn) -> GroupedCase:
     requests, groups = draw(between(1, 4)), draw(between(1, 3))
-    page_sizes = [pick(draw, PAGE_SIZES) for _ in range(groups)]
-    widths = [draw(between(1, 6)) for _ in range(groups)]
+    page_sizes, widths = _sizes(draw, groups)
     tables = [[[draw_entry(draw, ps) for _ in range(w)] for _ in range(requests + draw(between(0, 2)))]
               for ps, w in zip(page_sizes, widths, strict=True)]
     reach = min(w * ps for w, ps in zip(widths, page_sizes, strict=True))
     prefix = [draw(between(0, reach)) for _ in range(requests)]
     extend = [draw(between(0, reach - p)) for p in prefix]
     cap = sum(extend) + draw(between(0, 3))
-    return GroupedCase(tables, page_sizes, prefix, extend, cap, [draw_layout(draw, 2) for _ in range(groups + 1)])
+    return GroupedCase(tables, page_sizes, prefix, extend, cap, draw_layouts(draw, [2] * (groups + 1)))
 
 
 @dataclass(frozen=True)
@@ -201,4 +213,4 @@ def fill_cases(draw: st.DrawFn) -> FillCase:
     packed += [POISON] * draw(between(0, 2))
     names = {"packed": 1, "meta": 2, "dst": 3}
     return FillCase(packed, meta, max_bs, width, bs, actual_bs, pick(draw, (-1, 0)),
-                    {k: draw_layout(draw, d) for k, d in names.items()})
+                    dict(zip(names, draw_layouts(draw, list(names.values())), strict=True)))

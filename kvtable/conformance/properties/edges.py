@@ -32,7 +32,7 @@ from kvtable.strategies import Case
 from kvtable.strategies.batches import PAGE_LIMIT, ceil_div
 from kvtable.strategies.draws import BOOLEANS, between, pick
 from kvtable.strategies.graph import GraphSetup, graph_setups
-from kvtable.strategies.kernels import GroupedCase, GroupedLocsCase, draw_layout, grouped_locs_cases
+from kvtable.strategies.kernels import GroupedCase, GroupedLocsCase, draw_layouts, grouped_locs_cases
 
 Where = frozenset[tuple[str | None, int | None, int | None]]
 
@@ -307,7 +307,7 @@ def _large_grouped_extend(draw: st.DrawFn) -> GroupedCase:
     prefix = [max(p, 0) for p in prefix]
     extend = [min(e, reach - p) for p, e in zip(prefix, extend, strict=True)]
     cap = sum(extend) + draw(between(0, 2))
-    return GroupedCase(tables, page_sizes, prefix, extend, cap, [draw_layout(draw, 2) for _ in range(groups + 1)])
+    return GroupedCase(tables, page_sizes, prefix, extend, cap, draw_layouts(draw, [2] * (groups + 1)))
 
 
 @st.composite
@@ -320,7 +320,7 @@ def _large_grouped_locs(draw: st.DrawFn) -> GroupedLocsCase:
               for ps, w in zip(page_sizes, widths, strict=True)]
     top = min(max(w * ps for w, ps in zip(widths, page_sizes, strict=True)) + 2, INT32_MAX)
     seq = [min(top - draw(between(0, 4)), INT32_MAX) if draw(BOOLEANS) else draw(between(1, 4)) for _ in range(bs)]
-    lay = [*(draw_layout(draw, 2) for _ in range(groups)), draw_layout(draw, 1), draw_layout(draw, 2)]
+    lay = draw_layouts(draw, [2] * groups + [1, 2])
     return GroupedLocsCase(tables, page_sizes, seq, bs, n, bs * n, lay)
 
 
