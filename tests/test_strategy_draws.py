@@ -98,7 +98,9 @@ def test_a_groups_family_and_ratio_and_the_state_group_shrink_together() -> None
     table = simplest.tables[simplest.specs[0].group_id]  # no rows past bs, no spare column, small pages, pad -1
     assert simplest.tail_pad == -1 and len(table) == simplest.batch.bs and len(table[0]) == 1 and table[0][0] < 2**20
     spare = find(cases(), lambda c: any(len(c.tables[s.group_id][0]) > 1 for s in c.attention))
-    assert spare.batch.seq_lens == (1,) and [len(t[0]) for t in spare.tables.values()] == [2]
+    # one live row and one group two columns wide: a spare column after a row of 1, or a row of 2 (the shrinker
+    # reaches either, depending on how the group's digits share their draw)
+    assert spare.batch.seq_lens in ((1,), (2,)) and [len(t[0]) for t in spare.tables.values()] == [2]
     assert find(cases(), lambda c: any(p > 2**20 for t in c.tables.values() for r in t for p in r))
     with_state = find(cases(), lambda c: any(s.is_state for s in c.specs))
     assert [s.block_granularity for s in with_state.specs if s.is_state] == [0]
