@@ -284,8 +284,9 @@ def _t7_twice_in_row(draw: st.DrawFn, case: Case) -> Mutated:
     page = pick(draw, held) if held and draw(BOOLEANS) else table[row][first]
     table[row][first] = table[row][second] = page
     whose = "its own" if page not in held else "another row's"
-    where = _cells(gid, row, [first, second]) | frozenset(
-        (gid, r, c) for r in range(live) if r != row for c in real_cols(table[r]) if table[r][c] == page)
+    # every cell holding the page: the row may already hold it (a prefix page it shares), and a refusal may name
+    # any of its pairs
+    where = frozenset((gid, r, c) for r in range(live) for c in real_cols(table[r]) if table[r][c] == page)
     return (replace(case, tables=tables), f"page {page} ({whose}) twice in {gid!r} row {row}, cols {first}, {second}",
             where)
 
