@@ -136,8 +136,8 @@ def count_dispatched_ops(fn: Callable[[], object], *, run_launches: bool = True)
     A Triton kernel launch (``kernel[grid](...)``) counts as one op, and the torch ops dispatched inside it
     are not counted: compiled, a launch dispatches none; interpreted (TRITON_INTERPRET=1), the interpreter
     copies every tensor argument to and from the host with torch ops, which are its own workings, not the
-    call's. A call of the compiled CPU extend loop (``impl/cpu_kernels.py``, which torch's dispatcher never
-    sees) counts as one launch too. ``run_launches=False`` counts each launch without running it (the
+    call's. A call of a compiled CPU loop (``impl/cpu_kernels.py``, which torch's dispatcher never sees)
+    counts as one launch too. ``run_launches=False`` counts each launch without running it (the
     interpreter runs a bs-512 replay fill for tens of seconds); only for calls where no host decision reads what
     a launch wrote.
     """
@@ -193,16 +193,18 @@ def _triton_launches(wrap: Callable[[Callable[..., object]], Callable[..., objec
 
 @contextmanager
 def _cpu_launches(wrap: Callable[[Callable[..., object]], Callable[..., object]]) -> Iterator[None]:
-    """Every call of the compiled CPU extend loop made inside goes through ``wrap`` (the torch kernels look it up
-    on its module at each call)."""
+    """Every call of a compiled CPU loop made inside goes through ``wrap`` (the torch kernels look them up on
+    their module at each call)."""
     from kvtable.impl import cpu_kernels
 
-    kernel = cpu_kernels.extend_locs
-    cpu_kernels.extend_locs = wrap(kernel)
+    kernels = {name: getattr(cpu_kernels, name) for name in ("fixed_locs", "extend_locs")}
+    for name, kernel in kernels.items():
+        setattr(cpu_kernels, name, wrap(kernel))
     try:
         yield
     finally:
-        cpu_kernels.extend_locs = kernel
+        for name, kernel in kernels.items():
+            setattr(cpu_kernels, name, kernel)
 
 
 def count_device_launches(fn: Callable[[], object]) -> int:

@@ -4,7 +4,6 @@ count, the same on any machine (on a GPU each op is about one kernel launch; a T
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -12,7 +11,7 @@ from kvtable.bench.baselines import bare_decode_locs, loop_extend_locs, per_grou
 from kvtable.bench.harness import Section, Settings, Spread, Target, count_dispatched_ops
 from kvtable.bench.workload import KERNEL_PAGE_SIZE, Workload, decode_workload, extend_workload, one_storage
 from kvtable.impl.kernels import Kernels
-from kvtable.impl.torch_kernels import TorchKernels, vectorized_extend_locs
+from kvtable.impl.torch_kernels import TorchKernels
 
 GROUPS = (1, 3, 8)
 BATCH_SIZES = (1, 512)
@@ -38,10 +37,11 @@ def run(settings: Settings) -> Section:
             for bs in sizes:
                 section.add(call=call, kernels="torch", groups=groups, bs=bs,
                             **_counts(call, groups, bs, TORCH_KERNELS, "cpu"))
-    for groups in GROUPS:
-        for bs in sizes:
-            section.add(call="extend", kernels="torch-ops", groups=groups, bs=bs,
-                        **_counts("extend", groups, bs, TorchOpsExtend(), "cpu"))
+    for call in CALLS[:-1]:
+        for groups in GROUPS:
+            for bs in sizes:
+                section.add(call=call, kernels="torch-ops", groups=groups, bs=bs,
+                            **_counts(call, groups, bs, TorchKernels(compiled_cpu=False), "cpu"))
     if triton_available():
         device = "cpu" if interpreting() else "cuda"
         for groups in GROUPS:
@@ -52,7 +52,8 @@ def run(settings: Settings) -> Section:
     else:
         section.skipped.append("replay on the Triton kernels: triton is not installed")
     for call, kernels, name in (*((call, "torch", call) for call in CALLS[:-1]),
-                                ("extend", "torch-ops", "extend through torch ops (as CUDA tensors run it)")):
+                                *((call, "torch-ops", f"{call} through torch ops (as CUDA tensors run it)")
+                                  for call in CALLS[:-1])):
         counts = _one_storage(section, call, kernels)
         section.targets.append(Target(f"{name}: ops per call with the tables in one storage", "the same count "
                                       f"for every G in {GROUPS} and bs in {sizes}", Spread.of(counts),
@@ -66,9 +67,9 @@ def run(settings: Settings) -> Section:
     section.notes += [
         "ops = aten ops dispatched by one call (after a warm-up call), views and allocations not counted; a Triton "
         "kernel launch counts as one op and the torch ops inside it (the interpreter's argument copies) do not; "
-        "so does a call of the compiled CPU extend loop (impl/cpu_kernels.py)",
-        "kernels: torch = the torch kernels on this CPU (extend: the compiled loop CPU tensors take); torch-ops = "
-        "the same kernels with extend through the torch ops that CUDA tensors take (vectorized_extend_locs)",
+        "so does a call of a compiled CPU loop (impl/cpu_kernels.py)",
+        "kernels: torch = the torch kernels on this CPU (decode, verify, extend: the compiled loops CPU tensors "
+        "take, one launch); torch-ops = the same kernels with compiled_cpu off: the torch ops CUDA tensors take",
         "impl = impl.locs.group_locs (decode, verify, extend: validation included; the torch kernels) or "
         "GroupGraphBuffers.replay on the kernels named; with separate tables each group costs one gather of its "
         "own (index_select); as views of one storage one gather reads every group",
@@ -85,15 +86,6 @@ def run(settings: Settings) -> Section:
         "extend loop; bare = the fewest torch ops for the same decode/verify values, no validation",
     ]
     return section
-
-
-class TorchOpsExtend(TorchKernels):
-    """The torch kernels as CUDA tensors run extend: through torch ops, not the compiled CPU loop."""
-
-    name = "torch-ops"
-
-    def grouped_extend_locs(self, *args: Any) -> None:
-        vectorized_extend_locs(*args)
 
 
 def _one_storage(section: Section, call: str, kernels: str) -> list[int]:

@@ -1,17 +1,39 @@
-"""W3 extend locations of CPU tables, every group in one compiled loop (numba): the CPU counterpart of one fused
-device kernel. Eager torch needs several passes over the tokens (and the host arithmetic to set them up); this
-loop reads each page a request writes once and writes its slots as one run of consecutive ints."""
+"""Write locations of CPU tables, every group in one compiled loop (numba): the CPU counterpart of one fused device
+kernel. Eager torch dispatches a dozen ops per call (each a pass over the tokens, and per-op overhead that
+dominates at decode sizes) plus host arithmetic to set them up; these loops read each page once and write its
+slots directly. W1/W2/W4 (``fixed_runs``: N tokens per request) and W3 (``extend_runs``: a run per page)."""
 
 from __future__ import annotations
 
 import functools
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
 from kvtable.impl.read_plan import INT32_END, flat
+
+
+def fixed_runs(spans, pitches, steps, widths, sizes, seq, n, out):  # noqa: ANN001, ANN201
+    """W1/W2/W4 for every group ``g`` (plain Python, compiled by ``_compiled``): token ``t`` of request ``b`` at
+    position ``max(seq_b - n + t, 0)`` into ``out[g, b * n + t]`` (token-major) for the ``out.shape[1] // n``
+    requests. Row ``b`` of the group starts at element ``b * pitches[g]`` of ``spans[g]``, its ``widths[g]``
+    columns ``steps[g]`` apart; a column at or past the width, a pad or a page past W5 is the sink page 0."""
+    for g in range(len(spans)):
+        span, ps, step, width, locs = spans[g], sizes[g], steps[g], widths[g], out[g]
+        top = INT32_END // ps - 1
+        bs = locs.shape[0] // n
+        for b in range(bs):
+            row = b * pitches[g]
+            for t in range(n):
+                pos = max(seq[b] - n + t, 0)
+                col = pos // ps
+                page = span[row + col * step] if col < width else 0
+                if not 0 <= page <= top:
+                    page = 0
+                locs[b * n + t] = (page - col) * ps + pos
 
 
 def extend_runs(spans, pitches, steps, sizes, prefix, extend, out):  # noqa: ANN001, ANN201
@@ -43,17 +65,51 @@ def extend_runs(spans, pitches, steps, sizes, prefix, extend, out):  # noqa: ANN
 
 
 @functools.cache
-def _compiled() -> Callable[..., None]:
-    """``extend_runs`` compiled on first use (numba is imported only then), the machine code cached beside this
-    module when it has a file (a mutant's in-memory copy of the module has none)."""
+def _compiled(loop: Callable[..., None]) -> Callable[..., None]:
+    """``loop`` compiled on first use (numba is imported only then), the machine code cached beside this module
+    when it has a file (a mutant's in-memory copy of the module has none)."""
     import numba
 
-    return numba.njit(nogil=True, cache=os.path.exists(extend_runs.__code__.co_filename))(extend_runs)
+    return numba.njit(nogil=True, cache=os.path.exists(loop.__code__.co_filename))(loop)
+
+
+LAYOUT_CACHE_SIZE = 16
+"""Table sets whose numpy spans are kept (least recently used evicted), as impl/read_plan.py keeps its plans."""
+
+_layouts: OrderedDict[tuple, tuple[tuple[np.ndarray, ...], np.ndarray]] = OrderedDict()
+
+
+def _layout(tables: Sequence[torch.Tensor], page_sizes: Sequence[int]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """Each table's storage span as a numpy view, and the row strides, column strides, widths and page sizes
+    ``[4, G]``: kept per set of tables (data pointer, shape, strides) and page sizes. A kept span holds its
+    storage, so a key's pointers cannot name another allocation while it is kept."""
+    key = (tuple(page_sizes), *[(t.data_ptr(), t.shape, t.stride()) for t in tables])
+    layout = _layouts.get(key)
+    if layout is None:
+        spans = tuple(flat(t).numpy() if t.shape[1] else np.zeros(1, np.int32) for t in tables)
+        meta = np.array([[t.stride(0) for t in tables], [t.stride(1) for t in tables],
+                         [t.shape[1] for t in tables], page_sizes], dtype=np.int64)
+        layout = _layouts[key] = spans, meta
+        if len(_layouts) > LAYOUT_CACHE_SIZE:
+            _layouts.popitem(last=False)
+    else:
+        _layouts.move_to_end(key)
+    return layout
+
+
+def fixed_locs(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], seq_lens: torch.Tensor,
+               out: torch.Tensor, bs: int, n: int) -> None:
+    """``GroupedLocs`` on CPU tensors, one compiled call: ``out[g, :bs * n]`` for every group ``g``."""
+    if min(t.shape[0] for t in tables) < bs or seq_lens.shape[0] < bs:
+        raise ValueError(f"fixed_locs: {bs} requests, but a table or seq_lens has fewer rows")
+    spans, meta = _layout(tables, page_sizes)
+    _compiled(fixed_runs)(spans, meta[0], meta[1], meta[2], meta[3], seq_lens.numpy(), n,
+                          out[: len(tables), : bs * n].numpy())
 
 
 def extend_locs(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], prefix: np.ndarray,
                 extend: np.ndarray, out: torch.Tensor) -> None:
     """``GroupedExtendLocs`` on CPU tensors, one compiled call: ``out[g, :sum(extend)]`` for every group ``g``
     (int64 ``prefix`` and ``extend``; every written position inside every table, as the protocol requires)."""
-    meta = np.array([[t.stride(0) for t in tables], [t.stride(1) for t in tables], page_sizes], dtype=np.int64)
-    _compiled()(tuple(flat(t).numpy() for t in tables), meta[0], meta[1], meta[2], prefix, extend, out.numpy())
+    spans, meta = _layout(tables, page_sizes)
+    _compiled(extend_runs)(spans, meta[0], meta[1], meta[3], prefix, extend, out.numpy())

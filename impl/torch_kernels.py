@@ -107,6 +107,37 @@ def _fill_group(dst: torch.Tensor, src: torch.Tensor, ratio: int, bs: int, tail_
         dst[rows:bs].zero_()
 
 
+def vectorized_locs(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], seq_lens: torch.Tensor,
+                    out: torch.Tensor, bs: int, n: int, *, longest: int | None = None,
+                    shortest: int | None = None) -> None:
+    """``GroupedLocs`` in torch ops (any device). Token i of group g reads ``row_start[b] + col * stride(1)`` of
+    its group's span (``impl/read_plan.py``, built once per set of tables), the column clamped into the width
+    and the page zeroed past it (the sink), or past W5's top page. A table with no column reads a stand-in zero: every
+    token of it sinks. int32 arithmetic when the lengths are int32 and every index fits, else int64.
+
+    ``longest`` (the torch kernels' own extra) is a host bound on ``seq_lens[:bs]``, read off the CPU
+    mirrors: when every table holds that many tokens, no column reaches past a width, and the column
+    clamp and its sink are skipped. ``shortest``, a host bound from below: at least n, no position is
+    clamped at 0.
+    """
+    if bs * n == 0 or not tables:
+        return
+    dtype = torch.int32 if seq_lens.dtype == torch.int32 else torch.int64
+    plan = read_plan(tables, page_sizes, out.device, dtype)
+    positions = _fixed_positions(seq_lens, bs, n, plan.dtype, clamp=shortest is None or shortest < n)
+    col = plan.col(positions)
+    inside = longest is not None and longest <= plan.reach
+    dst = _token_major(out, len(tables), bs, n)
+    index = plan.index(plan.rows(bs), col if inside else torch.minimum(col, plan.last))
+    page = plan.sink(plan.gather(index, dst if dst.is_contiguous() else None))  # the pages land in out itself
+    if not inside:
+        page.masked_fill_(col > plan.last, 0)
+    if plan.dtype == torch.int32:
+        plan.unwrap(torch.addcmul(positions, page.sub_(col), plan.ps, out=dst))
+    else:
+        dst.copy_(plan.unwrap(torch.addcmul(positions, page.to(torch.int64).sub_(col), plan.ps)))
+
+
 def vectorized_extend_locs(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], prefix_lens: Sequence[int],
                            extend_lens: Sequence[int], out: torch.Tensor) -> None:
     """``GroupedExtendLocs`` in torch ops (any device; at least one token written). The index arithmetic is host
@@ -148,9 +179,16 @@ def vectorized_extend_locs(tables: Sequence[torch.Tensor], page_sizes: Sequence[
 
 
 class TorchKernels:
-    """The reference-speed implementation; the Triton one must agree with it element for element."""
+    """The reference-speed implementation; the Triton one must agree with it element for element.
+
+    ``compiled_cpu``: CPU tensors take the compiled loops of ``impl/cpu_kernels.py`` for ``grouped_locs`` and
+    ``grouped_extend_locs``; off, every device takes the torch ops (as CUDA tensors always do).
+    """
 
     name = "torch"
+
+    def __init__(self, *, compiled_cpu: bool = True) -> None:
+        self.compiled_cpu = compiled_cpu
 
     def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                      seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
@@ -163,32 +201,15 @@ class TorchKernels:
     def grouped_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int], seq_lens: torch.Tensor,
                      out: torch.Tensor, bs: int, n: int, *, longest: int | None = None,
                      shortest: int | None = None) -> None:
-        """See ``GroupedLocs``. Token i of group g reads ``row_start[b] + col * stride(1)`` of its group's span
-        (``impl/read_plan.py``, built once per set of tables), the column clamped into the width and the page
-        zeroed past it (the sink), or past W5's top page. A table with no column reads a stand-in zero: every
-        token of it sinks. int32 arithmetic when the lengths are int32 and every index fits, else int64.
-
-        ``longest`` (the torch kernels' own extra) is a host bound on ``seq_lens[:bs]``, read off the CPU
-        mirrors: when every table holds that many tokens, no column reaches past a width, and the column
-        clamp and its sink are skipped. ``shortest``, a host bound from below: at least n, no position is
-        clamped at 0.
-        """
+        """See ``GroupedLocs``: on CPU tensors one compiled loop over every group (``impl/cpu_kernels.py``,
+        unless ``compiled_cpu`` is off), else ``vectorized_locs``' torch ops, which take the host bounds
+        ``longest`` and ``shortest``."""
         if bs * n == 0 or not tables:
             return
-        dtype = torch.int32 if seq_lens.dtype == torch.int32 else torch.int64
-        plan = read_plan(tables, page_sizes, out.device, dtype)
-        positions = _fixed_positions(seq_lens, bs, n, plan.dtype, clamp=shortest is None or shortest < n)
-        col = plan.col(positions)
-        inside = longest is not None and longest <= plan.reach
-        dst = _token_major(out, len(tables), bs, n)
-        index = plan.index(plan.rows(bs), col if inside else torch.minimum(col, plan.last))
-        page = plan.sink(plan.gather(index, dst if dst.is_contiguous() else None))  # the pages land in out itself
-        if not inside:
-            page.masked_fill_(col > plan.last, 0)
-        if plan.dtype == torch.int32:
-            plan.unwrap(torch.addcmul(positions, page.sub_(col), plan.ps, out=dst))
+        if self.compiled_cpu and out.device.type == "cpu" and seq_lens.device.type == "cpu":
+            cpu_kernels.fixed_locs(tables, page_sizes, seq_lens, out, bs, n)
         else:
-            dst.copy_(plan.unwrap(torch.addcmul(positions, page.to(torch.int64).sub_(col), plan.ps)))
+            vectorized_locs(tables, page_sizes, seq_lens, out, bs, n, longest=longest, shortest=shortest)
 
     def stacked_extend_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                             rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
@@ -199,12 +220,12 @@ class TorchKernels:
 
     def grouped_extend_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int],
                             prefix_lens: Sequence[int], extend_lens: Sequence[int], out: torch.Tensor) -> None:
-        """See ``GroupedExtendLocs``: on CPU tensors one compiled loop over every group (``impl/cpu_kernels.py``),
-        elsewhere ``vectorized_extend_locs``' torch ops."""
+        """See ``GroupedExtendLocs``: on CPU tensors one compiled loop over every group (``impl/cpu_kernels.py``,
+        unless ``compiled_cpu`` is off), else ``vectorized_extend_locs``' torch ops."""
         extend = np.asarray(extend_lens, dtype=np.int64)
         if not tables or not extend.size or not extend.any():
             return
-        if out.device.type == "cpu":
+        if self.compiled_cpu and out.device.type == "cpu":
             cpu_kernels.extend_locs(tables, page_sizes, np.asarray(prefix_lens, dtype=np.int64), extend,
                                     out[: len(tables), : int(extend.sum())])
         else:

@@ -137,10 +137,12 @@ def test_smoke_run_writes_every_section(tmp_path, capsys):
     # op counts are deterministic: measured even here (decode's with the tables in one storage is one count)
     counts = {t["name"]: t for t in doc["sections"]["ops"]["targets"]}
     decode = counts["decode: ops per call with the tables in one storage"]
-    # extend on CPU tensors is one compiled launch; through torch ops (the CUDA route) a fixed count too
-    assert counts["extend: ops per call with the tables in one storage"]["got"]["max"] == 1
-    torch_ops = counts["extend through torch ops (as CUDA tensors run it): ops per call with the tables in one storage"]
-    assert torch_ops["met"] and torch_ops["got"]["min"] == torch_ops["got"]["max"] > 1
+    # CPU tensors take one compiled launch per call; through torch ops (the CUDA route) a fixed count too
+    for call in ("decode", "verify", "extend"):
+        assert counts[f"{call}: ops per call with the tables in one storage"]["got"]["max"] == 1
+        torch_ops = counts[f"{call} through torch ops (as CUDA tensors run it): ops per call with the tables in one "
+                           "storage"]
+        assert torch_ops["met"] and torch_ops["got"]["min"] == torch_ops["got"]["max"] > 1
     assert decode["met"] is True and decode["got"]["min"] == decode["got"]["max"] > 0
     # replay's target is for the Triton kernels (its name says so): the fill launch and the location launch
     replay, = (t for name, t in counts.items() if name.startswith("replay on the Triton kernels"))

@@ -17,7 +17,7 @@ from kvtable.conformance.levels import SAFETY
 from kvtable.conformance.properties import select
 from kvtable.conformance.runner import run_conformance
 from kvtable.impl import triton_kernels
-from kvtable.impl.torch_kernels import TORCH_KERNELS, vectorized_extend_locs
+from kvtable.impl.torch_kernels import TORCH_KERNELS, vectorized_extend_locs, vectorized_locs
 from kvtable.reference import Batch, GroupSpec, batch_locs
 from kvtable.reference.model import write_positions
 from kvtable.strategies.unsafe import UNSAFE_KINDS, unsafe_cases, wrapping_pages
@@ -61,12 +61,13 @@ def test_a_page_that_would_wrap_onto_a_live_page_sinks(kernels: object) -> None:
     assert out.tolist() == [[1, 25]]
 
 
-@pytest.mark.parametrize("extend_locs", [TORCH_KERNELS.grouped_extend_locs, vectorized_extend_locs],
+@pytest.mark.parametrize("fixed_locs, extend_locs", [(TORCH_KERNELS.grouped_locs, TORCH_KERNELS.grouped_extend_locs),
+                                                     (vectorized_locs, vectorized_extend_locs)],
                          ids=["compiled-cpu", "torch-ops"])
-def test_torch_fast_paths_sink_a_page_past_w5(extend_locs: object) -> None:
+def test_torch_fast_paths_sink_a_page_past_w5(fixed_locs: object, extend_locs: object) -> None:
     tables = [i32([[2**30 - 1, 2**30], [5, E - 1]]), i32([[2**28 + 1], [2**28 - 1]])]
     out = torch.full((2, 2), -7, dtype=torch.int32)
-    TORCH_KERNELS.grouped_locs(tables, [2, 8], i32([4, 1]), out, 2, 1)
+    fixed_locs(tables, [2, 8], i32([4, 1]), out, 2, 1)
     assert out.tolist() == [[1, 10], [3, E - 8]]
     # int32 arithmetic here (every spot fits): page 2^29 + 6 at page size 4 would wrap onto page 6's slot 0
     extend = [i32([[2**30 - 1, 2**30, 3], [5, E - 1, 4]]), i32([[9, 2**29], [6, 2**29 + 6]])]

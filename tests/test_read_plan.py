@@ -1,6 +1,7 @@
-"""The torch kernels' cached read plans and group_locs' cached spec checks: what is kept across calls is only
-what the tables' metadata and the spec objects decide, so a changed table or spec is read or checked anew;
-and the W5 sink of pages past int32 (power-of-two page sizes take the wrap-and-mask route, others the compare)."""
+"""The torch kernels' cached read plans (and the compiled loops' cached spans) and group_locs' cached spec
+checks: what is kept across calls is only what the tables' metadata and the spec objects decide, so a changed
+table or spec is read or checked anew; and the W5 sink of pages past int32 (power-of-two page sizes take the
+wrap-and-mask route, others the compare)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ from kvtable import ContractViolation
 from kvtable.contract import Batch, GroupSpec
 from kvtable.impl import TORCH_KERNELS, group_locs
 from kvtable.impl.read_plan import INT32_END, read_plan
-from kvtable.impl.torch_kernels import vectorized_extend_locs
+from kvtable.impl.torch_kernels import vectorized_extend_locs, vectorized_locs
 
-EXTEND_PATHS = pytest.mark.parametrize("extend_locs", [TORCH_KERNELS.grouped_extend_locs, vectorized_extend_locs],
+ROUTES = pytest.mark.parametrize("fixed_locs, extend_locs",
+                                 [(TORCH_KERNELS.grouped_locs, TORCH_KERNELS.grouped_extend_locs),
+                                  (vectorized_locs, vectorized_extend_locs)], ids=["compiled-cpu", "torch-ops"])
+"""Both ways the torch kernels write locations: the compiled loops CPU tensors take, the torch ops of every other
+device (run here on CPU tensors too)."""
+EXTEND_ROUTES = pytest.mark.parametrize("extend_locs", [TORCH_KERNELS.grouped_extend_locs, vectorized_extend_locs],
+                                        ids=["compiled-cpu", "torch-ops"])
+FIXED_ROUTES = pytest.mark.parametrize("fixed_locs", [TORCH_KERNELS.grouped_locs, vectorized_locs],
                                        ids=["compiled-cpu", "torch-ops"])
-"""Both ways the torch kernels write extend locations: the compiled loop CPU tensors take, the torch ops of
-every other device (run here on CPU tensors too)."""
 
 INT32_MAX = INT32_END - 1
 
@@ -34,8 +40,8 @@ def model_loc(page: int, pos: int, ps: int, width: int) -> int:
 
 
 @pytest.mark.parametrize("ps", [1, 2, 3, 16, 2**30])
-@EXTEND_PATHS
-def test_pages_at_and_past_the_w5_top_in_decode_and_extend(ps: int, extend_locs: object) -> None:
+@ROUTES
+def test_pages_at_and_past_the_w5_top_in_decode_and_extend(ps: int, fixed_locs: object, extend_locs: object) -> None:
     top = INT32_END // ps - 1
     row = [top, top + 1, INT32_MAX, -1, 0, 5]
     table = i32([[p for p in row if p <= INT32_MAX]])
@@ -47,7 +53,7 @@ def test_pages_at_and_past_the_w5_top_in_decode_and_extend(ps: int, extend_locs:
     for pos in positions:  # decode: one request per position, the same row repeated
         out = torch.empty(1, 1, dtype=torch.int32)
         seq = torch.tensor([pos + 1], dtype=torch.int32 if pos < INT32_MAX else torch.int64)
-        TORCH_KERNELS.grouped_locs([table], [ps], seq, out, 1, 1)
+        fixed_locs([table], [ps], seq, out, 1, 1)
         got.append(out.item())
     assert got == want
     out = torch.empty(1, len(positions), dtype=torch.int32)
@@ -56,43 +62,45 @@ def test_pages_at_and_past_the_w5_top_in_decode_and_extend(ps: int, extend_locs:
     assert out[0].tolist() == want
 
 
-@EXTEND_PATHS
-def test_mixed_page_sizes_share_one_call(extend_locs: object) -> None:
+@ROUTES
+def test_mixed_page_sizes_share_one_call(fixed_locs: object, extend_locs: object) -> None:
     """A power-of-two group beside a non-power-of-two one: each group sinks its own pages past its own top."""
     tables = [i32([[INT32_END // 4, 7]]), i32([[INT32_END // 3, 7]])]
     out = torch.empty(2, 2, dtype=torch.int32)
-    TORCH_KERNELS.grouped_locs(tables, [4, 3], i32([1]), out, 1, 1)
+    fixed_locs(tables, [4, 3], i32([1]), out, 1, 1)
     assert out[:, 0].tolist() == [0, 0]
     extend_locs(tables, [4, 3], [0], [2], out)
     assert out.tolist() == [[0, 1], [0, 1]]
 
 
-def test_a_table_written_in_place_is_read_anew() -> None:
+@FIXED_ROUTES
+def test_a_table_written_in_place_is_read_anew(fixed_locs: object) -> None:
     table = i32([[3, 4], [5, 6]])
     out = torch.empty(1, 2, dtype=torch.int32)
-    TORCH_KERNELS.grouped_locs([table], [4], i32([1, 5]), out, 2, 1)
+    fixed_locs([table], [4], i32([1, 5]), out, 2, 1)
     assert out.tolist() == [[12, 24]]
     table[1, 1] = 9
     table[0, 0] = -1
-    TORCH_KERNELS.grouped_locs([table], [4], i32([1, 5]), out, 2, 1)
+    fixed_locs([table], [4], i32([1, 5]), out, 2, 1)
     assert out.tolist() == [[0, 36]]
 
 
-def test_a_resized_or_restrided_table_gets_a_new_plan() -> None:
+@FIXED_ROUTES
+def test_a_resized_or_restrided_table_gets_a_new_plan(fixed_locs: object) -> None:
     table = i32([[3, 4], [5, 6]])
     first = read_plan([table], [4], table.device, torch.int32)
     assert read_plan([table], [4], table.device, torch.int32) is first
     table.resize_(2, 3).copy_(i32([[3, 4, 7], [5, 6, 8]]))
     assert read_plan([table], [4], table.device, torch.int32) is not first
     out = torch.empty(1, 2, dtype=torch.int32)
-    TORCH_KERNELS.grouped_locs([table], [4], i32([9, 12]), out, 2, 1)
+    fixed_locs([table], [4], i32([9, 12]), out, 2, 1)
     assert out.tolist() == [[28, 35]]
-    TORCH_KERNELS.grouped_locs([table.t().contiguous().t()], [4], i32([9, 12]), out, 2, 1)
+    fixed_locs([table.t().contiguous().t()], [4], i32([9, 12]), out, 2, 1)
     assert out.tolist() == [[28, 35]]
 
 
 @pytest.mark.parametrize("page_sizes", [(3, 6), (12, 6, 18), (2, 8), (5,), (1, 4)])
-@EXTEND_PATHS
+@EXTEND_ROUTES
 def test_extend_blocks_at_any_unit_match_a_hand_model(page_sizes: tuple[int, ...], extend_locs: object) -> None:
     """The extend kernel's unit (the gcd of the page sizes; a power of two or not) and its blocks: every token's
     location as the hand model gives it, requests of every length (0 and 1 too) starting mid-page, a table read
@@ -115,33 +123,34 @@ def test_extend_blocks_at_any_unit_match_a_hand_model(page_sizes: tuple[int, ...
         assert out[g, total].item() == 99
 
 
-@EXTEND_PATHS
-def test_views_of_one_storage_and_separate_tables_read_the_same(extend_locs: object) -> None:
+@ROUTES
+def test_views_of_one_storage_and_separate_tables_read_the_same(fixed_locs: object, extend_locs: object) -> None:
     pool = torch.arange(1, 25, dtype=torch.int32)
     views = [pool[:8].view(2, 4), pool[8:14].view(2, 3), pool[14:24].view(2, 5)]
     copies = [v.clone() for v in views]
     seq = i32([7, 3])
     got, want = torch.empty(3, 4, dtype=torch.int32), torch.empty(3, 4, dtype=torch.int32)
-    TORCH_KERNELS.grouped_locs(views, [2, 2, 1], seq, got, 2, 2)
-    TORCH_KERNELS.grouped_locs(copies, [2, 2, 1], seq, want, 2, 2)
+    fixed_locs(views, [2, 2, 1], seq, got, 2, 2)
+    fixed_locs(copies, [2, 2, 1], seq, want, 2, 2)
     assert torch.equal(got, want)
     extend_locs(views, [2, 2, 1], [1, 0], [2, 2], got)
     extend_locs(copies, [2, 2, 1], [1, 0], [2, 2], want)
     assert torch.equal(got, want)
 
 
-def test_host_bound_skips_only_what_it_proves() -> None:
+@FIXED_ROUTES
+def test_host_bound_skips_only_what_it_proves(fixed_locs: object) -> None:
     """``longest`` within every table: the same values; a stale bound is never trusted past the tables' reach."""
     table = i32([[3, 4], [5, 6]])
     got, want = torch.empty(1, 4, dtype=torch.int32), torch.empty(1, 4, dtype=torch.int32)
-    TORCH_KERNELS.grouped_locs([table], [4], i32([8, 6]), got, 2, 2, longest=8)
-    TORCH_KERNELS.grouped_locs([table], [4], i32([8, 6]), want, 2, 2)
+    fixed_locs([table], [4], i32([8, 6]), got, 2, 2, longest=8)
+    fixed_locs([table], [4], i32([8, 6]), want, 2, 2)
     assert torch.equal(got, want)
-    TORCH_KERNELS.grouped_locs([table], [4], i32([20, 6]), got, 2, 2, longest=20)  # past the reach: sinks
+    fixed_locs([table], [4], i32([20, 6]), got, 2, 2, longest=20)  # past the reach: sinks
     assert got[0, :2].tolist() == [2, 3]
 
 
-@EXTEND_PATHS
+@EXTEND_ROUTES
 def test_extend_requests_that_write_nothing_anywhere_in_the_batch(extend_locs: object) -> None:
     table = i32([[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]])
     prefix, extend = [0, 2, 5, 1], [0, 3, 0, 2]
