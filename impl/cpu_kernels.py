@@ -104,7 +104,7 @@ def fixed_locs(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], seq_le
         raise ValueError(f"fixed_locs: {bs} requests, but a table or seq_lens has fewer rows")
     spans, meta = _layout(tables, page_sizes)
     _compiled(fixed_runs)(spans, meta[0], meta[1], meta[2], meta[3], seq_lens.numpy(), n,
-                          out[: len(tables), : bs * n].numpy())
+                          out.numpy()[: len(tables), : bs * n])
 
 
 def extend_locs(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], prefix: np.ndarray,

@@ -94,8 +94,9 @@ def extend_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[st
     grouped = getattr(kernels, "grouped_extend_locs", None)
     if grouped is not None:
         prefix, extend = int64_mirror(prefix_lens), int64_mirror(extend_lens)
-        if prefix is not None and extend is not None and _inside_tables(ordered, block_sizes, prefix, extend):
-            out = torch.empty(len(gids), int(extend.sum()), dtype=torch.int32, device=ordered[0].device)
+        total = None if prefix is None or extend is None else _inside_tables(ordered, block_sizes, prefix, extend)
+        if total is not None:
+            out = torch.empty(len(gids), total, dtype=torch.int32, device=ordered[0].device)
             if getattr(type(kernels), "grouped_extend_locs", None) is not TorchKernels.grouped_extend_locs:
                 prefix, extend = host_ints(prefix), host_ints(extend)  # python ints, as the protocol says
             grouped(ordered, block_sizes, prefix, extend, out)
@@ -109,18 +110,20 @@ def extend_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[st
 
 
 def _inside_tables(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], prefix: np.ndarray,
-                   extend: np.ndarray) -> bool:
+                   extend: np.ndarray) -> int | None:
     """``GroupedExtendLocs``' precondition, on the host: int32 2-D tables on one device, a row for every
     request, and every written position in ``[0, width * ps)`` of every table (no lengths below 0; the
-    bound is taken over every row, writing or not)."""
-    if prefix.shape != extend.shape or (extend.size and (extend.min() < 0 or prefix.min() < 0)):
-        return False
+    bound is taken over every row, writing or not). The tokens written when it holds, else None."""
+    if prefix.shape != extend.shape or (extend.size and np.minimum(prefix, extend).min() < 0):
+        return None
     reach = int((prefix + extend).max()) if extend.size else 0
-    if int(extend.sum()) >= INT32_END:
-        return False
-    return all(isinstance(ps, int) and ps >= 1 and t.dtype == torch.int32 and t.dim() == 2
-               and t.device == tables[0].device and t.shape[0] >= len(extend) and reach <= t.shape[1] * ps
-               for t, ps in zip(tables, page_sizes, strict=True))
+    total = int(extend.sum())
+    if total >= INT32_END:
+        return None
+    inside = all(isinstance(ps, int) and ps >= 1 and t.dtype == torch.int32 and t.dim() == 2
+                 and t.device == tables[0].device and t.shape[0] >= len(extend) and reach <= t.shape[1] * ps
+                 for t, ps in zip(tables, page_sizes, strict=True))
+    return total if inside else None
 
 
 def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *,

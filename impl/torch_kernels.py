@@ -223,11 +223,12 @@ class TorchKernels:
         """See ``GroupedExtendLocs``: on CPU tensors one compiled loop over every group (``impl/cpu_kernels.py``,
         unless ``compiled_cpu`` is off), else ``vectorized_extend_locs``' torch ops."""
         extend = np.asarray(extend_lens, dtype=np.int64)
-        if not tables or not extend.size or not extend.any():
+        total = int(extend.sum()) if tables and extend.size else 0
+        if total == 0:
             return
         if self.compiled_cpu and out.device.type == "cpu":
             cpu_kernels.extend_locs(tables, page_sizes, np.asarray(prefix_lens, dtype=np.int64), extend,
-                                    out[: len(tables), : int(extend.sum())])
+                                    out[: len(tables), :total])
         else:
             vectorized_extend_locs(tables, page_sizes, prefix_lens, extend, out)
 
