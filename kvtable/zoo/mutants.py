@@ -141,7 +141,7 @@ MUTANTS: tuple[SourceMutant, ...] = (
                  "T5", "debug mode lets a sliding row's hole cover a needed column or follow a real page", examples=30,
                  killer="rejects/T5"),
     SourceMutant("validator-drops-T7-twice", "validate_tables", (("    _t7_twice_in_row,\n", ""),),
-                 "T7", "debug mode lets a page appear twice in one row", examples=30, killer="rejects/T7"),
+                 "T7", "debug mode lets a page appear twice in one row", examples=100, killer="rejects/T7"),
     SourceMutant("validator-drops-T7-shared", "validate_tables", (("    _t7_shared_write,\n", ""),),
                  "T7", "debug mode lets two live rows share a page one of them writes", examples=30,
                  killer="rejects/T7"),
