@@ -197,7 +197,7 @@ def _cpu_launches(wrap: Callable[[Callable[..., object]], Callable[..., object]]
     their module at each call)."""
     from kvtable.impl import cpu_kernels
 
-    kernels = {name: getattr(cpu_kernels, name) for name in ("fixed_locs", "extend_locs")}
+    kernels = {name: getattr(cpu_kernels, name) for name in ("fixed_locs", "extend_locs", "replay_fill")}
     for name, kernel in kernels.items():
         setattr(cpu_kernels, name, wrap(kernel))
     try:

@@ -37,7 +37,7 @@ def run(settings: Settings) -> Section:
             for bs in sizes:
                 section.add(call=call, kernels="torch", groups=groups, bs=bs,
                             **_counts(call, groups, bs, TORCH_KERNELS, "cpu"))
-    for call in CALLS[:-1]:
+    for call in CALLS:
         for groups in GROUPS:
             for bs in sizes:
                 section.add(call=call, kernels="torch-ops", groups=groups, bs=bs,
@@ -51,7 +51,7 @@ def run(settings: Settings) -> Section:
                                       run_launches=bs == 1 or not interpreting()))
     else:
         section.skipped.append("replay on the Triton kernels: triton is not installed")
-    for call, kernels, name in (*((call, "torch", call) for call in CALLS[:-1]),
+    for call, kernels, name in (*((call, "torch", call) for call in CALLS),
                                 *((call, "torch-ops", f"{call} through torch ops (as CUDA tensors run it)")
                                   for call in CALLS[:-1])):
         counts = _one_storage(section, call, kernels)
@@ -60,25 +60,26 @@ def run(settings: Settings) -> Section:
                                       min(counts) == max(counts)))
     counts = _one_storage(section, "replay", "triton")
     section.targets.append(Target(
-        "replay on the Triton kernels (the torch kernels' per-group CPU fill has no target, see the notes): ops per "
-        "call with the tables in one storage", f"{REPLAY_LAUNCHES} (the fill launch and the location launch) for "
-        f"every G in {GROUPS} and bs in {sizes}", Spread.of(counts) if counts else None,
+        "replay on the Triton kernels: ops per call with the tables in one storage",
+        f"{REPLAY_LAUNCHES} (the fill launch and the location launch) for every G in {GROUPS} and bs in {sizes}",
+        Spread.of(counts) if counts else None,
         set(counts) == {REPLAY_LAUNCHES} if counts else None))
     section.notes += [
         "ops = aten ops dispatched by one call (after a warm-up call), views and allocations not counted; a Triton "
         "kernel launch counts as one op and the torch ops inside it (the interpreter's argument copies) do not; "
         "so does a call of a compiled CPU loop (impl/cpu_kernels.py)",
-        "kernels: torch = the torch kernels on this CPU (decode, verify, extend: the compiled loops CPU tensors "
-        "take, one launch); torch-ops = the same kernels with compiled_cpu off: the torch ops CUDA tensors take",
+        "kernels: torch = the torch kernels on this CPU (decode, verify, extend and replay_fill: the compiled loops "
+        "CPU tensors take, one launch each); torch-ops = the same kernels with compiled_cpu off: the torch ops "
+        "CUDA tensors take",
         "impl = impl.locs.group_locs (decode, verify, extend: validation included; the torch kernels) or "
         "GroupGraphBuffers.replay on the kernels named; with separate tables each group costs one gather of its "
         "own (index_select); as views of one storage one gather reads every group",
         "replay reads tables in one storage where they lie; separate tables are packed by one cat first. On the "
         "Triton kernels replay_fill is one launch for every group and stacked_locs one more. On the torch kernels "
-        "(the CPU path) replay_fill writes each group with its own ops, 1 (ratio 1) or 6 (expanded): per-group "
-        "strided copies are the fastest CPU fill (one cached-index gather over every group then branch-free "
-        "expansion, 7 ops whatever G, measured 8.7-9.4x the copy floor against 1.9-2.8x), so its count grows "
-        "with G and carries no target",
+        "replay_fill is one compiled launch on CPU tensors; through torch ops (torch-ops rows) it writes each group "
+        "with its own ops, 1 (ratio 1) or 6 (expanded), so that count grows with G and carries no target "
+        "(per-group strided copies are the fastest torch-op fill: one cached-index gather over every group then "
+        "branch-free expansion, 7 ops whatever G, measured 8.7-9.4x the copy floor against 1.9-2.8x)",
         "Triton rows at bs 1 run their launches; interpreted, at bs 512 each launch is counted without running "
         "(the interpreter takes ~40 s for an 8-group bs-512 fill); no host step of replay reads what a launch "
         "wrote. seq_lens lie on the kernels' device (on a GPU a CPU seq_lens adds its upload, one copy)",

@@ -1,7 +1,8 @@
 """Write locations of CPU tables, every group in one compiled loop (numba): the CPU counterpart of one fused device
 kernel. Eager torch dispatches a dozen ops per call (each a pass over the tokens, and per-op overhead that
 dominates at decode sizes) plus host arithmetic to set them up; these loops read each page once and write its
-slots directly. W1/W2/W4 (``fixed_runs``: N tokens per request) and W3 (``extend_runs``: a run per page)."""
+slots directly. W1/W2/W4 (``fixed_runs``: N tokens per request), W3 (``extend_runs``: a run per page) and the
+CUDA-graph replay fill G3/E2 (``fill_rows``: one pass over the rows it writes)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,35 @@ def extend_runs(spans, pitches, steps, sizes, prefix, extend, out):  # noqa: ANN
                 col += 1
 
 
+def fill_rows(packed, meta, dst, bs, rows, tail_pad):  # noqa: ANN001, ANN201
+    """G3/E2 for every group ``g`` of ``meta`` (plain Python, compiled by ``_compiled``): row ``b < rows`` of
+    ``dst[g]`` is source row ``b`` (``meta[g, 1]`` values at ``meta[g, 0] + b * meta[g, 1]`` of ``packed``)
+    expanded ``r = meta[g, 2]``-fold, sub-page ``j`` of a real block ``v`` at ``v * r + j`` (a block whose
+    sub-pages pass int32 is the hole 0; holes and pads stay themselves), then the tail pad; rows ``[rows, bs)``
+    are 0."""
+    width = dst.shape[2]
+    for g in range(meta.shape[0]):
+        cols, r = meta[g, 1], meta[g, 2]
+        top = INT32_END // r - 1
+        filled = min(width, cols * r)
+        for b in range(rows):
+            src = meta[g, 0] + b * cols
+            line = dst[g, b]
+            if r == 1:  # E2 at ratio 1 is the identity (no int32 page passes the top): a copy
+                line[:filled] = packed[src: src + filled]
+            else:
+                for k in range((filled + r - 1) // r):
+                    v = packed[src + k]
+                    if v > top:
+                        v = 0
+                    sub = 1 if v > 0 else 0
+                    first = v * r if v > 0 else v
+                    for j in range(min(r, filled - k * r)):
+                        line[k * r + j] = first + sub * j
+            line[filled:] = tail_pad
+        dst[g, rows:bs] = 0
+
+
 @functools.cache
 def _compiled(loop: Callable[..., None]) -> Callable[..., None]:
     """``loop`` compiled on first use (numba is imported only then), the machine code cached beside this module
@@ -113,3 +143,10 @@ def extend_locs(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], prefi
     (int64 ``prefix`` and ``extend``; every written position inside every table, as the protocol requires)."""
     spans, meta = _layout(tables, page_sizes)
     _compiled(extend_runs)(spans, meta[0], meta[1], meta[3], prefix, extend, out.numpy())
+
+
+def replay_fill(packed: torch.Tensor, meta: torch.Tensor, dst: torch.Tensor, bs: int, rows: int,
+                tail_pad: int) -> None:
+    """``Kernels.replay_fill`` on CPU tensors, one compiled call, for a ``meta`` whose every group's source rows
+    lie inside ``packed`` (``rows``: the live rows written, ``min(actual_bs, bs)``)."""
+    _compiled(fill_rows)(packed.numpy(), meta.numpy(), dst.numpy(), bs, rows, tail_pad)

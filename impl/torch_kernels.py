@@ -181,14 +181,17 @@ def vectorized_extend_locs(tables: Sequence[torch.Tensor], page_sizes: Sequence[
 class TorchKernels:
     """The reference-speed implementation; the Triton one must agree with it element for element.
 
-    ``compiled_cpu``: CPU tensors take the compiled loops of ``impl/cpu_kernels.py`` for ``grouped_locs`` and
-    ``grouped_extend_locs``; off, every device takes the torch ops (as CUDA tensors always do).
+    ``compiled_cpu``: CPU tensors take the compiled loops of ``impl/cpu_kernels.py`` for ``grouped_locs``,
+    ``grouped_extend_locs`` and ``replay_fill``; off, every device takes the torch ops (as CUDA tensors always do).
     """
-
-    name = "torch"
 
     def __init__(self, *, compiled_cpu: bool = True) -> None:
         self.compiled_cpu = compiled_cpu
+
+    @property
+    def name(self) -> str:
+        """``torch``, or ``torch-ops`` with the compiled CPU loops off."""
+        return "torch" if self.compiled_cpu else "torch-ops"
 
     def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                      seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
@@ -240,6 +243,9 @@ class TorchKernels:
         plan = _host_plan(packed, meta, dst, bs, actual_bs, tail_pad)
         if plan is not None:
             rows = max(0, min(actual_bs, bs))
+            if self.compiled_cpu and dst.device.type == "cpu" and meta.dtype in (torch.int32, torch.int64):
+                cpu_kernels.replay_fill(packed, meta, dst, bs, rows, tail_pad)
+                return
             for g, (offset, cols, ratio) in enumerate(plan):
                 src = packed[offset: offset + rows * cols].view(rows, cols)
                 _fill_group(dst[g], src, ratio, bs, tail_pad)

@@ -37,7 +37,9 @@ def i32(values: object) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32)
 
 
-KERNELS = [TORCH_KERNELS, *([triton_kernels.TRITON_KERNELS] if triton_kernels.interpreting() else [])]
+KERNELS = [TORCH_KERNELS, TorchKernels(compiled_cpu=False),
+           *([triton_kernels.TRITON_KERNELS] if triton_kernels.interpreting() else [])]
+"""The torch kernels both ways (the compiled CPU loops, and the torch ops CUDA tensors take), and Triton's."""
 """The kernels a CPU graph runner can use: the torch ones, and the Triton ones when they run interpreted."""
 
 

@@ -17,13 +17,14 @@ from kvtable.conformance.levels import SAFETY
 from kvtable.conformance.properties import select
 from kvtable.conformance.runner import run_conformance
 from kvtable.impl import triton_kernels
-from kvtable.impl.torch_kernels import TORCH_KERNELS, vectorized_extend_locs, vectorized_locs
+from kvtable.impl.torch_kernels import TORCH_KERNELS, TorchKernels, vectorized_extend_locs, vectorized_locs
 from kvtable.reference import Batch, GroupSpec, batch_locs
 from kvtable.reference.model import write_positions
 from kvtable.strategies.unsafe import UNSAFE_KINDS, unsafe_cases, wrapping_pages
 
 E = 2**31
-KERNELS = [TORCH_KERNELS] + ([triton_kernels.TRITON_KERNELS] if triton_kernels.triton_available() else [])
+KERNELS = [TORCH_KERNELS, TorchKernels(compiled_cpu=False)] + (
+    [triton_kernels.TRITON_KERNELS] if triton_kernels.triton_available() else [])
 BUILT_IN = ["torch"] + (["triton"] if triton_kernels.triton_available() else [])
 
 
