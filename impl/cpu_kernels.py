@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from kvtable.impl.read_plan import INT32_END, flat
+from kvtable.impl.read_plan import INT32_END, flat, kept
 
 
 def fixed_runs(spans, pitches, steps, widths, sizes, seq, n, out):  # noqa: ANN001, ANN201
@@ -114,17 +114,14 @@ def _layout(tables: Sequence[torch.Tensor], page_sizes: Sequence[int]) -> tuple[
     ``[4, G]``: kept per set of tables (data pointer, shape, strides) and page sizes. A kept span holds its
     storage, so a key's pointers cannot name another allocation while it is kept."""
     key = (tuple(page_sizes), *[(t.data_ptr(), t.shape, t.stride()) for t in tables])
-    layout = _layouts.get(key)
-    if layout is None:
-        spans = tuple(flat(t).numpy() if t.shape[1] else np.zeros(1, np.int32) for t in tables)
-        meta = np.array([[t.stride(0) for t in tables], [t.stride(1) for t in tables],
-                         [t.shape[1] for t in tables], page_sizes], dtype=np.int64)
-        layout = _layouts[key] = spans, meta
-        if len(_layouts) > LAYOUT_CACHE_SIZE:
-            _layouts.popitem(last=False)
-    else:
-        _layouts.move_to_end(key)
-    return layout
+    return kept(_layouts, key, lambda: _build_layout(tables, page_sizes), LAYOUT_CACHE_SIZE)
+
+
+def _build_layout(tables: Sequence[torch.Tensor], page_sizes: Sequence[int]
+                  ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    spans = tuple(flat(t).numpy() if t.shape[1] else np.zeros(1, np.int32) for t in tables)
+    return spans, np.array([[t.stride(0) for t in tables], [t.stride(1) for t in tables],
+                            [t.shape[1] for t in tables], page_sizes], dtype=np.int64)
 
 
 def fixed_locs(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], seq_lens: torch.Tensor,

@@ -13,12 +13,15 @@ own elements and the gaps between them (it stays valid while they do).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
 from kvtable.impl.tokens import upload
+
+T = TypeVar("T")
 
 INT32_END = 2**31
 """One past the largest int32: indices below it are computed in int32."""
@@ -122,16 +125,20 @@ def read_plan(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], device:
     """The cached plan of these tables read at these page sizes with ``dtype`` positions (built on a miss)."""
     if device.type == "meta":
         return _build(tables, page_sizes, device, dtype)
-    key = (device, dtype, tuple(page_sizes),
-           *[(t.data_ptr(), t.shape, t.stride()) for t in tables])
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans[key] = _build(tables, page_sizes, device, dtype)
-        if len(_plans) > PLAN_CACHE_SIZE:
-            _plans.popitem(last=False)
+    key = (device, dtype, tuple(page_sizes), *[(t.data_ptr(), t.shape, t.stride()) for t in tables])
+    return kept(_plans, key, lambda: _build(tables, page_sizes, device, dtype), PLAN_CACHE_SIZE)
+
+
+def kept(cache: OrderedDict[tuple, T], key: tuple, build: Callable[[], T], size: int) -> T:
+    """``cache[key]``, built by ``build()`` on a miss, the least recently used entry evicted past ``size``."""
+    value = cache.get(key)
+    if value is None:
+        value = cache[key] = build()
+        if len(cache) > size:
+            cache.popitem(last=False)
     else:
-        _plans.move_to_end(key)
-    return plan
+        cache.move_to_end(key)
+    return value
 
 
 def _build(tables: Sequence[torch.Tensor], page_sizes: Sequence[int], device: torch.device,
