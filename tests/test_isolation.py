@@ -27,14 +27,14 @@ def _row(out: str, prop: str) -> list[str]:
 
 
 def test_a_kernel_that_aborts_is_a_crash_with_its_example(capsys: pytest.CaptureFixture) -> None:
-    rc, out = _conform(capsys, "AbortOnZeroWidth")  # not built-in: isolated by default
+    rc, out = _conform(capsys, "AbortOnMalformedTable")  # not built-in: isolated by default
     assert rc == EXIT_FAILED
     assert _row(out, "rejects/T1")[3] == "CRASH"
     assert [_row(out, p)[3] for p in ("decode_locs", "verify_locs", "graph/init")] == ["PASSED"] * 3
     assert "the backend killed the worker process (SIGABRT) during example" in out
     crash = out[out.index("=== CRASH [T1 table-shape] rejects/T1"):]
-    assert "load('runs_backends:AbortOnZeroWidth', debug=True)" in crash
-    assert ", 0), dtype=torch.int32)" in crash  # the zero-width table it died on, as a replayable call
+    assert "load('runs_backends:AbortOnMalformedTable', debug=True)" in crash
+    assert "debug_backend.group_locs([GroupSpec(" in crash  # the call it died in, as a replayable call
     assert out.strip().endswith("FAIL: T1 table-shape")
 
 

@@ -64,9 +64,10 @@ def test_foreign_pages_are_drawn_not_rejected(rejections: list[str]) -> None:
         assert wc.how == "foreign page" and wc.clause == "D1"
 
     drawn()
-    # a rare draw has no other row's page to use (its rows share every page); before, a third to a half of
-    # these draws (one live row, or a token picked before its pages were known) were rejected
-    assert len(rejections) <= 6, rejections
+    # a draw whose rows share every page has no other row's page to use: 1-17 of 60 over seeds 0-19 (Hypothesis
+    # picks the seed per run here); before, a third to a half of these draws (one live row, or a token picked before
+    # its pages were known) were rejected
+    assert len(rejections) <= 20, rejections
 
 
 def test_graph_replays_are_drawn_not_rejected(rejections: list[str]) -> None:
