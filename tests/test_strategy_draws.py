@@ -118,6 +118,8 @@ def _shares_a_page(case: Case) -> bool:
 
 def test_rows_share_prefix_pages_in_one_draw_and_shrink_to_none() -> None:
     shared = find(cases(modes=("decode",), specs=_ONE_FULL, kernel_page_size=1), _shares_a_page)
-    assert _shares_a_page(shared) and shared.batch.live_rows <= 3
+    # a few rows, not the two a perfect shrink gives: where the shrinker stops depends on the constants Hypothesis
+    # pools from the modules imported before it (3 alone, 5 in the whole suite's order on a clean clone)
+    assert _shares_a_page(shared) and shared.batch.live_rows <= 5
     assert not _shares_a_page(find(cases(modes=("decode",), specs=_ONE_FULL, kernel_page_size=1, min_live=3),
                                    lambda c: True))
