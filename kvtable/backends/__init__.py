@@ -46,6 +46,7 @@ DEFAULT = "torch"
 BUILTIN = {
     "reference": "kvtable.backends.reference_backend:ReferenceBackend",
     "torch": "kvtable.backends.torch_backend:TorchBackend",
+    "torch-ops": "kvtable.backends.torch_backend:TorchOpsBackend",
     "triton": "kvtable.backends.triton_backend:TritonBackend",
 }
 

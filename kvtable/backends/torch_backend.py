@@ -16,7 +16,7 @@ from kvtable.impl.expand import expand_table as impl_expand
 from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.kernels import Kernels
 from kvtable.impl.mixin import CacheGroupsMixin
-from kvtable.impl.torch_kernels import TORCH_KERNELS
+from kvtable.impl.torch_kernels import TORCH_KERNELS, TorchKernels
 from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec
 
 
@@ -84,3 +84,13 @@ class TorchBackend:
                                 spec_num_tokens=spec_num_tokens, is_draft=is_draft, expand_tables=expand_tables,
                                 table_tail_pad=tail_pad, device=self.device, kernels=self.kernels,
                                 cache_debug=self.debug)
+
+
+class TorchOpsBackend(TorchBackend):
+    """``TorchBackend`` through torch ops on every device (``compiled_cpu`` off): the route CUDA tensors take, on
+    CPU tensors too, so the whole suite judges it without a GPU."""
+
+    name = "torch-ops"
+
+    def __init__(self, device: str = "cpu", debug: bool | None = None) -> None:
+        super().__init__(device=device, debug=debug, kernels=TorchKernels(compiled_cpu=False))
