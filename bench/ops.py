@@ -3,6 +3,7 @@ count, the same on any machine (on a GPU each op is about one kernel launch; a T
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -11,7 +12,7 @@ from kvtable.bench.baselines import bare_decode_locs, loop_extend_locs, per_grou
 from kvtable.bench.harness import Section, Settings, Spread, Target, count_dispatched_ops
 from kvtable.bench.workload import KERNEL_PAGE_SIZE, Workload, decode_workload, extend_workload, one_storage
 from kvtable.impl.kernels import Kernels
-from kvtable.impl.torch_kernels import TorchKernels
+from kvtable.impl.torch_kernels import TORCH_KERNELS, TorchKernels
 
 GROUPS = (1, 3, 8)
 BATCH_SIZES = (1, 512)
@@ -24,7 +25,6 @@ REPLAY_LAUNCHES = 2
 
 
 def run(settings: Settings) -> Section:
-    from kvtable.impl.torch_kernels import TORCH_KERNELS
     from kvtable.impl.triton_kernels import TRITON_KERNELS, interpreting, triton_available
 
     section = Section("ops", "Torch ops dispatched per call (each about one launch on a GPU; a Triton launch counts "
@@ -32,16 +32,12 @@ def run(settings: Settings) -> Section:
                       ["call", "kernels", "groups", "bs", "impl_ops", "one_storage_ops", "baseline", "baseline_ops",
                        "bare_ops"])
     sizes = BATCH_SIZES[:1] if settings.size == "smoke" else BATCH_SIZES
-    for call in CALLS:
-        for groups in GROUPS:
-            for bs in sizes:
-                section.add(call=call, kernels="torch", groups=groups, bs=bs,
-                            **_counts(call, groups, bs, TORCH_KERNELS, "cpu"))
-    for call in CALLS:
-        for groups in GROUPS:
-            for bs in sizes:
-                section.add(call=call, kernels="torch-ops", groups=groups, bs=bs,
-                            **_counts(call, groups, bs, TorchKernels(compiled_cpu=False), "cpu"))
+    for name, kernels in (("torch", TORCH_KERNELS), ("torch-ops", TorchKernels(compiled_cpu=False))):
+        for call in CALLS:
+            for groups in GROUPS:
+                for bs in sizes:
+                    section.add(call=call, kernels=name, groups=groups, bs=bs,
+                                **_counts(call, groups, bs, kernels, "cpu"))
     if triton_available():
         device = "cpu" if interpreting() else "cuda"
         for groups in GROUPS:
@@ -96,25 +92,38 @@ def _one_storage(section: Section, call: str, kernels: str) -> list[int]:
 def _counts(call: str, groups: int, bs: int, kernels: Kernels, device: str, *, run_launches: bool = True
             ) -> dict[str, object]:
     """impl's ops on separate tables and on one storage, and the baselines', for one call."""
-    if call == "extend":
-        w = extend_workload(groups, bs, max_extend=64, seed=groups, max_seq=MAX_SEQ)
-        prefix = list(w.batch.prefix_lens or ())
-        extend = [seq - p for seq, p in zip(w.batch.seq_lens, prefix, strict=True)]
-        baseline = ("loop", count_dispatched_ops(lambda: loop_extend_locs(w.specs, w.tables, prefix, extend)))
-        bare = None
-    elif call == "replay":
-        w = decode_workload(groups, bs, n=1, seed=groups, max_seq=MAX_SEQ, device=device)
-        baseline, bare = ("-", None), None
-    else:
-        n = VERIFY_N if call == "verify" else 1
-        w = decode_workload(groups, bs, n=n, seed=groups, max_seq=MAX_SEQ)
-        seq = torch.tensor(w.batch.seq_lens, dtype=torch.int32)
-        baseline = ("chains", count_dispatched_ops(lambda: per_group_decode_locs(w.specs, w.tables, seq, n)))
-        bare = count_dispatched_ops(lambda: bare_decode_locs(w.specs, w.tables, seq, n))
+    w = _workload(call, groups, bs, device)
     shared = Workload(w.specs, one_storage(w.tables), w.batch)
     return {"impl_ops": count_dispatched_ops(_impl(call, w, kernels, device), run_launches=run_launches),
             "one_storage_ops": count_dispatched_ops(_impl(call, shared, kernels, device), run_launches=run_launches),
-            "baseline": baseline[0], "baseline_ops": baseline[1], "bare_ops": bare}
+            **_baselines(call, groups, bs)}
+
+
+def _workload(call: str, groups: int, bs: int, device: str) -> Workload:
+    """The batch every count of this call, group count and batch size is taken on (deterministic)."""
+    if call == "extend":
+        return extend_workload(groups, bs, max_extend=64, seed=groups, max_seq=MAX_SEQ)
+    n = VERIFY_N if call == "verify" else 1
+    return decode_workload(groups, bs, n=n, seed=groups, max_seq=MAX_SEQ, device=device)
+
+
+@functools.cache
+def _baselines(call: str, groups: int, bs: int) -> dict[str, object]:
+    """The per-group chains' (or loop's) and the bare formula's ops on the same batch, counted once whatever the
+    kernels (the loop at 8 groups, bs 512, dispatches 25k ops)."""
+    w = _workload(call, groups, bs, "cpu")
+    if call == "extend":
+        prefix = list(w.batch.prefix_lens or ())
+        extend = [seq - p for seq, p in zip(w.batch.seq_lens, prefix, strict=True)]
+        ops = count_dispatched_ops(lambda: loop_extend_locs(w.specs, w.tables, prefix, extend))
+        return {"baseline": "loop", "baseline_ops": ops, "bare_ops": None}
+    if call == "replay":
+        return {"baseline": "-", "baseline_ops": None, "bare_ops": None}
+    n = w.batch.tokens_per_row
+    seq = torch.tensor(w.batch.seq_lens, dtype=torch.int32)
+    return {"baseline": "chains",
+            "baseline_ops": count_dispatched_ops(lambda: per_group_decode_locs(w.specs, w.tables, seq, n)),
+            "bare_ops": count_dispatched_ops(lambda: bare_decode_locs(w.specs, w.tables, seq, n))}
 
 
 def _impl(call: str, w: Workload, kernels: Kernels, device: str) -> Callable[[], object]:
