@@ -81,8 +81,8 @@ def _workers_rows(section: Section, settings: Settings) -> None:
 
 
 def _prove_row(section: Section, settings: Settings) -> None:
-    from kvtable.spec.obligations import OBLIGATIONS
-    from kvtable.spec.prove import DEFAULT_TIMEOUT_S, prove, select
+    from kvtable.prover.obligations.registry import OBLIGATIONS
+    from kvtable.prover.prove import DEFAULT_TIMEOUT_S, prove, select
 
     chosen = select(SMOKE_OBLIGATIONS if settings.size == "smoke" else None)
     start = time.perf_counter()

@@ -5,7 +5,7 @@ from pathlib import Path as _Path
 _ROOT = _Path(__file__).resolve().parent.parent
 if (_ROOT / "pyproject.toml").is_file() and (_ROOT / "impl" / "__init__.py").is_file():
     # A source checkout, imported from its root (where this folder shadows any installed kvtable): the root
-    # folders spec/, reference/, impl/ and bench/ are the subpackages kvtable.spec, ... as installed.
+    # folders spec/, prover/, reference/, impl/ and bench/ are the subpackages kvtable.spec, ... as installed.
     __path__.append(str(_ROOT))  # noqa: F821 (the package's own search path)
 
 from kvtable.errors import ContractViolation, StaleGraphState, Unsupported  # noqa: E402

@@ -18,7 +18,7 @@ from kvtable.exitcodes import EXIT_INTERRUPTED, EXIT_PASSED, EXIT_USAGE, UsageEr
 
 # subcommand -> module providing ``add_arguments(parser)`` and ``run(args) -> int``
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "prove": ("kvtable.spec.prove", "discharge the z3 proof obligations of spec/SPEC.md"),
+    "prove": ("kvtable.prover.prove", "discharge the z3 proof obligations of spec/SPEC.md"),
     "fuzz": ("kvtable.conformance.fuzz", "differential fuzzing of a backend against the reference"),
     "conform": ("kvtable.conformance.conform", "run the conformance suite against a backend"),
     "bench": ("kvtable.bench.cli", "benchmarks: implementation and tester speed, side by side"),

@@ -83,7 +83,7 @@ def execution(args: argparse.Namespace, spec: str) -> dict[str, object]:
 
 
 def sanitized(args: argparse.Namespace) -> contextlib.AbstractContextManager:
-    """``--sanitize``: the bounds-checked Triton interpreter of spec/kernel_guard.py for the run."""
+    """``--sanitize``: the bounds-checked Triton interpreter of prover/symexec/guard.py for the run."""
     if not getattr(args, "sanitize", False):
         return contextlib.nullcontext()
     from kvtable.conformance.sanitize import sanitizing

@@ -1,6 +1,6 @@
 """``--sanitize`` in the tier machinery: an out-of-bounds Triton access during an example fails it at the safety tier.
 
-The guard (spec/kernel_guard.py) blocks every load or store outside a launch's tensors and raises when the
+The guard (prover/symexec/guard.py) blocks every load or store outside a launch's tensors and raises when the
 launch ends. A property may take any exception for a refusal (the safety properties do: a refusal is safe),
 so the guard's errors are also recorded here, and ``Context.example`` turns what an example recorded into a
 safety-tier ``Mismatch``, whatever the property made of the exception.
@@ -24,7 +24,7 @@ _FOUND: list[Any] = []
 @contextlib.contextmanager
 def sanitizing() -> Iterator[None]:
     """Every Triton interpreter launch inside is bounds-checked; what it blocks is recorded for the example."""
-    from kvtable.spec.kernel_guard import sanitizing as guard
+    from kvtable.prover.symexec.guard import sanitizing as guard
 
     _FOUND.clear()
     try:

@@ -29,7 +29,7 @@ class Entry:
     mutant: str
     backend: type[ZooBackend]
     obligation: str = ""
-    """A z3 obligation (spec/obligations.py) that encodes the bug's formula and must yield a counterexample."""
+    """A z3 obligation (prover/obligations/) that encodes the bug's formula and must yield a counterexample."""
     examples: int = 10
     """Examples per property the suite gets to catch it (most need far fewer; see the zoo table)."""
 

@@ -114,8 +114,8 @@ class Z3Catch:
 
 def z3_catch(obligation: str, *, timeout_ms: int = 20_000) -> Z3Catch:
     """Discharge the named obligation (one that expects a counterexample) and keep z3's counterexample."""
-    from kvtable.spec.obligations import obligation as named
-    from kvtable.spec.z3_discharge import discharge
+    from kvtable.prover.obligations.registry import obligation as named
+    from kvtable.prover.solver.discharge import discharge
 
     chosen = named(obligation)
     if chosen.expect != "counterexample":

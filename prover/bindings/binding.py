@@ -1,0 +1,250 @@
+"""How a Triton kernel is launched, in symbols: which argument is which tensor, its sizes and strides, the grid.
+
+A ``Binding`` is declarative (plain strings and ints, so it can live in a TOML file or a Python object):
+launch parameters with their ranges, the tensors behind the pointer arguments (sizes as expressions over
+the parameters, strides as the kernel's stride arguments or a literal 1 for a contiguous last dimension),
+the scalar arguments as expressions, the constexprs, the grid, what the host checks before launching,
+and the roles the clause's formula reads (``table``, ``lengths``, ``out``, ...).
+
+``Launch`` turns it into z3: every parameter and stride an int32 variable (Triton passes Python ints
+that fit as int32), every program id an int32 below its grid size (CUDA allows 2^31-1 programs on axis 0,
+65535 on axes 1 and 2), every tensor's contents an uninterpreted function of its logical indices.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import z3
+
+from kvtable.prover.symexec.tl import Trace
+from kvtable.prover.symexec.values import DTYPES, INT32, IntType, KernelNotSupported, Parts, Pointer, Sym
+
+INT32_MAX = 2**31 - 1
+GRID_LIMITS = (INT32_MAX, 65535, 65535)
+"""CUDA's limits on the number of programs per grid axis."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A pointer argument's tensor: element dtype, sizes (expressions) and strides (argument names or 1)."""
+
+    dtype: str
+    sizes: tuple[str, ...]
+    strides: tuple[str | int, ...]
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"tensor dtype {self.dtype!r}: one of {sorted(DTYPES)}")
+        if len(self.sizes) != len(self.strides):
+            raise ValueError(f"sizes {self.sizes} and strides {self.strides} differ in rank")
+        literal = [s for s in self.strides if not isinstance(s, str)]
+        if any(s != 1 for s in literal) or len(literal) > 1:
+            raise ValueError(f"strides {self.strides}: argument names, and at most one literal 1 (contiguous)")
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What ``kvtable prove --kernel`` needs to know about a kernel's launch and the clause it implements."""
+
+    kernel: Any
+    """The ``@triton.jit`` function, or ``"pkg.mod:name"``."""
+    clause: str
+    """``W1``-``W4``, ``G4`` (location kernels) or ``G3`` (the replay fill); prover/bindings/contracts.py."""
+    params: Mapping[str, tuple[int, int]]
+    """Launch parameters and their inclusive ranges (sizes, counts)."""
+    tensors: Mapping[str, TensorSpec]
+    grid: tuple[str, ...]
+    scalars: Mapping[str, str] = field(default_factory=dict)
+    """Integer arguments as expressions over the parameters (each must fit int32)."""
+    constexprs: Mapping[str, int] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
+    """What the host checks before the launch, as expressions over the parameters."""
+    roles: Mapping[str, str] = field(default_factory=dict)
+    """The clause's inputs: tensor argument names (``table``, ``lengths``, ...) or parameter expressions."""
+    stride_ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """Ranges for stride arguments; default ``[0, 2^31-1]``."""
+    name: str = ""
+    """A short name for obligation names (default: the kernel's function name)."""
+
+    def kernel_object(self) -> Any:
+        if not isinstance(self.kernel, str):
+            return self.kernel
+        return load_object(self.kernel)
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        from kvtable.prover.symexec.run import python_function
+        return python_function(self.kernel_object()).__name__.strip("_").replace("_", "-")
+
+    def strides(self) -> set[str]:
+        return {s for t in self.tensors.values() for s in t.strides if isinstance(s, str)}
+
+
+def load_object(reference: str) -> Any:
+    """``"pkg.mod:attr"`` or ``"path/to/file.py:attr"``: the attribute, imported."""
+    module_name, _, attr = reference.partition(":")
+    if not attr:
+        raise ValueError(f"{reference!r}: expected MODULE:NAME or FILE.py:NAME")
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        spec = importlib.util.spec_from_file_location(f"_kvtable_binding_{path.stem}", path)
+        if spec is None or spec.loader is None:
+            raise ValueError(f"cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"{module_name} has no attribute {attr!r}") from None
+
+
+def binding_from_toml(path: str | Path) -> Binding:
+    """A binding written as TOML: the same fields, tensors as ``[tensors.NAME]`` tables."""
+    data = tomllib.loads(Path(path).read_text())
+    tensors = {name: TensorSpec(t["dtype"], tuple(t["sizes"]), tuple(t["strides"]))
+               for name, t in data.pop("tensors").items()}
+    params = {name: (int(lo), int(hi)) for name, (lo, hi) in data.pop("params").items()}
+    ranges = {name: (int(lo), int(hi)) for name, (lo, hi) in data.pop("stride_ranges", {}).items()}
+    return Binding(tensors=tensors, params=params, stride_ranges=ranges, grid=tuple(data.pop("grid")),
+                   requires=tuple(data.pop("requires", ())), **data)
+
+
+def load_binding(reference: str) -> Binding:
+    """``FILE.toml``, ``FILE.py:NAME`` or ``pkg.mod:NAME`` naming a ``Binding``."""
+    if reference.endswith(".toml"):
+        return binding_from_toml(reference)
+    found = load_object(reference)
+    if not isinstance(found, Binding):
+        raise ValueError(f"{reference} is a {type(found).__name__}, not a kvtable Binding")
+    return found
+
+
+def _cdiv(a: Any, b: Any) -> Any:
+    return (a + b - 1) / b
+
+
+def _min(a: Any, b: Any) -> Any:
+    return z3.If(a < b, a, b)
+
+
+def _max(a: Any, b: Any) -> Any:
+    return z3.If(a > b, a, b)
+
+
+class Launch:
+    """A binding in z3: parameters, strides, program ids, tensor contents; and the facts a launch implies."""
+
+    def __init__(self, binding: Binding, prefix: str = "") -> None:
+        self.binding = binding
+        self.prefix = prefix
+        self.params = {name: z3.BitVec(prefix + name, 32) for name in binding.params}
+        self.stride_vars = {name: z3.BitVec(prefix + name, 32) for name in sorted(binding.strides())}
+        self.pids = tuple(z3.BitVec(f"{prefix}pid{axis}", 32) for axis in range(len(binding.grid)))
+        self._functions: dict[str, z3.FuncDeclRef] = {}
+
+    # Expressions over the parameters (int64, exact for int32 parameters) ---------------------------
+    def expr(self, text: str | int) -> z3.BitVecRef:
+        if isinstance(text, int):
+            return z3.BitVecVal(text, 64)
+        scope = {name: z3.SignExt(32, v) for name, v in self.params.items()}
+        scope.update(cdiv=_cdiv, min=_min, max=_max)
+        value = eval(text, {"__builtins__": {}}, scope)  # noqa: S307 (a binding is the user's own code)
+        return value if isinstance(value, z3.ExprRef) else z3.BitVecVal(value, 64)
+
+    def condition(self, text: str) -> z3.BoolRef:
+        """A host check over the parameters and the stride arguments."""
+        scope = {name: z3.SignExt(32, v) for name, v in {**self.params, **self.stride_vars}.items()}
+        scope.update(cdiv=_cdiv, min=_min, max=_max)
+        return eval(text, {"__builtins__": {}}, scope)  # noqa: S307
+
+    def grid(self) -> tuple[z3.BitVecRef, ...]:
+        return tuple(self.expr(g) for g in self.binding.grid)
+
+    # Tensor contents --------------------------------------------------------------------------------
+    def element(self, tensor: str, indices: tuple[z3.ArithRef, ...]) -> z3.BitVecRef:
+        """The element at integer ``indices`` of tensor argument ``tensor`` (one function per tensor)."""
+        spec = self.binding.tensors[tensor]
+        fn = self._functions.get(tensor)
+        if fn is None:
+            sorts = [z3.IntSort()] * len(spec.sizes) + [z3.BitVecSort(DTYPES[spec.dtype].bits)]
+            fn = z3.Function(self.prefix + tensor, *sorts)
+            self._functions[tensor] = fn
+        return fn(*indices)
+
+    def indices(self, pointer: Pointer) -> tuple[z3.BitVecRef, ...]:
+        """The per-dimension indices (int64) of an address in ``pointer.tensor``: each stride's coefficient."""
+        spec = self.binding.tensors[pointer.tensor]
+        own = {s for s in spec.strides if isinstance(s, str)}
+        foreign = [n for n, _ in pointer.parts.coeffs if n not in own]
+        if foreign:
+            raise KernelNotSupported(f"an address into {pointer.tensor} uses the stride(s) {foreign} of another"
+                                     f" tensor, or a product of strides")
+        zero = z3.BitVecVal(0, 64)
+        out = []
+        for stride in spec.strides:
+            if isinstance(stride, str):
+                out.append(pointer.parts.coeff(stride) if pointer.parts.coeff(stride) is not None else zero)
+            else:
+                out.append(pointer.parts.rest)
+        return tuple(out)
+
+    def rest_is_zero(self, pointer: Pointer) -> z3.BoolRef:
+        """Without a contiguous dimension, a stride-free part of the address leaves the tensor's layout."""
+        if any(not isinstance(s, str) for s in self.binding.tensors[pointer.tensor].strides):
+            return z3.BoolVal(True)
+        return pointer.parts.rest == 0
+
+    def read(self, tensor: str, pointer: Pointer) -> z3.BitVecRef:
+        return self.element(tensor, tuple(z3.BV2Int(i, is_signed=True) for i in self.indices(pointer)))
+
+    def sizes(self, tensor: str) -> tuple[z3.BitVecRef, ...]:
+        return tuple(self.expr(s) for s in self.binding.tensors[tensor].sizes)
+
+    # The kernel's arguments -------------------------------------------------------------------------
+    def arguments(self) -> dict[str, Any]:
+        b = self.binding
+        args: dict[str, Any] = dict(b.constexprs)
+        for name, spec in b.tensors.items():
+            zero = z3.BitVecVal(0, 64)
+            args[name] = Pointer(name, DTYPES[spec.dtype], zero, Parts((), zero))
+        for name, var in self.stride_vars.items():
+            args[name] = Sym.stride(name, var, INT32)
+        for name, text in b.scalars.items():
+            args[name] = Sym(self.params[text] if text in self.params else z3.Extract(31, 0, self.expr(text)), INT32)
+        return args
+
+    def trace(self) -> Trace:
+        return Trace(read=self.read, grid=self.pids, sizes=tuple(z3.Extract(31, 0, g) for g in self.grid()))
+
+    def facts(self) -> list[z3.BoolRef]:
+        """Parameter and stride ranges, int32 scalars, grid limits, program ids in the grid, host checks."""
+        b = self.binding
+        facts = [z3.And(v >= lo, v <= hi) for (lo, hi), v in
+                 ((b.params[n], var) for n, var in self.params.items())]
+        for name, var in self.stride_vars.items():
+            lo, hi = b.stride_ranges.get(name, (0, INT32_MAX))
+            facts.append(z3.And(var >= lo, var <= hi))
+        for text in b.scalars.values():
+            value = self.expr(text)
+            facts.append(z3.And(value >= -(2**31), value <= INT32_MAX))
+        for pid, size, limit in zip(self.pids, self.grid(), GRID_LIMITS, strict=False):
+            # the constant bound on the id is implied; stated, it gives prover/solver/intblast.py an interval
+            facts += [size >= 1, size <= limit, z3.SignExt(32, pid) >= 0, z3.SignExt(32, pid) < size,
+                      z3.SignExt(32, pid) <= limit - 1]
+        facts += [self.condition(text) for text in b.requires]
+        return facts
+
+
+def dtype_of(binding: Binding, tensor: str) -> IntType:
+    return DTYPES[binding.tensors[tensor].dtype]

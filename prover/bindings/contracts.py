@@ -1,0 +1,202 @@
+"""The clauses a kernel's stores are checked against, over the integers, reading the kernel's own inputs.
+
+For an output element a contract gives: whether the element is one the clause writes (``in_range``),
+the clause's preconditions there, the value the clause gives it (W0's slot for W1-W4 and G4, E2's
+expansion inside G3's fill), and for the safety tier the set of values a write may take on any input
+(the token's own slot, a slot of page 0, or the pad). Inputs are read through ``Launch.element``, the
+same function the kernel's loads read, so a kernel that reads the right element agrees by congruence.
+
+Roles (``Binding.roles``) say which tensor argument or parameter plays which part; tables are
+``[G, R, W]`` stacks (per-group ``widths`` and ``page_sizes`` tensors) or one ``[R, W]`` table (the
+page size an expression, the width the table's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import z3
+
+from kvtable.prover.bindings.binding import Launch
+from kvtable.prover.symexec.values import KernelNotSupported
+
+TWO_31 = 2**31
+LOCATION_CLAUSES = ("W1", "W2", "W3", "W4", "G4")
+FILL_CLAUSES = ("G3", "E2")
+
+
+def signed(x: z3.BitVecRef) -> z3.ArithRef:
+    return z3.BV2Int(x, is_signed=True)
+
+
+@dataclass(frozen=True)
+class Element:
+    """What the clause says about one output element: is it written, under which facts, with what value."""
+
+    in_range: z3.BoolRef
+    preconditions: tuple[z3.BoolRef, ...]
+    """The clause's facts about this element's inputs, assumed where the store's mask holds."""
+    expected: z3.ArithRef
+    allowed: z3.BoolRef | None = None
+    """The safety tier's allowed values (None where the clause has no safety reading)."""
+    show: tuple[tuple[str, z3.ExprRef], ...] = ()
+    layout: tuple[z3.BoolRef, ...] = ()
+    """Facts about the launch's layout (page sizes, widths, packing), assumed for every lane."""
+
+
+class Roles:
+    """Reads the clause's inputs through a ``Launch``: tensors by role, parameters as expressions."""
+
+    def __init__(self, launch: Launch) -> None:
+        self.launch = launch
+        self.roles = launch.binding.roles
+
+    def has(self, role: str) -> bool:
+        return role in self.roles
+
+    def tensor(self, role: str) -> str:
+        name = self.roles.get(role)
+        if name not in self.launch.binding.tensors:
+            raise KernelNotSupported(f"the binding's role {role!r} must name a tensor argument, got {name!r}")
+        return name
+
+    def is_tensor(self, role: str) -> bool:
+        return self.roles.get(role) in self.launch.binding.tensors
+
+    def value(self, role: str, *index: z3.ArithRef) -> z3.ArithRef:
+        """A role's value: the tensor element at ``index``, or the parameter expression."""
+        if role not in self.roles:
+            raise KernelNotSupported(f"the binding has no role {role!r}")
+        if self.is_tensor(role):
+            return signed(self.launch.element(self.tensor(role), tuple(index)))
+        return signed(self.launch.expr(self.roles[role]))
+
+    def size(self, role: str, dim: int) -> z3.ArithRef:
+        return signed(self.launch.sizes(self.tensor(role))[dim])
+
+
+class LocationContract:
+    """W1-W4 and G4: ``out[g, i]`` is W0's slot of the token the clause puts at output position ``i``."""
+
+    def __init__(self, clause: str, roles: Roles) -> None:
+        self.clause, self.r = clause, roles
+        self.grouped = len(roles.launch.binding.tensors[roles.tensor("table")].sizes) == 3
+
+    def _split(self, index: tuple[z3.ArithRef, ...]) -> tuple[tuple[z3.ArithRef, ...], z3.ArithRef]:
+        """(the group index, if the table is a stack; the output position)."""
+        return index[:-1] if self.grouped else (), index[-1]
+
+    def _per_group(self, role: str, group: tuple[z3.ArithRef, ...]) -> z3.ArithRef:
+        return self.r.value(role, *group) if self.r.is_tensor(role) else self.r.value(role)
+
+    def geometry(self, group: tuple[z3.ArithRef, ...]) -> tuple[z3.ArithRef, z3.ArithRef, list[z3.BoolRef]]:
+        """The group's page size and width, and E1/T1 (ps >= 1, 1 <= width <= the table's width)."""
+        table_w = self.r.size("table", -1)
+        ps = self._per_group("page_sizes", group)
+        width = self._per_group("widths", group) if self.r.has("widths") else table_w
+        facts = [ps >= 1, width >= 1, width <= table_w]
+        if group:
+            facts.append(z3.And(group[0] >= 0, group[0] < self.r.size("table", 0)))
+        return ps, width, facts
+
+    def token(self, i: z3.ArithRef) -> tuple[z3.ArithRef, z3.ArithRef, z3.BoolRef, list[z3.BoolRef]]:
+        """(row, position, in range, the clause's facts on the lengths) of output position ``i``."""
+        if self.clause == "W3":
+            live = signed(self.r.launch.expr(self.r.roles["tokens"]))
+            padded = signed(self.r.launch.expr(self.r.roles.get("padded", self.r.roles["tokens"])))
+            in_range, facts = z3.And(i >= 0, i < padded), []
+            if self.r.roles.get("rows") == "program":  # one program per request, its tokens [qsl[r], qsl[r+1])
+                row = signed(self.r.launch.pids[0])
+                start, end = (self.r.value("query_start_loc", row + k) for k in (0, 1))
+                in_range = z3.And(in_range, start <= i, i < end)
+                facts.append(z3.And(0 <= start, start <= end, end <= live))  # sorted, inside the live tokens
+            else:
+                row = self.r.value("rows", i)
+            pos = self.r.value("positions", i)
+            facts.append(z3.Implies(i < live, z3.And(row >= 0, row < self.r.size("table", -2), pos >= 0)))
+            return row, pos, in_range, facts
+        n, bs = self.r.value("n"), self.r.value("bs")
+        row, t = i / n, i % n
+        seq = self.r.value("lengths", row)
+        position = z3.If(seq - n + t > 0, seq - n + t, 0)
+        facts = [n >= 1, z3.Implies(z3.And(i >= 0, i < bs * n), seq >= 1)]
+        if self.clause == "W1":
+            facts.append(n == 1)
+        if self.clause == "W2":  # a real row holds N tokens; a padded row replays at seq_len 1
+            facts.append(z3.Implies(z3.And(i >= 0, i < bs * n), z3.Or(seq >= n, seq == 1)))
+        return row, position, z3.And(i >= 0, i < bs * n), facts
+
+    def pad(self) -> z3.ArithRef | None:
+        return signed(self.r.launch.expr(self.r.roles["pad"])) if self.r.has("pad") else None
+
+    def element(self, index: tuple[z3.ArithRef, ...], stored: z3.ArithRef, *, safety: bool = False) -> Element:
+        group, i = self._split(index)
+        ps, width, facts = self.geometry(group)
+        row, pos, in_range, length_facts = self.token(i)
+        col, offset = pos / ps, pos % ps
+        entry = self.r.value("table", *group, row, col)
+        slot = entry * ps + offset
+        live = in_range
+        if self.clause == "W3":
+            live = z3.And(in_range, i < signed(self.r.launch.expr(self.r.roles["tokens"])))
+        pad = self.pad()
+        expected = slot if pad is None else z3.If(live, slot, pad)
+        past_width = self.r.roles.get("beyond_width") == "pad"
+        if past_width:  # vLLM's guard (#53982): a column past the table's width writes the pad
+            expected = z3.If(z3.And(live, col >= width), pad, expected)
+        show = (("row", row), ("position", pos), ("column", col), ("page", entry), ("slot", slot))
+        own = z3.And(entry > 0, row >= 0, col >= 0, col < width, pos >= 0, stored == slot)
+        sink = z3.And(stored >= 0, stored < ps)
+        allowed = z3.Or(own, sink, *([stored == pad] if pad is not None else []))
+        if safety:
+            return Element(in_range, (), expected, allowed, show, tuple(facts))
+        fits = z3.BoolVal(True) if past_width else pos < width * ps
+        t8 = z3.Implies(z3.And(live, z3.Or(col < width, not past_width)),
+                        z3.And(fits, entry >= 0, (entry + 1) * ps <= TWO_31))
+        return Element(in_range, (*length_facts, t8), expected, allowed, show, tuple(facts))
+
+    def entry_facts(self, table_index: tuple[z3.ArithRef, ...], value: z3.ArithRef) -> list[z3.BoolRef]:
+        """Any table entry the kernel reads is a page id or the pad -1 (T1), within W5 for its group."""
+        ps, _, _ = self.geometry(table_index[:1] if self.grouped else ())
+        return [value >= -1, (value + 1) * ps <= TWO_31]
+
+
+class FillContract:
+    """G3 (and E2 within it): ``dst[g, b, w]`` of a replay fill from the packed live tables."""
+
+    def __init__(self, clause: str, roles: Roles) -> None:
+        self.clause, self.r = clause, roles
+
+    def element(self, index: tuple[z3.ArithRef, ...], stored: z3.ArithRef, *, safety: bool = False) -> Element:
+        del stored, safety
+        g, b, col = index
+        meta = [self.r.value("meta", g, z3.IntVal(k)) for k in range(3)]
+        offset, cols, ratio = meta
+        bs, live_rows = self.r.value("bs"), self.r.value("actual_bs")
+        numel, width = self.r.value("packed_numel"), self.r.value("dst_w")
+        src_col = col / ratio
+        v = self.r.value("packed", offset + b * cols + src_col)
+        live, in_src = b < live_rows, src_col < cols
+        expanded = z3.If(v > 0, v * ratio + col % ratio, v)
+        expected = z3.If(live, z3.If(in_src, expanded, self.r.value("tail_pad")), 0)
+        in_range = z3.And(g >= 0, g < self.r.size("meta", 0), b >= 0, b < bs, col >= 0, col < width)
+        layout = (ratio >= 1, cols >= 0, offset >= 0, offset + live_rows * cols <= numel, live_rows <= bs)
+        facts = [z3.Implies(z3.And(in_range, live, in_src), (v + 1) * ratio <= TWO_31)]
+        if self.clause == "E2":  # the expansion itself: live rows, columns inside the source
+            facts += [live, in_src]
+        show = (("source column", src_col), ("source value", v), ("live row", live))
+        return Element(in_range, tuple(facts), expected, None, show, layout)
+
+    def entry_facts(self, table_index: tuple[z3.ArithRef, ...], value: z3.ArithRef) -> list[z3.BoolRef]:
+        del table_index, value
+        return []
+
+
+def contract(clause: str, launch: Launch) -> LocationContract | FillContract:
+    roles = Roles(launch)
+    if clause in LOCATION_CLAUSES:
+        return LocationContract(clause, roles)
+    if clause in FILL_CLAUSES:
+        return FillContract(clause, roles)
+    raise KernelNotSupported(f"no kernel contract for clause {clause}; kernels implement one of "
+                             f"{LOCATION_CLAUSES + FILL_CLAUSES}")

@@ -1,0 +1,139 @@
+"""Translation validation of the Triton kernels: their own source, run symbolically, against the clauses.
+
+Each kernel of impl/triton_kernels.py is executed by prover/symexec/run.py on its launch binding
+(prover/bindings/builtin.py) and asked prover/bindings/queries.py's three questions: in bounds (every load
+and store, for every program id, lane and loaded value), agreement with each clause it implements,
+and safety on any input. Unlike the formula-level obligations these are about the code that runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from kvtable.prover.bindings import builtin as kb
+from kvtable.prover.bindings import queries as kq
+from kvtable.prover.bindings.binding import Binding
+from kvtable.prover.obligations.base import Expect, Obligation
+from kvtable.prover.solver.discharge import Outcome, Query, discharge
+
+
+@dataclass(frozen=True)
+class KernelObligation(Obligation):
+    """An obligation about a kernel's code: its counterexamples are looked for small, and replayed."""
+
+    binding: Callable[[], Binding] = field(default=lambda: None)  # type: ignore[assignment,return-value]
+
+
+def _clause(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def _kernel(name: str) -> str:
+    """``"G4.kernel-stacked-locs-in-bounds"`` -> ``"stacked-locs"`` (no binding built, no impl/ imported)."""
+    rest = name.split(".kernel-", 1)[1]
+    return next(rest[:-len(s)] for s in ("-in-bounds", "-agrees", "-safe", "-negative-position", "")
+                if rest.endswith(s))
+
+
+def in_bounds(name: str, binding: Callable[[], Binding], what: str) -> KernelObligation:
+    return KernelObligation(name, _clause(name),
+                            f"{_kernel(name)} kernel: every masked load and store stays inside its tensor, per"
+                            f" dimension, for every program id, lane and loaded value ({what})",
+                            lambda: kq.in_bounds(binding()), "proved", binding)
+
+
+def agrees(name: str, binding: Callable[[], Binding], what: str) -> KernelObligation:
+    return KernelObligation(name, _clause(name), f"{_kernel(name)} kernel: {what}",
+                            lambda: kq.agreement(binding(), _clause(name)), "proved", binding)
+
+
+def safe(name: str, binding: Callable[[], Binding], what: str, expect: Expect = "proved",
+         build: Callable[[], Query] | None = None) -> KernelObligation:
+    return KernelObligation(name, _clause(name), f"{_kernel(name)} kernel: {what}",
+                            build or (lambda: kq.safety(binding())), expect, binding)
+
+
+def kernel_obligations(binding: Binding, clauses: tuple[str, ...] = ()) -> tuple[Obligation, ...]:
+    """In bounds, agreement with ``binding.clause`` (and ``clauses``) and, for a location clause, safety:
+    the obligations ``kvtable prove --kernel`` runs on a user's kernel."""
+    def bound() -> Binding:
+        return binding
+    prefix = f"{binding.clause}.kernel-{binding.label}"
+    obligations = [in_bounds(f"{prefix}-in-bounds", bound, "the user's binding")]
+    for clause in (binding.clause, *clauses):
+        obligations.append(agrees(f"{clause}.kernel-{binding.label}-agrees", bound,
+                                  f"every store writes the element clause {clause} writes, with its value, under"
+                                  " its preconditions"))
+    if binding.clause not in ("G3", "E2"):
+        obligations.append(safe(f"{prefix}-safe", bound, "with any table contents and lengths, every store is"
+                                                        " the token's own slot, a slot of page 0, or the pad"))
+    return tuple(obligations)
+
+
+OBLIGATIONS: tuple[Obligation, ...] = (
+    in_bounds("G4.kernel-stacked-locs-in-bounds", kb.stacked_locs, "stale lengths and widths included"),
+    agrees("W1.kernel-stacked-locs-agrees", lambda: kb.stacked_locs(clause="W1"),
+           "with n = 1, out[g, b] is W0's slot of position seq_len-1 of row b (T8, T4, W5 assumed)"),
+    agrees("W2.kernel-stacked-locs-agrees", lambda: kb.stacked_locs(clause="W2"),
+           "out[g, b*n+t] is the slot of max(seq_len-n+t, 0), real rows (seq_len >= n) and padded rows alike"),
+    agrees("W4.kernel-stacked-locs-agrees", lambda: kb.stacked_locs(clause="W4"),
+           "out[g, b*n+t] is the slot of max(frontier-n+t, 0) for every row with a frontier >= 1"),
+    agrees("G4.kernel-stacked-locs-agrees", kb.stacked_locs,
+           "replay's locations into [:bs*n] of every group only; lanes past bs*n store nothing"),
+    safe("G4.kernel-stacked-locs-safe", kb.stacked_locs,
+         "with any table contents and lengths, every store is the token's own slot or a slot of page 0"),
+    in_bounds("W3.kernel-extend-locs-in-bounds", kb.stacked_extend_locs, "any rows, positions and table contents"),
+    agrees("W3.kernel-extend-locs-agrees", kb.stacked_extend_locs,
+           "out[g, i] is W0's slot of position positions[i] of row rows[i]"),
+    safe("W3.kernel-extend-locs-safe", kb.stacked_extend_locs,
+         "with any table contents and rows, positions >= 0: every store is the token's own slot or a slot of"
+         " page 0"),
+    safe("T9.kernel-extend-locs-negative-position", kb.stacked_extend_locs,
+         "a negative position (T9 dropped) makes pos % ps negative: a slot outside page 0 and the token's own",
+         "counterexample", lambda: kq.safety(kb.stacked_extend_locs(), nonnegative_positions=False)),
+    KernelObligation("W0.kernel-stacked-locs-is-the-encoding", "W0",
+                     "stacked-locs kernel: every stored value is prover/solver/encoding.py's stacked_lane(...).out"
+                     " on the same loads, so the formula obligations about that encoding are about this code",
+                     lambda: kq.matches_encoding(kb.stacked_locs()), "proved", kb.stacked_locs),
+    KernelObligation("W0.kernel-extend-locs-is-the-encoding", "W0",
+                     "extend-locs kernel: for rows in the table and positions >= 0, every stored value is"
+                     " prover/solver/encoding.py's lane_at(...).out on the same loads", lambda: kq.matches_encoding(
+                         kb.stacked_extend_locs()), "proved", kb.stacked_extend_locs),
+    in_bounds("G3.kernel-replay-fill-in-bounds", kb.replay_fill, "any packed contents, metadata and batch sizes"),
+    agrees("G3.kernel-replay-fill-agrees", kb.replay_fill,
+           "dst[g, b, w] is the expanded live entry, the tail pad or 0, for b < bs only"),
+    agrees("E2.kernel-replay-fill-agrees", lambda: kb.replay_fill(clause="E2"),
+           "a live source entry v at kernel column w becomes v*r + w % r if v > 0, else stays v"),
+)
+
+
+def preload(obligations: Iterable[Obligation]) -> None:
+    """Import the kernels (impl/, triton, a user's module) once, before the obligations fork, so each forked
+    child inherits them instead of importing torch and triton again."""
+    from kvtable.prover.obligations.torch_ops import TorchObligation
+
+    for ob in obligations:
+        if isinstance(ob, KernelObligation):
+            ob.binding().kernel_object()
+        elif isinstance(ob, TorchObligation):
+            import kvtable.impl.torch_kernels  # noqa: F401
+
+
+def kernel_outcome(obligation: KernelObligation, timeout_ms: int, small: int | None) -> Outcome:
+    """Discharge; for a counterexample, look again among launches small enough to replay (small tensors, else a
+    small grid), then replay it."""
+    from kvtable.prover.symexec.replay import replay
+
+    query = obligation.build()
+    outcome = discharge(query, timeout_ms, small=small)
+    if outcome.status != "counterexample":
+        return outcome
+    binding = obligation.binding()
+    for strides in (True, False):  # small tensors first; a wrap needs large strides, which a small grid can have
+        smaller = discharge(kq.replayable(binding, query, strides=strides), timeout_ms, small=small)
+        if smaller.status == "counterexample":
+            outcome = smaller
+            break
+    report = replay(binding, dict(outcome.model))
+    return Outcome(outcome.status, outcome.seconds, outcome.model, "\n".join([outcome.detail, str(report)]).strip())

@@ -1,0 +1,247 @@
+"""``kvtable prove``: discharge every proof obligation with z3 and print one table row as each finishes.
+
+Exit status 0 only if every obligation passed: proved where it must be proved, refuted with a concrete
+counterexample where it drops a precondition on purpose. A z3 timeout is "unknown", and fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import multiprocessing
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from typing import Any, TextIO
+
+from kvtable.argtypes import positive_float
+from kvtable.exitcodes import UsageError
+from kvtable.prover.bindings.binding import load_binding, load_object
+from kvtable.prover.obligations.kernels import KernelObligation, kernel_obligations, kernel_outcome, preload
+from kvtable.prover.obligations.registry import OBLIGATIONS, Obligation
+from kvtable.prover.solver.discharge import Outcome, discharge
+from kvtable.prover.solver.intblast import UnsupportedOperation
+from kvtable.prover.symexec.values import KernelNotSupported
+from kvtable.spec.clauses import clause_label
+
+DEFAULT_TIMEOUT_S = 20.0
+SMALL_VALUES = 64
+"""Expected counterexamples are looked for among values in [-64, 64] first, to read easily."""
+GRACE_S = 10.0
+"""Beyond its z3 timeout, how long an isolated obligation may take (building, checking) before it is killed."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """One obligation and what z3 made of it."""
+
+    obligation: Obligation
+    outcome: Outcome
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome.status == self.obligation.expect
+
+    @property
+    def verdict(self) -> str:
+        status, expect = self.outcome.status, self.obligation.expect
+        if status == "counterexample" and expect == "counterexample":
+            return "counterexample (expected)"
+        if status == "proved" and expect == "counterexample":
+            return "proved (counterexample expected)"
+        return status
+
+
+def _outcome(obligation: Obligation, timeout_s: float) -> Outcome:
+    small = SMALL_VALUES if obligation.expect == "counterexample" else None
+    try:
+        if isinstance(obligation, KernelObligation):
+            return kernel_outcome(obligation, int(timeout_s * 1000), SMALL_VALUES)
+        return discharge(obligation.build(), int(timeout_s * 1000), small=small)
+    except (UnsupportedOperation, KernelNotSupported) as exc:
+        return Outcome("unknown", 0.0, detail=str(exc))
+
+
+def _child(obligation: Obligation, timeout_s: float, conn: Connection) -> None:
+    try:
+        conn.send(_outcome(obligation, timeout_s))
+    except Exception as exc:  # report the builder's bug in the table rather than lose it
+        conn.send(Outcome("unknown", 0.0, detail=f"error: {type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def _isolated(obligation: Obligation, timeout_s: float) -> Outcome:
+    """Discharge in a forked process: a fresh z3 term table (the answer cannot depend on which obligations
+    ran before) and a hard stop if z3 overruns its own timeout."""
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_child, args=(obligation, timeout_s, send), daemon=True)
+    process.start()
+    send.close()
+    try:
+        if receive.poll(timeout_s + GRACE_S):
+            return receive.recv()
+        return Outcome("unknown", timeout_s + GRACE_S, detail=f"killed after {timeout_s + GRACE_S:g}s")
+    except EOFError:
+        return Outcome("unknown", 0.0, detail=f"the prover process died (exit code {process.exitcode})")
+    finally:
+        receive.close()
+        if process.is_alive():
+            process.kill()
+        process.join()
+
+
+def prove_one(obligation: Obligation, timeout_s: float, *, isolate: bool | None = None) -> Result:
+    """Build the obligation's query and discharge it within ``timeout_s``.
+
+    ``isolate`` (default: wherever ``fork`` exists) runs it in a forked process.
+    """
+    if isolate is None:
+        isolate = "fork" in multiprocessing.get_all_start_methods()
+    start = time.perf_counter()
+    outcome = _isolated(obligation, timeout_s) if isolate else _outcome(obligation, timeout_s)
+    return Result(obligation, outcome, time.perf_counter() - start)
+
+
+def prove(obligations: Iterable[Obligation], timeout_s: float = DEFAULT_TIMEOUT_S,
+          on_result: Callable[[Result], None] | None = None, *, isolate: bool | None = None) -> list[Result]:
+    """Discharge ``obligations`` in order, calling ``on_result`` as each finishes."""
+    obligations = list(obligations)
+    preload(obligations)
+    results = []
+    for obligation in obligations:
+        result = prove_one(obligation, timeout_s, isolate=isolate)
+        if on_result is not None:
+            on_result(result)
+        results.append(result)
+    return results
+
+
+def select(patterns: Sequence[str] | None, obligations: Sequence[Obligation] = OBLIGATIONS) -> list[Obligation]:
+    """The obligations matching any of ``patterns`` (names or shell globs like ``T5.*``), in registry order."""
+    if not patterns:
+        return list(obligations)
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(ob.name, p) for ob in obligations)]
+    if unmatched:
+        raise KeyError(f"no proof obligation matches {unmatched}; known: {[ob.name for ob in obligations]}")
+    return [ob for ob in obligations if any(fnmatch.fnmatchcase(ob.name, p) for p in patterns)]
+
+
+# Output ------------------------------------------------------------------------------------------
+def format_model(model: Iterable[tuple[str, int | bool]]) -> str:
+    """``seq_len=0, page_size=1, ...``: a counterexample's values, in the order the query gives them."""
+    return ", ".join(f"{name}={value}" for name, value in model)
+
+
+class Table:
+    """The progress table: a header, then one row per obligation as it finishes, then a summary."""
+
+    def __init__(self, obligations: Sequence[Obligation], out: TextIO, show_counterexamples: bool) -> None:
+        self.out = out
+        self.show_counterexamples = show_counterexamples
+        self.name_width = max([len("obligation"), *(len(ob.name) for ob in obligations)])
+        self.clause_width = max([len("clause"), *(len(clause_label(ob.clause)) for ob in obligations)])
+        self.result_width = len("proved (counterexample expected)")
+
+    def header(self) -> None:
+        self._line("obligation", "clause", "result", "time")
+
+    def row(self, result: Result) -> None:
+        ob, outcome = result.obligation, result.outcome
+        self._line(ob.name, clause_label(ob.clause), result.verdict, f"{result.seconds:6.2f}s")
+        replayed = isinstance(ob, KernelObligation) and outcome.status == "counterexample"
+        if outcome.detail and (not result.passed or (replayed and self.show_counterexamples)):
+            self.out.write("    why: " + outcome.detail.replace("\n", "\n         ") + "\n")
+        if outcome.model and (self.show_counterexamples or not result.passed):
+            self.out.write(f"    counterexample: {format_model(outcome.model)}\n")
+        self.out.flush()
+
+    def summary(self, results: Sequence[Result], seconds: float) -> None:
+        failed = [r.obligation.name for r in results if not r.passed]
+        expected = sum(r.passed and r.obligation.expect == "counterexample" for r in results)
+        proved = sum(r.passed and r.obligation.expect == "proved" for r in results)
+        line = (f"{len(results)} obligations: {proved} proved, {expected} counterexamples found as expected, "
+                f"{len(failed)} failed ({seconds:.2f}s)")
+        self.out.write(line + ("\nfailed: " + ", ".join(failed) if failed else "") + "\n")
+
+    def _line(self, name: str, clause: str, result: str, seconds: str) -> None:
+        self.out.write(f"{name:<{self.name_width}}  {clause:<{self.clause_width}}  "
+                       f"{result:<{self.result_width}}  {seconds:>7}\n")
+
+
+def to_json(results: Sequence[Result], seconds: float, timeout_s: float) -> dict[str, Any]:
+    """The machine-readable report of ``--json``."""
+    rows = [{
+        "name": r.obligation.name,
+        "clause": r.obligation.clause,
+        "statement": r.obligation.statement,
+        "expect": r.obligation.expect,
+        "status": r.outcome.status,
+        "result": r.verdict,
+        "passed": r.passed,
+        "seconds": round(r.seconds, 4),
+        "detail": r.outcome.detail,
+        "counterexample": dict(r.outcome.model) if r.outcome.status == "counterexample" else None,
+    } for r in results]
+    failed = sum(not r.passed for r in results)
+    summary = {"total": len(results), "passed": len(results) - failed, "failed": failed,
+               "seconds": round(seconds, 3), "timeout_s": timeout_s}
+    return {"obligations": rows, "summary": summary}
+
+
+def user_kernel_obligations(binding: str | None, kernel: str | None) -> tuple[Obligation, ...]:
+    """``--binding`` (and ``--kernel``): the in-bounds, agreement and safety obligations of a user's kernel."""
+    if not binding:
+        raise ValueError("--kernel needs --binding: which argument is the table, the lengths, the output, the clause")
+    loaded = load_binding(binding)
+    if kernel:
+        loaded = replace(loaded, kernel=load_object(kernel))
+    return kernel_obligations(loaded)
+
+
+# The subcommand ----------------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--show-counterexamples", action="store_true",
+                        help="print the concrete values of every counterexample, expected ones included")
+    parser.add_argument("--json", action="store_true", help="print one JSON report instead of the table")
+    parser.add_argument("--only", action="append", metavar="NAME",
+                        help="discharge only obligations matching NAME (a name or a glob like 'T5.*');"
+                             " may be repeated")
+    parser.add_argument("--binding", metavar="FILE",
+                        help="prove a Triton kernel of yours: a binding (FILE.toml, FILE.py:NAME or pkg.mod:NAME)"
+                             " naming its tensors, lengths, page sizes, output and clause; only its obligations run")
+    parser.add_argument("--kernel", metavar="MODULE:NAME",
+                        help="with --binding: the @triton.jit kernel to prove, instead of the binding's own")
+    parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help=f"z3 time per obligation before it counts as unknown (default {DEFAULT_TIMEOUT_S:g})")
+
+
+def run(args: argparse.Namespace, obligations: Sequence[Obligation] = OBLIGATIONS) -> int:
+    """Discharge the selected obligations; 0 if all passed, 1 if any failed; ``--only`` matching none, or a
+    ``--binding`` that does not load, is a ``UsageError`` (exit 2)."""
+    if getattr(args, "binding", None) or getattr(args, "kernel", None):
+        try:
+            obligations = user_kernel_obligations(args.binding, args.kernel)
+        except (ValueError, ImportError, KernelNotSupported) as exc:
+            raise UsageError(str(exc)) from None
+    try:
+        chosen = select(args.only, obligations)
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+    start = time.perf_counter()
+    if args.json:
+        results = prove(chosen, args.timeout)
+        report = to_json(results, time.perf_counter() - start, args.timeout)
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        table = Table(chosen, sys.stdout, args.show_counterexamples)
+        table.header()
+        results = prove(chosen, args.timeout, on_result=table.row)
+        table.summary(results, time.perf_counter() - start)
+    return 0 if all(r.passed for r in results) else 1

@@ -1,0 +1,179 @@
+"""Discharge one proof query with z3: prove it, or find a concrete counterexample and check it.
+
+A query is its preconditions and its goal; z3 looks for a model of ``preconditions and not goal``.
+None (unsat) means proved for every value of the free variables at their widths. The query is solved
+in its exact integer reading (prover/solver/intblast.py); a model found there is then evaluated in the
+original bit-vector query, so a counterexample is reported only if z3's own bit-vector semantics
+confirm it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import z3
+
+from kvtable.prover.solver.intblast import IntBlaster
+
+Status = Literal["proved", "counterexample", "unknown"]
+
+
+@dataclass(frozen=True)
+class Query:
+    """What an obligation asks: ``assumptions`` imply ``goal`` for all values of the free variables."""
+
+    assumptions: tuple[z3.BoolRef, ...]
+    goal: z3.BoolRef
+    show: tuple[tuple[str, z3.ExprRef], ...] = ()
+    """Derived values (positions, columns, locations) printed with a counterexample."""
+    steps: tuple[z3.BoolRef, ...] = ()
+    """Lemmas proved in order, each under the assumptions and the steps before it; the goal may use all."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """z3's answer: the status, the solver time, and for a counterexample its concrete values."""
+
+    status: Status
+    seconds: float
+    model: tuple[tuple[str, int | bool], ...] = ()
+    detail: str = ""
+
+
+def _nonlinear() -> z3.Solver:
+    return z3.SolverFor("QF_UFNIA")
+
+
+def _normalized() -> z3.Solver:
+    """Polynomials in sum-of-monomials form and bounds propagated before the search."""
+    return z3.Then(z3.With("simplify", arith_lhs=True, som=True), "propagate-values", "solve-eqs",
+                   "propagate-ineqs", "smt").solver()
+
+
+def _simplified() -> z3.Solver:
+    return z3.Then("simplify", "propagate-values", "solve-eqs", "smt").solver()
+
+
+STRATEGIES: tuple[tuple[str, Callable[[], z3.Solver]], ...] = (
+    ("nia", _nonlinear), ("normalized", _normalized), ("simplified", _simplified))
+"""z3 configurations tried in turn; nonlinear integer search is sensitive to the formula's shape."""
+
+SLICES_MS: tuple[int, ...] = (500, 2000)
+"""Time slices per strategy before the last round, which shares whatever budget is left."""
+
+SMALL_MS = 500
+"""Time for the search among small values that ``small=`` asks for, before the unrestricted one."""
+
+
+def discharge(query: Query, timeout_ms: int, *, small: int | None = None) -> Outcome:
+    """Prove ``query`` or refute it with a checked counterexample; ``unknown`` when z3 gives up.
+
+    Steps first, then the goal; each runs the strategies in rounds of growing time slices until one
+    decides or the shared ``timeout_ms`` is spent. With ``small``, a counterexample to the goal whose
+    values all lie in ``[-small, small]`` is looked for first, so an expected one reads easily; finding
+    none there proves nothing and the search goes on.
+    """
+    deadline = time.perf_counter() + timeout_ms / 1000
+    start = time.perf_counter()
+    known = list(query.assumptions)
+    for number, step in enumerate(query.steps, 1):
+        outcome = _decide(known, step, (), deadline, None)
+        if outcome.status != "proved":
+            detail = f"step {number} ({step}) not proved: {outcome.status} {outcome.detail}".strip()
+            return Outcome("unknown", time.perf_counter() - start, outcome.model, detail)
+        known.append(step)
+    outcome = _decide(known, query.goal, query.show, deadline, small)
+    return replace(outcome, seconds=time.perf_counter() - start)
+
+
+def _decide(assumptions: list[z3.BoolRef], goal: z3.BoolRef, show: tuple[tuple[str, z3.ExprRef], ...],
+            deadline: float, small: int | None) -> Outcome:
+    negated = z3.And(*assumptions, z3.Not(goal))
+    blaster = IntBlaster(assumptions)
+    image = blaster.translate(negated)
+    start = time.perf_counter()
+
+    def counterexample(model: z3.ModelRef, strategy: str) -> Outcome:
+        confirmed = _confirmed(negated, blaster, model)
+        values = _values(blaster, model, show)
+        if not confirmed:
+            return Outcome("unknown", time.perf_counter() - start, values,
+                           "the integer model does not satisfy the bit-vector query")
+        return Outcome("counterexample", time.perf_counter() - start, values, strategy)
+
+    if small is not None:
+        solver = _nonlinear()
+        solver.set("timeout", max(1, min(SMALL_MS, _left_ms(deadline))))
+        bounded = [img for _, img in blaster.variables.values()] + [img for _, img in blaster.applications]
+        solver.add(*blaster.side, image, *(z3.And(-small <= x, x <= small) for x in bounded))
+        if solver.check() == z3.sat:
+            found = counterexample(solver.model(), "nia, small values")
+            if found.status == "counterexample":
+                return found
+    reasons: list[str] = []
+    for slice_ms in (*SLICES_MS, None):
+        for name, make in STRATEGIES:
+            left_ms = _left_ms(deadline)
+            if left_ms <= 0:
+                return Outcome("unknown", time.perf_counter() - start, detail="timeout: " + "; ".join(reasons))
+            solver = make()
+            solver.set("timeout", left_ms if slice_ms is None else min(slice_ms, left_ms))
+            solver.add(*blaster.side, image)
+            answer = solver.check()
+            if answer == z3.unsat:
+                return Outcome("proved", time.perf_counter() - start, detail=name)
+            if answer == z3.sat:
+                return counterexample(solver.model(), name)
+            reasons.append(f"{name}: {solver.reason_unknown()}")
+    return Outcome("unknown", time.perf_counter() - start, detail="; ".join(reasons))
+
+
+def _left_ms(deadline: float) -> int:
+    return int((deadline - time.perf_counter()) * 1000)
+
+
+def _value(model: z3.ModelRef, term: z3.ExprRef) -> int | bool:
+    value = model.eval(term, model_completion=True)
+    return z3.is_true(value) if z3.is_bool(value) else value.as_long()
+
+
+def _literal(like: z3.ExprRef, value: int | bool) -> z3.ExprRef:
+    """``value`` as a z3 constant of ``like``'s sort."""
+    if z3.is_bv(like):
+        return z3.BitVecVal(value, like.size())
+    return z3.BoolVal(value) if z3.is_bool(like) else z3.IntVal(value)
+
+
+def _values(blaster: IntBlaster, model: z3.ModelRef,
+            show: tuple[tuple[str, z3.ExprRef], ...]) -> tuple[tuple[str, int | bool], ...]:
+    """The counterexample: free variables, table entries read, then the derived values (all signed)."""
+    out: list[tuple[str, int | bool]] = []
+    for name, (original, _image) in sorted(blaster.variables.items()):
+        if name.startswith("meaning_"):
+            continue
+        out.append((name, _value(model, blaster.translate(original))))
+    seen: set[str] = set()
+    for original, _image in blaster.applications:
+        args = ", ".join(str(_value(model, blaster.translate(a))) for a in original.children())
+        label = f"{original.decl().name()}[{args}]"
+        if label not in seen:
+            seen.add(label)
+            out.append((label, _value(model, blaster.translate(original))))
+    for name, term in show:
+        if name not in blaster.variables:
+            out.append((name, _value(model, blaster.translate(term))))
+    return tuple(out)
+
+
+def _confirmed(negated: z3.BoolRef, blaster: IntBlaster, model: z3.ModelRef) -> bool:
+    """Evaluate the bit-vector query at the model: constants first, then the table entries it reads."""
+    constants = [(original, _literal(original, _value(model, image)))
+                 for original, image in blaster.variables.values()]
+    grounded = z3.simplify(z3.substitute(negated, *constants)) if constants else z3.simplify(negated)
+    entries = [(z3.simplify(z3.substitute(original, *constants)) if constants else original,
+                _literal(original, _value(model, image))) for original, image in blaster.applications]
+    verdict = z3.simplify(z3.substitute(grounded, *entries)) if entries else grounded
+    return z3.is_true(verdict)

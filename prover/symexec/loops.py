@@ -1,0 +1,89 @@
+"""Loops with symbolic bounds (``for i in range(start, end, BLOCK)``, vLLM's loop over a request's tokens) as one
+symbolic iteration that stands for every iteration, the way one symbolic lane stands for every lane.
+
+The loop variable is a fresh value ``i = start + k * step`` (``k >= 0``, exact: no wrap), and everything the body
+loads or stores is guarded by ``i < end``: an iteration that does not run touches nothing. That is sound only
+when iterations do not depend on each other, so the loop's source is checked first: no ``break`` or
+``return`` in the body, every name the body assigns is assigned before the body reads it (no value carried from
+one iteration to the next, ``acc += x`` included), and no name the body assigns is read after the loop before
+it is assigned again. A loop
+that fails the check, or a step that is not a positive constexpr, is refused naming the line.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+import types
+from collections.abc import Iterator
+
+import z3
+
+from kvtable.prover.symexec.values import INT64, KernelNotSupported, Sym, as_sym, fresh
+
+
+def _names(node: ast.AST, ctx: type) -> set[str]:
+    found = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)}
+    if ctx is ast.Load:  # ``x += 1`` reads x too
+        found |= {n.target.id for n in ast.walk(node) if isinstance(n, ast.AugAssign)
+                  and isinstance(n.target, ast.Name)}
+    return found
+
+
+def _loop_at(code: types.CodeType, line: int) -> tuple[ast.For, ast.AST]:
+    """The ``for`` statement of ``code`` on source line ``line``, and the function it is in."""
+    try:
+        lines, first = inspect.getsourcelines(code)
+    except (OSError, TypeError):
+        raise KernelNotSupported(f"a loop with symbolic bounds in {code.co_name}, whose source is not available"
+                                 f" to check") from None
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    loops = [n for n in ast.walk(tree) if isinstance(n, ast.For) and n.lineno + first - 1 == line]
+    if len(loops) != 1:
+        raise KernelNotSupported(f"a symbolic range() outside a for statement, at {code.co_filename}:{line}")
+    return loops[0], tree
+
+
+def check_independent(code: types.CodeType, line: int) -> None:
+    """Refuse the loop on ``line`` unless its iterations are independent (see the module docstring)."""
+    loop, function = _loop_at(code, line)
+    where = f"at {code.co_filename}:{line}"
+    if any(isinstance(n, (ast.Break, ast.Return)) for s in loop.body for n in ast.walk(s)):
+        raise KernelNotSupported(f"a `break` or `return` inside a loop with symbolic bounds ({where})")
+    assigned = set().union(*(_names(s, ast.Store) for s in loop.body))
+    defined = _names(loop.target, ast.Store)
+    for statement in loop.body:
+        carried = (_names(statement, ast.Load) & assigned) - defined
+        if carried:
+            raise KernelNotSupported(f"a loop with symbolic bounds carries {sorted(carried)} from one iteration to the"
+                                     f" next ({where}): only independent iterations are modelled")
+        defined |= _names(statement, ast.Store)
+    end = loop.end_lineno or loop.lineno
+    after = sorted((n.lineno, isinstance(n.ctx, ast.Store), n.id) for n in ast.walk(function)
+                    if isinstance(n, ast.Name) and n.lineno > end and n.id in assigned | defined)
+    first = {}
+    for _, store, name in after:  # a load first (on a line, loads count first): the loop's value is read
+        first.setdefault(name, store)
+    later = [name for name, store in first.items() if not store]
+    if later:
+        raise KernelNotSupported(f"{sorted(set(later))} assigned in a loop with symbolic bounds is read after it"
+                                 f" ({where})")
+
+
+def one_iteration(start: object, end: object, step: object, path: list[z3.BoolRef],
+                  assumptions: list[z3.BoolRef]) -> Iterator[Sym]:
+    """Yield the symbolic iteration ``i``; while the body runs, ``i < end`` is on ``path``."""
+    if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+        raise KernelNotSupported(f"range(..., step={step!r}) with symbolic bounds: the step must be a positive "
+                                 f"constexpr int")
+    low, high = as_sym(start), as_sym(end)
+    dtype = (low + high).dtype  # Triton's promotion of the two bounds
+    i, k = Sym(fresh("iteration", dtype), dtype), fresh("k", INT64)
+    signed = lambda x: z3.BV2Int(x, is_signed=True)  # noqa: E731
+    assumptions += [signed(k) >= 0, signed(i.term) == signed(low.to(dtype).term) + signed(k) * step]
+    path.append(signed(i.term) < signed(high.to(dtype).term))
+    try:
+        yield i
+    finally:
+        path.pop()

@@ -1,0 +1,218 @@
+"""Replay a kernel obligation's counterexample in the Triton interpreter, under the guard.
+
+The counterexample gives the launch parameters, the program id and lane, and the tensor elements the
+failing lane reads. The replay builds those tensors (every element the model names set to its value, the
+rest 0, or 1 for page sizes and widths): real contiguous tensors inside prover/symexec/guard.py's guarded
+buffer when they fit, else, or when the model's addresses were computed below 64 bits and so depend on its
+strides, virtual tensors with the model's strides (prover/symexec/memory.py: no host memory touched at all).
+It launches the real kernel on the binding's grid and reports what the failing lane did: the element it
+really read or wrote, any access the guard blocked, and for a store the value in the output next to the clause's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from kvtable.prover.bindings.binding import Binding
+from kvtable.prover.symexec.guard import GuardBuffer, GuardHit, GuardLog, Touch, guarded
+from kvtable.prover.symexec.memory import VirtualTensor, virtual_memory, virtual_tensors
+from kvtable.prover.symexec.run import python_function
+
+BUDGET_BYTES = 64 << 20
+"""The most memory a replay allocates as real tensors; a counterexample needing more runs on virtual ones."""
+PROGRAM_LIMIT = 1 << 12
+"""The most programs a replay launches (the interpreter runs them one by one)."""
+_ELEMENT = re.compile(r"^(?P<name>[A-Za-z_][\w]*)\[(?P<index>-?\d+(?:, -?\d+)*)\]$")
+_ACCESS = re.compile(r"^(?P<kind>load|store) (?P<number>\d+) (?P<tensor>\w+) (?P<what>.+)$")
+_TORCH = {"int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64}
+
+
+@dataclass
+class Replay:
+    """What the interpreter did on the counterexample's inputs."""
+
+    ran: bool
+    lines: list[str] = field(default_factory=list)
+    hits: list[GuardHit] = field(default_factory=list)
+    """Blocked accesses of the failing program and lane."""
+    touches: list[Touch] = field(default_factory=list)
+    """Accesses of the failing program and lane that landed in a tensor."""
+    stored: dict[tuple[int, ...], int] = field(default_factory=dict)
+    """Output elements named by the counterexample, as the interpreter left them."""
+    margins_intact: bool = True
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _evaluate(text: str | int, params: Mapping[str, int]) -> int:
+    if isinstance(text, int):
+        return text
+    scope = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max, **params}
+    return int(eval(text, {"__builtins__": {}}, scope))  # noqa: S307 (the user's own binding)
+
+
+def model_parts(model: Mapping[str, int | bool]) -> tuple[dict[str, dict[tuple[int, ...], int]],
+                                                          dict[tuple[str, int, str], dict[str, int | bool]]]:
+    """The model's tensor elements by tensor, and its per-access values by (kind, number, tensor)."""
+    elements: dict[str, dict[tuple[int, ...], int]] = {}
+    accesses: dict[tuple[str, int, str], dict[str, int | bool]] = {}
+    for name, value in model.items():
+        found = _ELEMENT.match(name)
+        if found:
+            index = tuple(int(x) for x in found["index"].split(", "))
+            elements.setdefault(found["name"], {})[index] = int(value)
+            continue
+        found = _ACCESS.match(name)
+        if found:
+            key = (found["kind"], int(found["number"]), found["tensor"])
+            accesses.setdefault(key, {})[found["what"]] = value
+    return elements, accesses
+
+
+def _index(values: Mapping[str, int | bool], rank: int) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(values[f"index[{k}]"]) for k in range(rank))
+    except KeyError:
+        return None
+
+
+def replay(binding: Binding, model: Mapping[str, int | bool], *, budget: int = BUDGET_BYTES) -> Replay:
+    """Run ``binding``'s kernel in the guarded interpreter on the counterexample ``model``: on real contiguous
+    tensors when they fit ``budget``, else (or when its addresses were computed below 64 bits, so they depend on
+    its strides) on virtual tensors with the model's own strides (prover/symexec/memory.py)."""
+    import kvtable.impl.triton_kernels as tk  # sets TRITON_INTERPRET before triton is first imported
+
+    if not tk.triton_available() or not tk.interpreting():
+        return Replay(False, ["not replayed: needs triton running in its interpreter (no CUDA)"])
+    params = {p: int(model.get(p, lo)) for p, (lo, _) in binding.params.items()}
+    shapes = {name: tuple(_evaluate(s, params) for s in spec.sizes) for name, spec in binding.tensors.items()}
+    if any(d < 0 for shape in shapes.values() for d in shape):
+        return Replay(False, [f"not replayed: a negative size in {shapes}"])
+    grid = tuple(_evaluate(g, params) for g in binding.grid)
+    if int(np.prod(grid, dtype=np.int64)) > PROGRAM_LIMIT:
+        return Replay(False, [f"not replayed: grid {grid} has more than {PROGRAM_LIMIT} programs"])
+    nbytes = sum(int(np.prod(shape, dtype=np.int64)) * 8 for shape in shapes.values())
+    narrow = any(k.endswith(" hardware offset") for k in model)
+    memory = _virtual(binding, model, shapes) if narrow or nbytes > budget else _real(binding, shapes)
+    if isinstance(memory, str):
+        return Replay(False, [f"not replayed: {memory}"])
+    tensors, context, intact, what = memory
+    elements, accesses = model_parts(model)
+    ones = {binding.roles.get(r) for r in ("page_sizes", "widths")}  # a default that divides and spans
+    for name, tensor in tensors.items():
+        if name in ones:
+            tensor.fill_(1)
+        for index, value in elements.get(name, {}).items():
+            _set(tensor, index, value)
+    kernel = binding.kernel_object()
+    with context(tensors) as log, np.errstate(all="ignore"):  # a counterexample may well divide by 0 or wrap
+        kernel[grid](**_arguments(binding, tensors, params))
+    program = tuple(int(model.get(f"pid{a}", 0)) for a in range(3))
+    lane = next((int(v) for k, v in model.items() if re.fullmatch(r"lane\d+", k)), 0)
+    result = Replay(True, margins_intact=intact())
+    result.hits = [h for h in log.hits if h.program == program and (h.lane == lane or h.lanes == 1)]
+    result.touches = [t for t in log.touches if t.program == program and (t.lane == lane or t.lanes == 1)]
+    name = python_function(kernel).__name__
+    result.lines.append(f"replayed {name} in the Triton interpreter on {what}: grid {grid}, program {program}, "
+                        f"lane {lane}, parameters {params}")
+    _describe(binding, tensors, log, accesses, program, lane, result)
+    if not result.margins_intact:
+        result.lines.append("a poison margin was overwritten: a stray write outside every tensor")
+    return result
+
+
+Memory = tuple[dict[str, Any], Callable[..., AbstractContextManager[GuardLog]], Callable[[], bool], str]
+
+
+def _real(binding: Binding, shapes: Mapping[str, tuple[int, ...]]) -> Memory:
+    """Contiguous torch tensors inside one guarded buffer with poison margins."""
+    guard = GuardBuffer([(name, _TORCH[spec.dtype], shapes[name]) for name, spec in binding.tensors.items()])
+    return guard.tensors, guarded, guard.margins_intact, "real tensors"
+
+
+def _virtual(binding: Binding, model: Mapping[str, int | bool], shapes: Mapping[str, tuple[int, ...]]) -> Memory | str:
+    """Virtual tensors with the model's strides (a contiguous last dimension where the binding says 1)."""
+    specs = [(name, _TORCH[spec.dtype], shapes[name],
+              tuple(int(model.get(s, 1)) if isinstance(s, str) else s for s in spec.strides))
+             for name, spec in binding.tensors.items()]
+    try:
+        tensors = virtual_tensors(specs)
+    except ValueError as error:
+        return str(error)
+    extent = sum(t.extent * t.itemsize for t in tensors.values())
+    return tensors, virtual_memory, lambda: True, (f"virtual tensors with the model's strides ({extent / 2**30:.1f}"
+                                                    f" GiB of address space, only the touched elements stored)")
+
+
+def _set(tensor: torch.Tensor | VirtualTensor, index: tuple[int, ...], value: int) -> None:
+    """Element ``index`` through the strides (a model's out-of-shape index lands where the kernel reads it)."""
+    offset = sum(i * tensor.stride(dim) for dim, i in enumerate(index))
+    if isinstance(tensor, VirtualTensor):
+        if 0 <= offset < tensor.extent:
+            tensor.write(offset, value)
+    elif 0 <= offset < tensor.numel():
+        tensor.view(-1)[offset] = value
+
+
+def _arguments(binding: Binding, tensors: Mapping[str, torch.Tensor], params: Mapping[str, int]) -> dict[str, Any]:
+    args: dict[str, Any] = {**binding.constexprs, **tensors}
+    for name, spec in binding.tensors.items():
+        for dim, stride in enumerate(spec.strides):
+            if isinstance(stride, str):
+                args[stride] = tensors[name].stride(dim)
+    args.update({name: _evaluate(text, params) for name, text in binding.scalars.items()})
+    return args
+
+
+def _wrapped(tensor: torch.Tensor | VirtualTensor, index: tuple[int, ...] | None,
+             values: Mapping[str, int | bool]) -> str:
+    """Where the model's hardware offset (an address computed below 64 bits) is not the element's own."""
+    offset = values.get("hardware offset")
+    if offset is None or index is None:
+        return ""
+    exact = sum(i * tensor.stride(dim) for dim, i in enumerate(index))
+    if int(offset) == exact:
+        return ""
+    return f", element {exact}, at hardware offset {int(offset)} (computed below 64 bits, it wrapped)"
+
+
+def _describe(binding: Binding, tensors: Mapping[str, torch.Tensor | VirtualTensor], log: GuardLog,
+              accesses: Mapping[tuple[str, int, str], Mapping[str, int | bool]], program: tuple[int, ...],
+              lane: int, result: Replay) -> None:
+    """One line per access of the failing lane that the model names with its mask on."""
+    regions = {r.name: r for r in log.regions}
+    for (kind, number, tensor), values in sorted(accesses.items(), key=lambda kv: kv[0][1]):
+        if not values.get("mask", False):
+            continue
+        shape = tuple(tensors[tensor].shape)
+        index = _index(values, len(shape))
+        outside = index is not None and any(not 0 <= i < s for i, s in zip(index, shape, strict=True))
+        hit = next((h for h in result.hits if h.number == number), None)
+        touch = next((t for t in result.touches if t.number == number), None)
+        where = f"{kind} {number} {tensor}{list(index) if index else ''}"
+        if outside:
+            where += f" is outside its shape {list(shape)}"
+        wrapped = _wrapped(tensors[tensor], index, values)
+        if wrapped:
+            where += wrapped
+        if hit is not None:
+            result.lines.append(f"{where}: the guard blocked it ({hit.nearest})")
+        elif touch is not None:
+            real = regions[tensor].index(touch.flat) if touch.tensor == tensor and not wrapped else None
+            landed = f"{touch.tensor}{list(real) if real is not None else f' element {touch.flat}'}"
+            result.lines.append(f"{where}: the interpreter {'read' if kind == 'load' else 'wrote'} {landed}")
+        if kind == "store" and index is not None and not outside:
+            got = int(tensors[tensor][index])
+            result.stored[index] = got
+            expected = values.get("expected")
+            said = [f"the symbolic run stored {values['value']}"] if "value" in values else []
+            said += [f"the clause says {expected}"] if expected is not None else []
+            result.lines.append(f"{tensor}{list(index)} = {got} after the run" + "".join(f"; {x}" for x in said))

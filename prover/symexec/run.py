@@ -1,0 +1,171 @@
+"""Run a ``@triton.jit`` function's own Python code on symbolic arguments and return what it did.
+
+The function's code object is rebuilt with new globals: ``triton.language`` (whatever name the module
+imported it as) becomes the recording stand-in of prover/symexec/tl.py, ``triton`` a stand-in with
+``cdiv``, and every other ``@triton.jit`` function it calls is rebuilt the same way, so nested calls are
+inlined the way the Triton compiler inlines them. Nothing is compiled and no GPU or interpreter runs;
+a kernel module without triton installed (``@jit`` as the identity) works the same.
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import z3
+
+from kvtable.prover.symexec.tl import Language, Trace, TritonStandIn
+from kvtable.prover.symexec.values import BRANCHES, DIVISIONS, KernelNotSupported
+
+
+def python_function(kernel: Any) -> types.FunctionType:
+    """The plain Python function behind a ``JITFunction`` (``.fn``), an autotuner or a wrapper."""
+    seen = 0
+    while not isinstance(kernel, types.FunctionType):
+        inner = getattr(kernel, "fn", None) or getattr(kernel, "__wrapped__", None)
+        if inner is None or seen > 8:
+            raise KernelNotSupported(f"{kernel!r} is not a Python or @triton.jit function")
+        kernel, seen = inner, seen + 1
+    return kernel
+
+
+def _is_jit(value: Any) -> bool:
+    """A ``JITFunction``, its interpreter twin ``InterpretedFunction``, an autotuner or heuristics wrapper."""
+    return type(value).__module__.startswith("triton.") and hasattr(value, "fn")
+
+
+def _is_triton_language(value: Any) -> bool:
+    return isinstance(value, types.ModuleType) and value.__name__ == "triton.language"
+
+
+def _is_triton(value: Any) -> bool:
+    return isinstance(value, types.ModuleType) and value.__name__ == "triton"
+
+
+class _Rebinder:
+    """Rebuilds functions with the stand-in namespaces, once each (nested jit functions included)."""
+
+    def __init__(self, language: Language, jitted: set[int]) -> None:
+        self.language = language
+        self.triton = TritonStandIn(language)
+        self.jitted = jitted
+        self.done: dict[int, types.FunctionType] = {}
+
+    def rebuild(self, fn: types.FunctionType) -> types.FunctionType:
+        hit = self.done.get(id(fn))
+        if hit is not None:
+            return hit
+        scope = dict(fn.__globals__)
+        cells = [types.CellType() for _ in fn.__closure__ or ()]  # a kernel defined in a function: its free names
+        rebuilt = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, tuple(cells) or None)
+        self.done[id(fn)] = rebuilt
+        for name in fn.__code__.co_names:
+            if name in scope:
+                scope[name] = self.stand_in(scope[name])
+        if "range" in fn.__code__.co_names and "range" not in scope:  # the builtin, for symbolic bounds
+            scope["range"] = self.language.range
+        for cell, old in zip(cells, fn.__closure__ or (), strict=True):
+            try:
+                cell.cell_contents = self.stand_in(old.cell_contents)
+            except ValueError:  # a free name not bound yet stays unbound
+                pass
+        return rebuilt
+
+    def stand_in(self, value: Any) -> Any:
+        """What a name the kernel reads becomes: the recording ``tl``, ``triton``'s stand-in, a rebuilt jit
+        function, or itself."""
+        if _is_triton_language(value) or isinstance(value, Language):
+            return self.language
+        if _is_triton(value):
+            return self.triton
+        if _is_jit(value) or (isinstance(value, types.FunctionType) and id(value) in self.jitted):
+            return self.rebuild(python_function(value))
+        return value
+
+
+MAX_PATHS = 64
+"""The most paths (Python ``if`` outcomes on symbolic scalars) a kernel is run along."""
+MAX_BRANCHES = 16
+"""The most symbolic branches one path takes (a ``while`` on a symbolic value would never end)."""
+
+
+class _Path:
+    """One run's decisions: a prefix given, ``True`` after it; records every branch taken."""
+
+    def __init__(self, prefix: list[bool]) -> None:
+        self.prefix, self.taken = prefix, []
+
+    def __call__(self, condition: z3.BoolRef) -> bool:
+        if len(self.taken) >= MAX_BRANCHES:
+            raise KernelNotSupported(f"more than {MAX_BRANCHES} Python branches on symbolic values in one path")
+        choice = self.prefix[len(self.taken)] if len(self.taken) < len(self.prefix) else True
+        self.taken.append((condition, choice))
+        return choice
+
+    def condition(self) -> z3.BoolRef:
+        return z3.And(*[c if choice else z3.Not(c) for c, choice in self.taken])
+
+
+def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace,
+                 jit_helpers: tuple[Callable, ...] = ()) -> Trace:
+    """Run ``kernel`` with ``arguments`` (symbolic values, pointers, constexpr ints), recording into ``trace``:
+    once per path through its Python ``if``s on symbolic scalars, each access guarded by its path's condition.
+    ``jit_helpers`` names plain functions to inline when triton is absent (``@jit`` = identity)."""
+    fn = python_function(kernel)
+    names = list(inspect.signature(fn).parameters)
+    missing = [n for n in names if n not in arguments]
+    if missing:
+        raise KernelNotSupported(f"{fn.__name__}: no binding for argument(s) {missing}")
+    pending: list[list[bool]] = [[]]
+    paths = 0
+    while pending:
+        paths += 1
+        if paths > MAX_PATHS:
+            raise KernelNotSupported(f"{fn.__name__}: more than {MAX_PATHS} paths through Python branches")
+        path = _Path(pending.pop())
+        run = replace(trace, accesses=[], path=[])
+        _run_once(fn, names, arguments, run, path, jit_helpers)
+        guard = path.condition()
+        trace.accesses += [replace(a, number=len(trace.accesses) + k, mask=z3.And(guard, a.mask) if path.taken
+                                   else a.mask) for k, a in enumerate(run.accesses)]
+        pending += [[c for _, c in path.taken[:j]] + [False] for j in range(len(path.prefix), len(path.taken))
+                    if path.taken[j][1]]
+    return trace
+
+
+def _run_once(fn: types.FunctionType, names: list[str], arguments: Mapping[str, Any], trace: Trace,
+              path: _Path, jit_helpers: tuple[Callable, ...]) -> None:
+    rebinder = _Rebinder(Language(trace), {id(python_function(h)) for h in jit_helpers})
+    tokens = DIVISIONS.set(trace.divisions), BRANCHES.set(path)
+    try:
+        rebinder.rebuild(fn)(**{n: arguments[n] for n in names})
+    except KernelNotSupported as exc:
+        raise KernelNotSupported(f"{exc}{_where(exc, rebinder)}") from None
+    finally:
+        BRANCHES.reset(tokens[1])
+        DIVISIONS.reset(tokens[0])
+
+
+def _where(exc: BaseException, rebinder: _Rebinder) -> str:
+    """``" (at FILE:LINE in FN: SOURCE)"``: the kernel line running when ``exc`` was raised (its innermost
+    frame in the kernel or a jit function it calls)."""
+    codes = {f.__code__ for f in rebinder.done.values()}
+    frames = [tb for tb in _tracebacks(exc.__traceback__) if tb.tb_frame.f_code in codes]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    code, line = frame.tb_frame.f_code, frame.tb_lineno
+    source = linecache.getline(code.co_filename, line).strip()
+    return f" (at {code.co_filename}:{line} in {code.co_name}: {source})"
+
+
+def _tracebacks(tb: types.TracebackType | None) -> list[types.TracebackType]:
+    out = []
+    while tb is not None:
+        out.append(tb)
+        tb = tb.tb_next
+    return out

@@ -1,0 +1,202 @@
+"""A stand-in for ``triton.language`` that records what one symbolic program does: its lanes, loads and stores.
+
+Only what the location kernels use is modelled (program ids, ``arange``, masked ``load``/``store`` with
+``other``, ``where``, ``maximum``, ``minimum``, ``full``, ``zeros``, ``cdiv``, casts and the integer
+dtypes); anything else raises ``KernelNotSupported`` naming it, never a silent guess.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+
+from kvtable.prover.symexec.loops import check_independent, one_iteration
+from kvtable.prover.symexec.values import (
+    DTYPES,
+    INT1,
+    INT32,
+    Division,
+    IntType,
+    KernelNotSupported,
+    Pointer,
+    Sym,
+    as_sym,
+    extremum,
+    fresh,
+    select,
+)
+
+
+@dataclass(frozen=True)
+class Access:
+    """One ``tl.load`` or ``tl.store``: where (per-dimension decomposition), under which mask, what."""
+
+    kind: str
+    """``"load"`` or ``"store"``."""
+    number: int
+    """Its place in program order among all accesses, from 0."""
+    pointer: Pointer
+    mask: z3.BoolRef
+    value: Sym
+    """The value loaded (for the lane, ``other`` where masked off) or stored."""
+
+
+@dataclass
+class Trace:
+    """What one run of the kernel on symbolic arguments did; ``read`` gives a loaded tensor's contents."""
+
+    read: Callable[[str, Pointer], z3.BitVecRef]
+    grid: tuple[z3.BitVecRef, ...]
+    """The program ids, int32."""
+    sizes: tuple[z3.BitVecRef, ...] = ()
+    """The number of programs on each grid axis, int32 (``tl.num_programs``)."""
+    accesses: list[Access] = field(default_factory=list)
+    lanes: dict[int, z3.BitVecRef] = field(default_factory=dict)
+    """One int32 lane per block length."""
+    divisions: list[Division] = field(default_factory=list)
+    path: list[z3.BoolRef] = field(default_factory=list)
+    """The conditions of the loops now running (prover/symexec/loops.py): every access is guarded by them."""
+    assumptions: list[z3.BoolRef] = field(default_factory=list)
+    """What defines the loops' symbolic iterations."""
+
+    @property
+    def loads(self) -> list[Access]:
+        return [a for a in self.accesses if a.kind == "load"]
+
+    @property
+    def stores(self) -> list[Access]:
+        return [a for a in self.accesses if a.kind == "store"]
+
+    def lane(self, length: int) -> z3.BitVecRef:
+        if length not in self.lanes:
+            self.lanes[length] = z3.BitVec(f"lane{length}", 32)
+        return self.lanes[length]
+
+    def lane_ranges(self) -> list[z3.BoolRef]:
+        """Each lane inside its block, each loop iteration defined."""
+        return [*(z3.And(lane >= 0, lane < length) for length, lane in self.lanes.items()), *self.assumptions]
+
+
+class constexpr:  # noqa: N801 (the name kernels annotate with)
+    """``tl.constexpr``: a compile-time value; the executor passes constexprs as plain Python values."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _mask(mask: object) -> z3.BoolRef:
+    if mask is None:
+        return z3.BoolVal(True)
+    m = as_sym(mask)
+    return (m if m.dtype.bits == 1 else m.to(INT1)).term
+
+
+class Language:
+    """The namespace a kernel sees as ``tl`` while it runs symbolically; it writes into one ``Trace``."""
+
+    constexpr = constexpr
+
+    def __init__(self, trace: Trace) -> None:
+        self._trace = trace
+        for name, dtype in DTYPES.items():
+            setattr(self, name, dtype)
+
+    # Program geometry ------------------------------------------------------------------------------
+    def program_id(self, axis: int) -> Sym:
+        return Sym(self._trace.grid[axis], INT32)
+
+    def num_programs(self, axis: int) -> Sym:
+        if axis >= len(self._trace.sizes):
+            raise KernelNotSupported(f"tl.num_programs({axis}): the binding's grid has no axis {axis}")
+        return Sym(self._trace.sizes[axis], INT32)
+
+    def arange(self, start: int, end: int) -> Sym:
+        if not isinstance(start, int) or not isinstance(end, int) or end <= start:
+            raise KernelNotSupported(f"tl.arange({start}, {end}): bounds must be constexpr ints, start < end")
+        return as_sym(start) + Sym(self._trace.lane(end - start), INT32)
+
+    # Memory -----------------------------------------------------------------------------------------
+    def load(self, pointer: Pointer, mask: object = None, other: object = None, **_: Any) -> Sym:
+        if not isinstance(pointer, Pointer):
+            raise KernelNotSupported(f"tl.load of {pointer!r}: only pointer arguments plus offsets are modelled")
+        m = _mask(mask)
+        value = self._trace.read(pointer.tensor, pointer)
+        masked = fresh("undefined", pointer.dtype) if other is None else as_sym(other, pointer.dtype).to(
+            pointer.dtype).term
+        loaded = Sym(z3.If(m, value, masked), pointer.dtype)
+        self._record("load", pointer, m, loaded)
+        return loaded
+
+    def store(self, pointer: Pointer, value: object, mask: object = None, **_: Any) -> None:
+        if not isinstance(pointer, Pointer):
+            raise KernelNotSupported(f"tl.store to {pointer!r}: only pointer arguments plus offsets are modelled")
+        stored = as_sym(value, pointer.dtype).to(pointer.dtype)  # the store converts to the element type
+        self._record("store", pointer, _mask(mask), stored)
+
+    def _record(self, kind: str, pointer: Pointer, mask: z3.BoolRef, value: Sym) -> None:
+        guarded = z3.And(mask, *self._trace.path) if self._trace.path else mask
+        self._trace.accesses.append(Access(kind, len(self._trace.accesses), pointer, guarded, value))
+
+    # Loops ------------------------------------------------------------------------------------------
+    def range(self, *args: object) -> Iterator[object]:
+        """``range``/``tl.range``: Python's for int bounds; one symbolic iteration for symbolic bounds."""
+        if all(isinstance(a, int) for a in args):
+            return iter(builtins.range(*args))
+        start, end, step = (0, *args, 1)[-3:] if len(args) == 1 else (*args, 1)[:3]
+        caller = sys._getframe(1)
+        check_independent(caller.f_code, caller.f_lineno)
+        return one_iteration(start, end, step, self._trace.path, self._trace.assumptions)
+
+    # Element-wise ----------------------------------------------------------------------------------
+    @staticmethod
+    def where(cond: object, a: object, b: object) -> Sym:
+        return select(cond, a, b)
+
+    @staticmethod
+    def maximum(a: object, b: object, **_: Any) -> Sym:
+        return extremum(a, b, larger=True)
+
+    @staticmethod
+    def minimum(a: object, b: object, **_: Any) -> Sym:
+        return extremum(a, b, larger=False)
+
+    @staticmethod
+    def full(shape: object, value: object, dtype: IntType) -> Sym:
+        del shape  # one symbolic lane stands for every element
+        return as_sym(value, dtype).to(dtype)
+
+    @staticmethod
+    def zeros(shape: object, dtype: IntType) -> Sym:
+        return Language.full(shape, 0, dtype)
+
+    @staticmethod
+    def cdiv(a: object, b: object) -> object:
+        return (a + b - 1) // b
+
+    @staticmethod
+    def static_assert(cond: object, msg: str = "") -> None:
+        if cond is False:
+            raise AssertionError(msg)
+
+    @staticmethod
+    def device_assert(*_: Any, **__: Any) -> None:
+        """Runs only under TRITON_DEBUG=1 on a GPU; it constrains nothing the kernel does otherwise."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise KernelNotSupported(f"tl.{name} is not modelled by the symbolic executor")
+
+
+class TritonStandIn:
+    """What a kernel sees as ``triton`` (``triton.cdiv``, ``triton.language``) while it runs symbolically."""
+
+    def __init__(self, language: Language) -> None:
+        self.language = language
+        self.cdiv = Language.cdiv
+
+    def __getattr__(self, name: str) -> Any:
+        raise KernelNotSupported(f"triton.{name} inside a kernel is not modelled")
