@@ -9,14 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
+SUPPORT = TESTS / "support"
 REPO = TESTS.parent
 CAMPAIGN = "kvtable/conformance/campaign.py"
 HYPOTHESIS_CLI = "from hypothesis.extra.cli import main; main()"
 
 
 def _run(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, *argv], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -48,7 +49,7 @@ def test_the_conformance_suite_runs_under_pytest_xdist() -> None:
 
 def _campaign(backend: str, *tests: str) -> subprocess.CompletedProcess:
     """pytest on the campaign's ``tests`` (-k expressions) against a backend of tests/conformance/test_tiers.py."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS / "conformance"), str(TESTS)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS / "conformance"), str(SUPPORT)])}
     return subprocess.run([sys.executable, "-m", "pytest", CAMPAIGN, "-k", " or ".join(tests), "--kvtable-backend",
                            backend, "-p", "no:cacheprovider", "-q", "-rs", "--hypothesis-show-statistics"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

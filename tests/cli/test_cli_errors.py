@@ -18,7 +18,8 @@ from kvtable.conformance.fuzz import fuzz
 from kvtable.conformance.properties import select
 from kvtable.exitcodes import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
+SUPPORT = TESTS / "support"
 REPO = TESTS.parent
 A_FILE = str(Path(__file__))
 
@@ -104,7 +105,7 @@ def test_open_database_checks_before_any_work(tmp_path: Path) -> None:
 
 
 def _cli(*argv: str, **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.Popen([sys.executable, "-m", "kvtable.cli", *argv], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
 

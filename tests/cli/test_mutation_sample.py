@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-SPEC = importlib.util.spec_from_file_location("mutation_sample", Path(__file__).parents[1] / "mutation" / "sample.py")
+SPEC = importlib.util.spec_from_file_location("mutation_sample", Path(__file__).parents[2] / "mutation" / "sample.py")
 assert SPEC is not None and SPEC.loader is not None
 sample = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(sample)
@@ -29,7 +29,7 @@ def test_a_site_is_module_operator_and_occurrence() -> None:
     assert sample.site([Mutation()]) == (("impl/graph.py", "core/ReplaceBinaryOperator_Add_Sub", 3),)
 
 
-SURVIVORS = Path(__file__).parents[1] / "mutation" / "survivors-6062f4c.md"
+SURVIVORS = Path(__file__).parents[2] / "mutation" / "survivors-6062f4c.md"
 README_COUNTS = {  # verdict prefix in the survivors' table -> the phrase README's "Mutation testing" gives its count in
     "equivalent (annotation)": (20, "20 type annotations"),
     "equivalent (prose)": (6, "6 changes\n  to an error's prose only"),
@@ -46,7 +46,7 @@ def test_the_survivor_table_lists_63_verdicts_with_the_counts_readme_gives() -> 
     counts = {prefix: sum(v.startswith(prefix) for v in verdicts) for prefix in README_COUNTS}
     assert len(rows) == 63 and sum(counts.values()) == 63
     assert counts == {prefix: n for prefix, (n, _) in README_COUNTS.items()}
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert "63 survived" in readme and "**46 are equivalent**" in readme and "mutation/survivors-6062f4c.md" in readme
     assert all(phrase in readme for _, phrase in README_COUNTS.values())
     assert len({tuple(row.split(" | ")[:2]) for row in rows}) == 63  # one row per mutant: site, operator and occurrence

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FUZZ = ["fuzz", "--backend", "reference", "--examples", "10", "--property", "decode_locs", "--property", "graph/init",
         "--database", "none"]
 

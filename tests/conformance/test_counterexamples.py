@@ -15,7 +15,8 @@ import pytest
 from kvtable.conformance.properties import select
 from kvtable.conformance.runner import run_conformance
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
+SUPPORT = TESTS / "support"
 
 
 @functools.cache
@@ -27,7 +28,7 @@ def _snippet(backend: str, prop: str, examples: int) -> str:
 
 
 def _exit_status(snippet: str) -> int:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-c", snippet], cwd=TESTS.parent, env=env, capture_output=True,
                           timeout=300).returncode
 
