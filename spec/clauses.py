@@ -82,6 +82,17 @@ CLAUSES: tuple[Clause, ...] = (
            " unknown id; otherwise KeyError naming the keys", "groups.select_group"),
     Clause("S2", "loc-select", "draft chains keep the caller's locations (prefer-caller)",
            "groups.select_locs"),
+    # Allocator-driven steps --------------------------------------------------------------------------
+    Clause("A1", "alloc-recorded", "each chosen location is recorded at its token's own position of its own row",
+           "allocation.check_recorded"),
+    Clause("A2", "alloc-rows-kept", "a step changes only its tokens' cells: no other row, no other position",
+           "allocation.check_rows_kept"),
+    Clause("A3", "alloc-free-slot", "each location is free (or on the request's own partial last page), in the"
+           " pool, not page 0, not live, chosen once, at offset pos % ps", "allocation.check_free_slots"),
+    Clause("A4", "alloc-out-buffer", "one location per token, written inside the output buffer only",
+           "allocation.check_out_buffer"),
+    Clause("A5", "alloc-swa-slot", "each SWA slot is free, in the SWA pool, distinct; the mapping records it and"
+           " keeps mapping[-1] = -1", "allocation.check_swa_slots"),
 )
 
 _BY_ID = {c.id: c for c in CLAUSES}

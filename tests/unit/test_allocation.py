@@ -1,0 +1,125 @@
+"""The allocator judge (reference/allocation.py, A1-A5) on hand vectors: legal steps pass, each breach names its
+clause, request, row and token."""
+
+from __future__ import annotations
+
+from kvtable.reference.allocation import (
+    AllocOutcome,
+    AllocStep,
+    SwaState,
+    alloc_tokens,
+    judge_allocation,
+    swa_slot,
+)
+
+CANARY = -7
+
+
+def _table(rows: list[list[int]], width: int = 8) -> list[list[int]]:
+    return [row + [0] * (width - len(row)) for row in rows]
+
+
+def _record(step: AllocStep, locs: list[int]) -> list[list[int]]:
+    """The table with each token's location at its own position (what a conforming engine records)."""
+    table = [list(r) for r in step.req_to_token]
+    for (i, pos), loc in zip(alloc_tokens(step), locs, strict=True):
+        table[step.rows[i]][pos] = loc
+    return table
+
+
+def _outcome(step: AllocStep, locs: list[int], table: list[list[int]] | None = None, **kw) -> AllocOutcome:
+    return AllocOutcome(locs, _record(step, locs) if table is None else table, guard_before=[CANARY] * 2,
+                        guard_after=[CANARY] * 2, canary=CANARY, **kw)
+
+
+# Page size 1: row 1 holds slots 3, 4 (prefix 2); row 2 holds slot 5 (prefix 1); free slots 6, 7, 8.
+DECODE = AllocStep("decode", _table([[], [3, 4], [5]]), rows=[1, 2], prefix_lens=[2, 1], seq_lens=[3, 2],
+                   free_pages=[6, 7, 8], page_size=1, pool_pages=10)
+
+
+def test_a_legal_decode_passes_and_the_tokens_are_each_rows_next_position() -> None:
+    assert alloc_tokens(DECODE) == [(0, 2), (1, 1)]
+    assert judge_allocation(DECODE, _outcome(DECODE, [6, 7])) == []
+
+
+def test_a_slot_recorded_elsewhere_in_the_row_fails_a1_and_a2() -> None:
+    table = _record(DECODE, [6, 7])
+    table[1][2], table[1][3] = 0, 6  # request 0's slot recorded one position late
+    faults = judge_allocation(DECODE, _outcome(DECODE, [6, 7], table))
+    assert [(f.clause, f.unsafe, f.request, f.row, f.token, f.position) for f in faults] == [
+        ("A2", True, 0, 1, 0, 2), ("A1", False, 0, 1, 0, 2)]
+    assert "changed row 1 col 3" in faults[0].reason and "recorded 0 at its position" in faults[1].reason
+
+
+def test_a_live_slot_page_zero_and_a_slot_past_the_pool_are_unsafe_a3() -> None:
+    for locs, reason in (([4, 7], "slot of live token (0, 1)"), ([0, 7], "page 0"), ([11, 7], "past the pool"),
+                         ([9, 7], "neither free"), ([7, 7], "also chosen for token 0")):
+        faults = [f for f in judge_allocation(DECODE, _outcome(DECODE, locs)) if f.clause == "A3"]
+        assert faults and faults[0].unsafe, locs
+        assert reason in faults[0].reason, (locs, faults[0].reason)
+        assert (faults[0].request, faults[0].row) == ((1, 2) if reason.startswith("also") else (0, 1))
+
+
+def test_another_rows_cell_changed_names_the_writing_token() -> None:
+    table = _record(DECODE, [6, 7])
+    table[0][7] = 7  # request 1's slot also written into row 0, a row of no request
+    faults = judge_allocation(DECODE, _outcome(DECODE, [6, 7], table))
+    assert [(f.clause, f.unsafe, f.request, f.row, f.token) for f in faults] == [("A2", True, 1, 2, 1)]
+    assert "changed row 0 col 7 (a row of no request in the batch) from 0 to 7" in faults[0].reason
+
+
+def test_an_int32_wrapped_record_is_unsafe_a1() -> None:
+    big = 2**31 + 5
+    step = AllocStep("decode", _table([[3]]), rows=[0], prefix_lens=[1], seq_lens=[2], free_pages=[big],
+                     page_size=1, pool_pages=2**31 + 10)
+    table = _record(step, [big])
+    table[0][1] = big - 2**32
+    faults = judge_allocation(step, _outcome(step, [big], table))
+    assert [(f.clause, f.unsafe, f.token, f.position) for f in faults] == [("A1", True, 0, 1)]
+    assert f"recorded {big - 2**32} at its position, not the chosen {big} (outside the pool)" in faults[0].reason
+
+
+# Page size 4: row 0 holds positions 0..5 on pages 2, 3 (page 3 half full); free pages 5, 6.
+PAGED = AllocStep("extend", _table([[8, 9, 10, 11, 12, 13]], 12), rows=[0], prefix_lens=[6], seq_lens=[11],
+                  free_pages=[5, 6], page_size=4, pool_pages=8)
+
+
+def test_paged_extend_fills_the_own_partial_page_then_free_pages() -> None:
+    assert judge_allocation(PAGED, _outcome(PAGED, [14, 15, 20, 21, 22])) == []
+
+
+def test_paged_wrong_offset_and_split_page_column_are_correctness_a3() -> None:
+    wrong_offset = judge_allocation(PAGED, _outcome(PAGED, [14, 15, 21, 20, 22]))
+    assert [(f.clause, f.unsafe, f.token) for f in wrong_offset][:1] == [("A3", False, 2)]
+    assert "offset 1 in its page, but the position's offset is 0" in wrong_offset[0].reason
+    split = judge_allocation(PAGED, _outcome(PAGED, [14, 15, 20, 25, 22]))
+    assert [(f.clause, f.unsafe, f.token) for f in split] == [("A3", False, 3)]
+    assert "use page 5" in split[0].reason
+
+
+def test_a_write_before_the_output_buffer_names_the_request_whose_start_went_negative() -> None:
+    # request 0 has a prefix past its length (extend -1): a kernel summing extend lengths starts request 1 at -1
+    step = AllocStep("extend", _table([[3, 4, 5], []]), rows=[0, 1], prefix_lens=[3, 0], seq_lens=[2, 2],
+                     free_pages=[6, 7], page_size=1, pool_pages=10)
+    outcome = AllocOutcome([7, 7], _record(step, [6, 7]), guard_before=[CANARY, 6], guard_after=[CANARY],
+                           canary=CANARY)
+    faults = judge_allocation(step, outcome)
+    assert (faults[0].clause, faults[0].unsafe, faults[0].request, faults[0].row, faults[0].token,
+            faults[0].position) == ("A4", True, 1, 1, -1, 0)
+    assert "wrote entry -1, before the output buffer of 2 entries" in faults[0].reason
+
+
+def test_swa_translation_sentinel_and_free_swa_slots() -> None:
+    mapping = [0] * 12 + [-1]
+    mapping[3], mapping[4] = 1, 2
+    assert (swa_slot(mapping, -1), swa_slot(mapping, 3), swa_slot(mapping, 7), swa_slot(mapping, 50)) == (-1, 1, 0, 0)
+    step = AllocStep("decode", _table([[3, 4]]), rows=[0], prefix_lens=[2], seq_lens=[3], free_pages=[6],
+                     page_size=1, pool_pages=10, swa=SwaState(mapping, free_pages=[3], pool_pages=4))
+    recorded = list(mapping)
+    recorded[6] = 3
+    assert judge_allocation(step, _outcome(step, [6], swa_locs=[3], swa_mapping=recorded)) == []
+    live = judge_allocation(step, _outcome(step, [6], swa_locs=[2], swa_mapping=[*mapping[:6], 2, *mapping[7:]]))
+    assert [(f.clause, f.unsafe, f.token) for f in live] == [("A5", True, 0)] and "live token (0, 1)" in live[0].reason
+    lost = recorded[:-1] + [0]
+    faults = judge_allocation(step, _outcome(step, [6], swa_locs=[3], swa_mapping=lost))
+    assert [(f.clause, f.unsafe) for f in faults] == [("A5", True)] and "sentinel" in faults[0].reason
