@@ -30,6 +30,8 @@ from kvtable.spec.clauses import clause_label
 DEFAULT_TIMEOUT_S = 20.0
 SMALL_VALUES = 64
 """Expected counterexamples are looked for among values in [-64, 64] first, to read easily."""
+ASSUMED = "holds under the stated assumptions"
+"""The verdict of a proof that needs the binding's ``assumes`` (prover/bindings/assumptions.py)."""
 GRACE_S = 10.0
 """Beyond its z3 timeout, how long an isolated obligation may take (building, checking) before it is killed."""
 
@@ -53,6 +55,8 @@ class Result:
             return "counterexample (expected)"
         if status == "proved" and expect == "counterexample":
             return "proved (counterexample expected)"
+        if status == "proved" and self.outcome.assumed:
+            return ASSUMED
         return status
 
 
@@ -146,7 +150,7 @@ class Table:
         self.show_counterexamples = show_counterexamples
         self.name_width = max([len("obligation"), *(len(ob.name) for ob in obligations)])
         self.clause_width = max([len("clause"), *(len(clause_label(ob.clause)) for ob in obligations)])
-        self.result_width = len("proved (counterexample expected)")
+        self.result_width = len(ASSUMED)
 
     def header(self) -> None:
         self._line("obligation", "clause", "result", "time")
@@ -155,6 +159,8 @@ class Table:
         ob, outcome = result.obligation, result.outcome
         self._line(ob.name, clause_label(ob.clause), result.verdict, f"{result.seconds:6.2f}s")
         replayed = isinstance(ob, KernelObligation) and outcome.status == "counterexample"
+        if outcome.assumed:
+            self.out.write("    assumes: " + "; ".join(outcome.assumed) + "\n")
         if outcome.detail and (not result.passed or (replayed and self.show_counterexamples)):
             self.out.write("    why: " + outcome.detail.replace("\n", "\n         ") + "\n")
         if outcome.model and (self.show_counterexamples or not result.passed):
@@ -186,6 +192,7 @@ def to_json(results: Sequence[Result], seconds: float, timeout_s: float) -> dict
         "passed": r.passed,
         "seconds": round(r.seconds, 4),
         "detail": r.outcome.detail,
+        "assumed": list(r.outcome.assumed),
         "counterexample": dict(r.outcome.model) if r.outcome.status == "counterexample" else None,
     } for r in results]
     failed = sum(not r.passed for r in results)

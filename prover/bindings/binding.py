@@ -24,9 +24,11 @@ from typing import Any
 import z3
 
 from kvtable.prover.symexec.tl import Trace
-from kvtable.prover.symexec.values import DTYPES, INT32, IntType, KernelNotSupported, Parts, Pointer, Sym
+from kvtable.prover.symexec.values import DTYPES, INT32, INT64, IntType, KernelNotSupported, Parts, Pointer, Sym
 
 INT32_MAX = 2**31 - 1
+POINTER_DTYPE = "uint64"
+"""The element type of a table of pointers (``torch.uint64`` of ``data_ptr()``s, vLLM V2)."""
 GRID_LIMITS = (INT32_MAX, 65535, 65535)
 """CUDA's limits on the number of programs per grid axis."""
 
@@ -40,8 +42,9 @@ class TensorSpec:
     strides: tuple[str | int, ...]
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"tensor dtype {self.dtype!r}: one of {sorted(DTYPES)}")
+        if self.dtype not in DTYPES and self.dtype != POINTER_DTYPE:
+            raise ValueError(f"tensor dtype {self.dtype!r}: one of {sorted(DTYPES)} (or {POINTER_DTYPE} for a"
+                             " table of pointers)")
         if len(self.sizes) != len(self.strides):
             raise ValueError(f"sizes {self.sizes} and strides {self.strides} differ in rank")
         literal = [s for s in self.strides if not isinstance(s, str)]
@@ -72,6 +75,14 @@ class Binding:
     """Ranges for stride arguments; default ``[0, 2^31-1]``."""
     name: str = ""
     """A short name for obligation names (default: the kernel's function name)."""
+    assumes: tuple[str, ...] = ()
+    """What the kernel trusts beyond the host checks (prover/bindings/assumptions.py); printed with the verdict."""
+    pad_programs: str = ""
+    """A condition over ``pid0``..``pid2`` and the parameters: the programs that only write the pad into
+    ``[tokens, padded)`` (vLLM's last program), judged as padding rather than as a request."""
+    pointer_tables: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """A tensor of pointers (or of row strides) -> the tensor (or stride argument) each entry is, in order:
+    a load through an entry reads that named tensor (vLLM V2's per-group block tables)."""
 
     def kernel_object(self) -> Any:
         if not isinstance(self.kernel, str):
@@ -116,8 +127,10 @@ def binding_from_toml(path: str | Path) -> Binding:
                for name, t in data.pop("tensors").items()}
     params = {name: (int(lo), int(hi)) for name, (lo, hi) in data.pop("params").items()}
     ranges = {name: (int(lo), int(hi)) for name, (lo, hi) in data.pop("stride_ranges", {}).items()}
+    pointers = {name: tuple(entries) for name, entries in data.pop("pointer_tables", {}).items()}
     return Binding(tensors=tensors, params=params, stride_ranges=ranges, grid=tuple(data.pop("grid")),
-                   requires=tuple(data.pop("requires", ())), **data)
+                   requires=tuple(data.pop("requires", ())), assumes=tuple(data.pop("assumes", ())),
+                   pointer_tables=pointers, **data)
 
 
 def load_binding(reference: str) -> Binding:
@@ -163,8 +176,10 @@ class Launch:
         return value if isinstance(value, z3.ExprRef) else z3.BitVecVal(value, 64)
 
     def condition(self, text: str) -> z3.BoolRef:
-        """A host check over the parameters and the stride arguments."""
+        """A host check over the parameters and the stride arguments (or a condition on the program ids
+        ``pid0``..``pid2``: ``pad_programs``)."""
         scope = {name: z3.SignExt(32, v) for name, v in {**self.params, **self.stride_vars}.items()}
+        scope.update({f"pid{axis}": z3.SignExt(32, pid) for axis, pid in enumerate(self.pids)})
         scope.update(cdiv=_cdiv, min=_min, max=_max)
         return eval(text, {"__builtins__": {}}, scope)  # noqa: S307
 
@@ -177,7 +192,7 @@ class Launch:
         spec = self.binding.tensors[tensor]
         fn = self._functions.get(tensor)
         if fn is None:
-            sorts = [z3.IntSort()] * len(spec.sizes) + [z3.BitVecSort(DTYPES[spec.dtype].bits)]
+            sorts = [z3.IntSort()] * len(spec.sizes) + [z3.BitVecSort(element_type(spec.dtype).bits)]
             fn = z3.Function(self.prefix + tensor, *sorts)
             self._functions[tensor] = fn
         return fn(*indices)
@@ -216,16 +231,43 @@ class Launch:
         b = self.binding
         args: dict[str, Any] = dict(b.constexprs)
         for name, spec in b.tensors.items():
-            zero = z3.BitVecVal(0, 64)
-            args[name] = Pointer(name, DTYPES[spec.dtype], zero, Parts((), zero))
+            if spec.dtype == POINTER_DTYPE and name not in b.pointer_tables:
+                raise KernelNotSupported(f"tensor {name} holds {POINTER_DTYPE} values but is not one of the"
+                                         " binding's pointer_tables")
+            args[name] = self.base(name)
         for name, var in self.stride_vars.items():
             args[name] = Sym.stride(name, var, INT32)
         for name, text in b.scalars.items():
             args[name] = Sym(self.params[text] if text in self.params else z3.Extract(31, 0, self.expr(text)), INT32)
         return args
 
+    def base(self, tensor: str) -> Pointer:
+        """A pointer to element 0 of ``tensor``."""
+        zero = z3.BitVecVal(0, 64)
+        return Pointer(tensor, element_type(self.binding.tensors[tensor].dtype), zero, Parts((), zero))
+
+    def entries(self, pointer: Pointer) -> list[tuple[z3.BoolRef, object]] | None:
+        """A load from a table of pointers: entry ``k`` (a named tensor's pointer, or a stride argument as an
+        int64 stride) where the load's index is ``k``; None for any other tensor."""
+        names = self.binding.pointer_tables.get(pointer.tensor)
+        if names is None:
+            return None
+        (index,) = self.indices(pointer)
+        out: list[tuple[z3.BoolRef, object]] = []
+        for k, name in enumerate(names):
+            if name in self.binding.tensors:
+                entry: object = self.base(name)
+            elif name in self.stride_vars:
+                entry = Sym.stride(name, z3.SignExt(32, self.stride_vars[name]), INT64)
+            else:
+                raise KernelNotSupported(f"pointer_tables.{pointer.tensor}: {name!r} is neither a tensor nor a"
+                                         " stride of one")
+            out.append((index == k, entry))
+        return out
+
     def trace(self) -> Trace:
-        return Trace(read=self.read, grid=self.pids, sizes=tuple(z3.Extract(31, 0, g) for g in self.grid()))
+        return Trace(read=self.read, grid=self.pids, sizes=tuple(z3.Extract(31, 0, g) for g in self.grid()),
+                     entries=self.entries)
 
     def facts(self) -> list[z3.BoolRef]:
         """Parameter and stride ranges, int32 scalars, grid limits, program ids in the grid, host checks."""
@@ -243,8 +285,15 @@ class Launch:
             facts += [size >= 1, size <= limit, z3.SignExt(32, pid) >= 0, z3.SignExt(32, pid) < size,
                       z3.SignExt(32, pid) <= limit - 1]
         facts += [self.condition(text) for text in b.requires]
+        for table, names in b.pointer_tables.items():  # each entry of a table of pointers is one it names
+            facts += [size <= len(names) for size in self.sizes(table)]
         return facts
 
 
+def element_type(dtype: str) -> IntType:
+    """The Triton type of a tensor's elements (a table of pointers' uint64 read as int64 bits)."""
+    return INT64 if dtype == POINTER_DTYPE else DTYPES[dtype]
+
+
 def dtype_of(binding: Binding, tensor: str) -> IntType:
-    return DTYPES[binding.tensors[tensor].dtype]
+    return element_type(binding.tensors[tensor].dtype)

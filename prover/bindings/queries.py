@@ -17,6 +17,7 @@ from dataclasses import replace
 
 import z3
 
+from kvtable.prover.bindings.assumptions import stated
 from kvtable.prover.bindings.binding import Binding, Launch
 from kvtable.prover.bindings.contracts import contract, signed
 from kvtable.prover.solver import encoding as encoding
@@ -43,7 +44,7 @@ def _facts(launch: Launch, trace: Trace) -> list[z3.BoolRef]:
 
 
 def _label(access: Access) -> str:
-    return f"{access.kind} {access.number} {access.pointer.tensor}"
+    return access.label
 
 
 def access_inside(launch: Launch, access: Access) -> z3.BoolRef:
@@ -109,7 +110,7 @@ def in_bounds(binding: Binding) -> Query:
     goal = z3.And(*[z3.Implies(a.mask, access_inside(launch, a)) for a in trace.accesses])
     shown = [item for a in trace.accesses for item in _index_shown(launch, a)]
     facts = [*_facts(launch, trace), *_layout(launch, trace), *trusted(launch, trace)]
-    return _query(trace, facts, goal, shown)
+    return _query(trace, facts, goal, shown, stated(launch, trace))
 
 
 def under(mask: z3.BoolRef, body: z3.BoolRef) -> z3.BoolRef:
@@ -126,14 +127,17 @@ def _never_zero(facts: list[z3.BoolRef], divisor: z3.BitVecRef) -> bool:
     return solver.check() == z3.unsat
 
 
-def _query(trace: Trace, facts: list[z3.BoolRef], goal: z3.BoolRef, shown: Shown) -> Query:
-    """The query, with each division's undefined zero-divisor case dropped where the facts rule it out."""
+def _query(trace: Trace, facts: list[z3.BoolRef], goal: z3.BoolRef, shown: Shown,
+           assumed: tuple[tuple[str, z3.BoolRef], ...] = ()) -> Query:
+    """The query (with the binding's stated assumptions), each division's undefined zero-divisor case dropped
+    where the facts rule it out."""
     known = [(d.undefined, d.exact) for d in trace.divisions if _never_zero(facts, d.divisor)]
     if known:
         facts = [z3.substitute(f, *known) for f in facts]
         goal = z3.substitute(goal, *known)
         shown = [(name, z3.substitute(term, *known)) for name, term in shown]
-    return Query(tuple(facts), goal, tuple(shown))
+        assumed = tuple((text, z3.substitute(fact, *known)) for text, fact in assumed)
+    return Query(tuple(facts), goal, tuple(shown), stated=assumed)
 
 
 def _store_indices(launch: Launch, store: Access) -> tuple[z3.ArithRef, ...]:
@@ -181,7 +185,7 @@ def agreement(binding: Binding, clause: str | None = None) -> Query:
         shown += [*_index_shown(launch, store), (f"{label} value", store.value.term),
                   (f"{label} expected", element.expected)]
         shown += [(f"{label} {name}", term) for name, term in element.show]
-    return _query(trace, facts, z3.And(*goals), shown)
+    return _query(trace, facts, z3.And(*goals), shown, stated(launch, trace))
 
 
 def safety(binding: Binding, *, nonnegative_positions: bool = True) -> Query:
@@ -213,7 +217,7 @@ def safety(binding: Binding, *, nonnegative_positions: bool = True) -> Query:
         label = _label(store)
         shown += [*_index_shown(launch, store), (f"{label} value", store.value.term)]
         shown += [(f"{label} {name}", term) for name, term in element.show]
-    return _query(trace, facts, z3.And(*goals), shown)
+    return _query(trace, facts, z3.And(*goals), shown, stated(launch, trace))
 
 
 REPLAY_LIMIT = 64
@@ -225,7 +229,7 @@ def replayable(binding: Binding, query: Query, limit: int = REPLAY_LIMIT, *, str
     or with any strides a small grid over virtual tensors (prover/symexec/memory.py)."""
     names = [*binding.params, *(sorted(binding.strides()) if strides else ())]
     bounds = tuple(z3.BitVec(name, 32) <= limit for name in names)
-    return Query((*query.assumptions, *bounds), query.goal, query.show, query.steps)
+    return replace(query, assumptions=(*query.assumptions, *bounds))
 
 
 def _loaded(launch: Launch, trace: Trace, role: str) -> Access:

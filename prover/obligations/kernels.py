@@ -9,7 +9,7 @@ and safety on any input. Unlike the formula-level obligations these are about th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kvtable.prover.bindings import builtin as kb
 from kvtable.prover.bindings import queries as kq
@@ -127,6 +127,8 @@ def kernel_outcome(obligation: KernelObligation, timeout_ms: int, small: int | N
 
     query = obligation.build()
     outcome = discharge(query, timeout_ms, small=small)
+    if outcome.status == "proved" and query.stated:
+        return _assumed(query, outcome, timeout_ms, small)
     if outcome.status != "counterexample":
         return outcome
     binding = obligation.binding()
@@ -136,4 +138,22 @@ def kernel_outcome(obligation: KernelObligation, timeout_ms: int, small: int | N
             outcome = smaller
             break
     report = replay(binding, dict(outcome.model))
-    return Outcome(outcome.status, outcome.seconds, outcome.model, "\n".join([outcome.detail, str(report)]).strip())
+    kept = [f"it satisfies every stated assumption ({'; '.join(t for t, _ in query.stated)})"] if query.stated else []
+    return Outcome(outcome.status, outcome.seconds, outcome.model,
+                   "\n".join([outcome.detail, *kept, str(report)]).strip())
+
+
+def _assumed(query: Query, outcome: Outcome, timeout_ms: int, small: int | None) -> Outcome:
+    """A proof under the binding's stated assumptions: plain if it holds without them too, else it names them
+    (with the counterexample that breaks one of them, which is what they rule out)."""
+    bare = discharge(replace(query, stated=()), timeout_ms, small=small)
+    if bare.status == "proved":
+        return outcome
+    names = tuple(text for text, _ in query.stated)
+    without = f"without them: {bare.status}" + (f" ({format_values(bare.model)})" if bare.model else "")
+    return replace(outcome, assumed=names, detail=f"{outcome.detail}; {without}")
+
+
+def format_values(model: Iterable[tuple[str, int | bool]]) -> str:
+    """The inputs of a counterexample (its free values and the elements it reads), not the derived ones."""
+    return ", ".join(f"{name}={value}" for name, value in model if " " not in name)

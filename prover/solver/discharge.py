@@ -31,6 +31,9 @@ class Query:
     """Derived values (positions, columns, locations) printed with a counterexample."""
     steps: tuple[z3.BoolRef, ...] = ()
     """Lemmas proved in order, each under the assumptions and the steps before it; the goal may use all."""
+    stated: tuple[tuple[str, z3.BoolRef], ...] = ()
+    """A binding's stated assumptions (prover/bindings/assumptions.py), by text: assumed like the others, and
+    named in the verdict when the proof needs them."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Outcome:
     seconds: float
     model: tuple[tuple[str, int | bool], ...] = ()
     detail: str = ""
+    assumed: tuple[str, ...] = ()
+    """The stated assumptions a proof holds under (it fails without them); empty for a plain proof."""
 
 
 def _nonlinear() -> z3.Solver:
@@ -78,7 +83,7 @@ def discharge(query: Query, timeout_ms: int, *, small: int | None = None) -> Out
     """
     deadline = time.perf_counter() + timeout_ms / 1000
     start = time.perf_counter()
-    known = list(query.assumptions)
+    known = [*query.assumptions, *(fact for _, fact in query.stated)]
     for number, step in enumerate(query.steps, 1):
         outcome = _decide(known, step, (), deadline, None)
         if outcome.status != "proved":

@@ -19,7 +19,7 @@ from typing import Any
 import z3
 
 from kvtable.prover.symexec.tl import Language, Trace, TritonStandIn
-from kvtable.prover.symexec.values import BRANCHES, DIVISIONS, KernelNotSupported
+from kvtable.prover.symexec.values import BRANCHES, DIVISIONS, DeadPath, KernelNotSupported, extremum
 
 
 def python_function(kernel: Any) -> types.FunctionType:
@@ -68,6 +68,9 @@ class _Rebinder:
                 scope[name] = self.stand_in(scope[name])
         if "range" in fn.__code__.co_names and "range" not in scope:  # the builtin, for symbolic bounds
             scope["range"] = self.language.range
+        for name, larger in (("min", False), ("max", True)):  # Triton compiles the builtins to minimum/maximum
+            if name in fn.__code__.co_names and name not in scope:
+                scope[name] = lambda a, b, larger=larger: extremum(a, b, larger=larger)
         for cell, old in zip(cells, fn.__closure__ or (), strict=True):
             try:
                 cell.cell_contents = self.stand_in(old.cell_contents)
@@ -91,19 +94,37 @@ MAX_PATHS = 64
 """The most paths (Python ``if`` outcomes on symbolic scalars) a kernel is run along."""
 MAX_BRANCHES = 16
 """The most symbolic branches one path takes (a ``while`` on a symbolic value would never end)."""
+FEASIBLE_RLIMIT = 200_000
+"""z3's resource limit for asking whether a branch's side is possible on the path so far (deterministic)."""
+
+
+def _possible(condition: z3.BoolRef) -> bool:
+    """Whether ``condition`` may hold (unknown counts as possible: the path is run, never dropped)."""
+    solver = z3.Solver()
+    solver.set("rlimit", FEASIBLE_RLIMIT)
+    solver.add(condition)
+    return solver.check() != z3.unsat
 
 
 class _Path:
-    """One run's decisions: a prefix given, ``True`` after it; records every branch taken."""
+    """One run's decisions: a prefix given, ``True`` after it; records every branch taken, and whether the
+    other side was possible at all on the path (a branch decided by the ones before it forks nothing)."""
 
     def __init__(self, prefix: list[bool]) -> None:
         self.prefix, self.taken = prefix, []
+        self.forks: list[bool] = []
 
     def __call__(self, condition: z3.BoolRef) -> bool:
         if len(self.taken) >= MAX_BRANCHES:
             raise KernelNotSupported(f"more than {MAX_BRANCHES} Python branches on symbolic values in one path")
-        choice = self.prefix[len(self.taken)] if len(self.taken) < len(self.prefix) else True
+        if len(self.taken) < len(self.prefix):
+            choice, fork = self.prefix[len(self.taken)], False
+        else:
+            so_far = self.condition()
+            choice = _possible(z3.And(so_far, condition))
+            fork = choice and _possible(z3.And(so_far, z3.Not(condition)))
         self.taken.append((condition, choice))
+        self.forks.append(fork)
         return choice
 
     def condition(self) -> z3.BoolRef:
@@ -123,17 +144,17 @@ def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace,
     pending: list[list[bool]] = [[]]
     paths = 0
     while pending:
-        paths += 1
-        if paths > MAX_PATHS:
+        if paths >= MAX_PATHS:
             raise KernelNotSupported(f"{fn.__name__}: more than {MAX_PATHS} paths through Python branches")
         path = _Path(pending.pop())
         run = replace(trace, accesses=[], path=[])
         _run_once(fn, names, arguments, run, path, jit_helpers)
         guard = path.condition()
-        trace.accesses += [replace(a, number=len(trace.accesses) + k, mask=z3.And(guard, a.mask) if path.taken
-                                   else a.mask) for k, a in enumerate(run.accesses)]
+        trace.accesses += [replace(a, path=paths, mask=z3.And(guard, a.mask) if path.taken else a.mask)
+                           for a in run.accesses]
         pending += [[c for _, c in path.taken[:j]] + [False] for j in range(len(path.prefix), len(path.taken))
-                    if path.taken[j][1]]
+                    if path.forks[j]]
+        paths += 1
     return trace
 
 
@@ -143,6 +164,8 @@ def _run_once(fn: types.FunctionType, names: list[str], arguments: Mapping[str, 
     tokens = DIVISIONS.set(trace.divisions), BRANCHES.set(path)
     try:
         rebinder.rebuild(fn)(**{n: arguments[n] for n in names})
+    except DeadPath:  # the accesses made until the stray read of a pointer table stay (in-bounds judges it)
+        pass
     except KernelNotSupported as exc:
         raise KernelNotSupported(f"{exc}{_where(exc, rebinder)}") from None
     finally:

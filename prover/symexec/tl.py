@@ -17,19 +17,25 @@ import z3
 
 from kvtable.prover.symexec.loops import check_independent, one_iteration
 from kvtable.prover.symexec.values import (
+    BRANCHES,
     DTYPES,
     INT1,
     INT32,
+    DeadPath,
     Division,
     IntType,
     KernelNotSupported,
     Pointer,
+    PointerType,
     Sym,
     as_sym,
     extremum,
     fresh,
     select,
 )
+
+MAX_SUM_LANES = 256
+"""The widest block ``tl.sum`` adds up lane by lane."""
 
 
 @dataclass(frozen=True)
@@ -39,11 +45,21 @@ class Access:
     kind: str
     """``"load"`` or ``"store"``."""
     number: int
-    """Its place in program order among all accesses, from 0."""
+    """Its place in its program's order (on its path through the kernel's Python branches), from 0: the same
+    number the guarded interpreter gives it (prover/symexec/guard.py)."""
     pointer: Pointer
     mask: z3.BoolRef
     value: Sym
     """The value loaded (for the lane, ``other`` where masked off) or stored."""
+    site: str = ""
+    """``FILE:LINE`` of the ``tl.load``/``tl.store`` call."""
+    path: int = 0
+    """Which run of the kernel (one per path through its Python branches) made it."""
+
+    @property
+    def label(self) -> str:
+        """``"load 3 block_table_ptr"``; on a second path, ``"load 3 block_table_ptr@path1"``."""
+        return f"{self.kind} {self.number} {self.pointer.tensor}" + (f"@path{self.path}" if self.path else "")
 
 
 @dataclass
@@ -55,6 +71,9 @@ class Trace:
     """The program ids, int32."""
     sizes: tuple[z3.BitVecRef, ...] = ()
     """The number of programs on each grid axis, int32 (``tl.num_programs``)."""
+    entries: Callable[[Pointer], list[tuple[z3.BoolRef, object]] | None] = lambda _: None
+    """For a load from a table of pointers: each entry (a named tensor's pointer, or a stride) under the
+    condition that the load's index selects it; None for an ordinary tensor."""
     accesses: list[Access] = field(default_factory=list)
     lanes: dict[int, z3.BitVecRef] = field(default_factory=dict)
     """One int32 lane per block length."""
@@ -80,6 +99,19 @@ class Trace:
     def lane_ranges(self) -> list[z3.BoolRef]:
         """Each lane inside its block, each loop iteration defined."""
         return [*(z3.And(lane >= 0, lane < length) for length, lane in self.lanes.items()), *self.assumptions]
+
+
+def _mentions(term: z3.ExprRef, constant: z3.ExprRef) -> bool:
+    """Whether ``constant`` occurs in ``term``."""
+    seen, todo = set(), [term]
+    while todo:
+        t = todo.pop()
+        if t.eq(constant):
+            return True
+        if t.get_id() not in seen:
+            seen.add(t.get_id())
+            todo.extend(t.children())
+    return False
 
 
 class constexpr:  # noqa: N801 (the name kernels annotate with)
@@ -121,10 +153,13 @@ class Language:
         return as_sym(start) + Sym(self._trace.lane(end - start), INT32)
 
     # Memory -----------------------------------------------------------------------------------------
-    def load(self, pointer: Pointer, mask: object = None, other: object = None, **_: Any) -> Sym:
+    def load(self, pointer: Pointer, mask: object = None, other: object = None, **_: Any) -> Any:
         if not isinstance(pointer, Pointer):
             raise KernelNotSupported(f"tl.load of {pointer!r}: only pointer arguments plus offsets are modelled")
         m = _mask(mask)
+        choices = self._trace.entries(pointer)
+        if choices is not None:
+            return self._entry(pointer, m, choices)
         value = self._trace.read(pointer.tensor, pointer)
         masked = fresh("undefined", pointer.dtype) if other is None else as_sym(other, pointer.dtype).to(
             pointer.dtype).term
@@ -138,9 +173,25 @@ class Language:
         stored = as_sym(value, pointer.dtype).to(pointer.dtype)  # the store converts to the element type
         self._record("store", pointer, _mask(mask), stored)
 
-    def _record(self, kind: str, pointer: Pointer, mask: z3.BoolRef, value: Sym) -> None:
+    def _entry(self, pointer: Pointer, mask: z3.BoolRef, choices: list[tuple[z3.BoolRef, object]]) -> object:
+        """A load from a table of pointers: the entry its index selects, one path per entry (the path that
+        selects none is not followed: its read is outside the table's named entries)."""
+        if not z3.is_true(z3.simplify(mask)):
+            raise KernelNotSupported(f"a masked load from the table of pointers {pointer.tensor}")
+        self._record("load", pointer, mask, Sym(fresh(pointer.tensor, pointer.dtype), pointer.dtype), depth=3)
+        decide = BRANCHES.get()
+        if decide is None:
+            raise KernelNotSupported(f"a load from the table of pointers {pointer.tensor} outside a forking run")
+        for condition, entry in choices:
+            if decide(condition):
+                return entry
+        raise DeadPath(pointer.tensor)
+
+    def _record(self, kind: str, pointer: Pointer, mask: z3.BoolRef, value: Sym, depth: int = 2) -> None:
         guarded = z3.And(mask, *self._trace.path) if self._trace.path else mask
-        self._trace.accesses.append(Access(kind, len(self._trace.accesses), pointer, guarded, value))
+        caller = sys._getframe(depth)
+        site = f"{caller.f_code.co_filename}:{caller.f_lineno}"
+        self._trace.accesses.append(Access(kind, len(self._trace.accesses), pointer, guarded, value, site))
 
     # Loops ------------------------------------------------------------------------------------------
     def range(self, *args: object) -> Iterator[object]:
@@ -177,6 +228,43 @@ class Language:
     @staticmethod
     def cdiv(a: object, b: object) -> object:
         return (a + b - 1) // b
+
+    @staticmethod
+    def pointer_type(dtype: IntType) -> PointerType:
+        return PointerType(dtype)
+
+    @staticmethod
+    def cast(value: object, dtype: object, bitcast: bool = False) -> object:
+        """``tl.cast``: an integer conversion, or an entry of a table of pointers taken as the pointer it is."""
+        if not isinstance(dtype, PointerType):
+            return as_sym(value).to(dtype, bitcast)  # type: ignore[arg-type]
+        if not isinstance(value, Pointer):
+            raise KernelNotSupported("tl.cast to a pointer type of a value that is not an entry of a binding's"
+                                     " pointer_tables")
+        if value.dtype != dtype.element:
+            raise KernelNotSupported(f"tl.cast of a pointer to {value.tensor} ({value.dtype!r}) to a pointer to"
+                                     f" {dtype.element!r}")
+        return value
+
+    @staticmethod
+    def multiple_of(value: object, *_: Any) -> object:
+        """An alignment hint for the compiler: the value itself."""
+        return value
+
+    max_contiguous = multiple_of
+
+    def sum(self, block: object, axis: object = None, **_: Any) -> Sym:
+        """``tl.sum`` of a 1-D block: its one symbolic lane taken at every lane in turn, added up."""
+        x = as_sym(block)
+        lanes = [(n, v) for n, v in self._trace.lanes.items() if _mentions(x.term, v)]
+        if len(lanes) != 1 or axis not in (None, 0):
+            raise KernelNotSupported("tl.sum of a block that is not 1-D along one tl.arange")
+        length, lane = lanes[0]
+        if length > MAX_SUM_LANES:
+            raise KernelNotSupported(f"tl.sum over {length} lanes (at most {MAX_SUM_LANES} are added up)")
+        wide = x if x.dtype.bits > 1 else x.to(INT32)
+        return Sym(z3.Sum(*[z3.substitute(wide.term, (lane, z3.BitVecVal(k, 32))) for k in range(length)]),
+                   wide.dtype)
 
     @staticmethod
     def static_assert(cond: object, msg: str = "") -> None:

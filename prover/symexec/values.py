@@ -30,6 +30,11 @@ class KernelNotSupported(ValueError):
     """The kernel uses an operation the symbolic executor does not model (it names the operation)."""
 
 
+class DeadPath(Exception):  # noqa: N818 (a control-flow signal, not an error)
+    """The path read a table of pointers outside its named entries: nothing it does after that is followed
+    (the in-bounds obligation judges that read itself)."""
+
+
 @dataclass(frozen=True)
 class IntType:
     """A Triton integer dtype; ``bits == 1`` is ``int1``, the type of masks and comparisons."""
@@ -409,4 +414,12 @@ class Pointer:
         return self + (-as_sym(other))
 
     def __bool__(self) -> bool:
-        raise KernelNotSupported("a pointer used as a Python condition")
+        """``if ptr:`` (SGLang's optional tensors): a tensor argument's pointer is never null."""
+        return True
+
+
+@dataclass(frozen=True)
+class PointerType:
+    """``tl.pointer_type(dtype)``: the target of ``tl.cast`` for an entry of a table of pointers."""
+
+    element: IntType

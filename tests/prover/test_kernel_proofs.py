@@ -19,7 +19,7 @@ from kvtable.prover import prove  # noqa: E402
 from kvtable.prover.bindings import builtin as kb  # noqa: E402
 from kvtable.prover.bindings import queries as kq  # noqa: E402
 from kvtable.prover.bindings.binding import Binding, Launch, load_binding, load_object  # noqa: E402
-from kvtable.prover.obligations.kernels import kernel_obligations  # noqa: E402
+from kvtable.prover.obligations.kernels import kernel_obligations, kernel_outcome  # noqa: E402
 from kvtable.prover.solver.discharge import Outcome, Query, discharge  # noqa: E402
 from kvtable.prover.symexec.guard import GuardBuffer, guarded  # noqa: E402
 from kvtable.prover.symexec.replay import Replay, replay  # noqa: E402
@@ -185,7 +185,7 @@ def test_the_fill_kernels_int32_stride_product_reads_before_the_metadata() -> No
 
 def test_a_kernel_obligations_counterexample_is_replayed_with_large_strides() -> None:
     """``kvtable prove``'s path: refuted, looked for small (no wrap with small strides), then on a small grid."""
-    from kvtable.prover.obligations.kernels import in_bounds, kernel_outcome
+    from kvtable.prover.obligations.kernels import in_bounds
 
     kernels = mutant_kernels("triton-fill-int32-product")
     def binding() -> Binding:
@@ -198,12 +198,21 @@ def test_a_kernel_obligations_counterexample_is_replayed_with_large_strides() ->
 
 
 # A user's kernel: the vLLM-style slot mapping of examples/ ---------------------------------------
-def test_the_bounded_vllm_style_kernel_is_in_bounds_and_agrees() -> None:
+def test_the_bounded_vllm_style_kernel_holds_under_its_stated_assumption() -> None:
+    import dataclasses
+
     binding = load_binding(BINDING)
+    assert binding.assumes == ("table entries >= 0",)
     assert kq_status(kq.in_bounds(binding)) == "proved"
     assert kq_status(kq.agreement(binding)) == "proved"
-    # any table contents: a -1 entry inside the table (vLLM's tails are 0) gives slot -ps+off, not the pad
-    assert kq_status(kq.safety(binding)) == "counterexample"
+    (safe,) = [ob for ob in kernel_obligations(binding) if ob.name.endswith("-safe")]
+    outcome = kernel_outcome(safe, TIMEOUT_MS, prove.SMALL_VALUES)
+    assert (outcome.status, outcome.assumed) == ("proved", ("table entries >= 0",))
+    # without it: a negative entry inside the table gives a negative slot, not the pad
+    bare = discharge(dataclasses.replace(kq.safety(binding), stated=()), TIMEOUT_MS)
+    model = dict(bare.model)
+    assert bare.status == "counterexample" and model["store 3 slot_mapping_ptr page"] < 0
+    assert model["store 3 slot_mapping_ptr value"] < 0
 
 
 def kq_status(query: Query) -> str:
