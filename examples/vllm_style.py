@@ -7,6 +7,9 @@ What it models (read from vLLM's ``vllm/v1/worker/block_table.py`` and ``vllm/v1
   as vLLM's slot-mapping kernels do over ``query_start_loc`` and ``positions``);
 - tokens that must not be written get ``PAD_SLOT_ID`` (-1), which the KV writers skip: padded requests'
   tokens, and (as vLLM's PR #54296 added) lanes whose block index falls outside the table;
+- like vLLM, no mask on the block ids themselves: vLLM's tables never hold a negative id (null block 0,
+  zero tails), and its KV writers (``reshape_and_cache*``) drop every slot < 0 anyway, so a negative id
+  would give a negative slot that nothing writes (the ``vllm`` profile's domain and writer);
 - kernel blocks smaller than the manager's: block ``b`` becomes ``b*r .. b*r+r-1``, so the null block 0
   becomes ``0 .. r-1`` and a zero tail does too (``map_to_kernel_blocks``);
 - no CUDA-graph runner of kvtable's shape, no debug checker, no validation: vLLM's scheduler and KV-cache
@@ -14,7 +17,7 @@ What it models (read from vLLM's ``vllm/v1/worker/block_table.py`` and ``vllm/v1
 
 Run it with its profile, from a clone's root::
 
-    kvtable conform --backend examples/vllm_style.py:backend --profile vllm
+    kvtable conform --backend examples/vllm_style.py:backend --profile vllm --level correct
 
 ``backend_53982`` is the same backend seeded with vLLM #53982: the block-table load has no column bound,
 so a position past a narrow group's width reads the next row's block.
@@ -43,7 +46,6 @@ def slot_mapping(block_table: torch.Tensor, req_indices: torch.Tensor, positions
     if bool((index >= flat.numel()).any()):
         raise IndexError("block-table load past the end of the table (an illegal memory access on a GPU)")
     block_ids = flat[index]
-    lane_ok &= block_ids >= 0  # vLLM's tables hold no -1; kvtable's tail pad is no block of the request
     return torch.where(lane_ok, block_ids * block_size + positions % block_size, PAD_SLOT_ID)
 
 

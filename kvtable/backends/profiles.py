@@ -5,15 +5,17 @@ that value to what an engine with other conventions produces, and tells the prop
 conventions to expect (location dtype, tail pad, when graph buffers exist, ...). Select one with
 ``kvtable conform --profile NAME`` or ``pytest --kvtable-profile NAME``.
 
-A profile changes conventions only, never what the safety tier allows: every written location is
-still the token's own slot, a slot of the dummy page 0, or the profile's pad slot (which writers skip).
-Each profile's docstring (``Profile.details``) names the engine code it was read from.
+A profile also owns the input domain and the writer: ``domain`` says which table values the engine's
+state can hold (the strategies draw through it; ``--domain any`` keeps the wide domain), ``writer`` what
+the engine's KV writer does with a location (a location it drops is no write, so the safety oracle
+skips it). Every location the writer does write must still be the token's own slot or a slot of the
+dummy page 0. Each profile's docstring (``Profile.details``) names the engine code it was read from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
@@ -22,9 +24,10 @@ from kvtable import reference
 from kvtable.reference import Batch, GroupSpec
 from kvtable.reference.graph import ShortRows
 from kvtable.reference.model import Table
+from kvtable.reference.safety import Token, UnsafeWrite, unsafe_writes
 from kvtable.reference.tables import as_table, specs_by_id
 
-__all__ = ["ALIASES", "PAD_SLOT_ID", "PROFILES", "Profile", "get_profile"]
+__all__ = ["ALIASES", "ANY_DOMAIN", "DOMAIN_ANY", "PAD_SLOT_ID", "PROFILES", "Domain", "Profile", "get_profile"]
 
 PAD_SLOT_ID = -1
 """vLLM's slot for tokens that must not be written (its KV writers skip every slot < 0)."""
@@ -38,7 +41,39 @@ CHOICES = {
     "replay_bs0": ("refuse", "noop"),
     "extra_groups": ("refuse", "ignore"),
     "validates": ("backend", "scheduler"),
+    "writer": ("skips-negative", "skips-pad", "writes-all"),
 }
+DOMAIN_ANY = "+any"
+"""Suffix of a profile name (``vllm+any``): the profile with the wide input domain (``--domain any``)."""
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Which table values an engine's state can hold: what the strategies draw for tails, holes and stale rows."""
+
+    negative_ids: bool = True
+    """Whether a table can hold -1 (a tail pad, a pad inside a row); vLLM's and SGLang's cannot."""
+    tail_pads: tuple[int, ...] = (-1, 0)
+    """The values past a row's last page."""
+    hole: int = 0
+    """The value of a hole (a sliding window's front, a freed block): the null page 0 in every engine."""
+    stale: Literal["anything", "earlier-ids"] = "anything"
+    """What rows no live token reads (padded rows, columns past a stale length) may hold: ``earlier-ids``:
+    page ids the allocator handed out before (and the domain's pads); ``anything``: also pages at the int32
+    edge no allocator of a real pool produces."""
+
+    @property
+    def pads(self) -> tuple[int, ...]:
+        """The non-page values a table can hold (tails and holes), the pad -1 first where allowed."""
+        return tuple(dict.fromkeys((*self.tail_pads, self.hole)))
+
+    def entry(self, value: int) -> int:
+        """``value`` as this domain's state can hold it: a negative entry becomes the domain's first tail pad."""
+        return self.tail_pads[0] if value < 0 and not self.negative_ids else value
+
+
+ANY_DOMAIN = Domain()
+"""Today's wide domain: -1 anywhere, both tail pads, stale rows with any page."""
 
 
 @dataclass(frozen=True)
@@ -76,12 +111,19 @@ class Profile:
     validates: Literal["backend", "scheduler"] = "backend"
     """Who refuses broken input: the backend itself, or the engine's scheduler before the backend runs
     (then refusals are a strictness matter only: a missing one is reported, never a safety failure)."""
+    domain: Domain = ANY_DOMAIN
+    """The table values the engine's state can hold; the strategies draw only these."""
+    writer: Literal["skips-negative", "skips-pad", "writes-all"] = "writes-all"
+    """What the engine's KV writer does with a location: drops every negative slot (vLLM's
+    ``reshape_and_cache*``), drops only ``pad_slot``, or writes anything it is given."""
 
     def __post_init__(self) -> None:
         for field_name, allowed in CHOICES.items():
             if getattr(self, field_name) not in allowed:
                 raise ValueError(f"profile {self.name!r}: {field_name} must be one of {allowed}, "
                                  f"got {getattr(self, field_name)!r}")
+        if self.writer == "skips-pad" and self.pad_slot is None:
+            raise ValueError(f"profile {self.name!r}: writer 'skips-pad' needs a pad_slot")
 
     # -- conventions the properties ask about ---------------------------------------------------
     @property
@@ -109,6 +151,22 @@ class Profile:
     def backend_validates(self) -> bool:
         """Whether refusing broken input is the backend's job (else the scheduler's: strictness only)."""
         return self.validates == "backend"
+
+    # -- the writer -----------------------------------------------------------------------------
+    def drops(self, loc: int) -> bool:
+        """Whether the engine's KV writer skips ``loc`` (then nothing is written there)."""
+        if self.writer == "skips-negative":
+            return loc < 0
+        return self.writer == "skips-pad" and loc == self.pad_slot
+
+    def unsafe_writes(self, table: Any, locs: Any, tokens: Sequence[Token], page_size: int, *,
+                      group: str | None = None) -> list[UnsafeWrite]:
+        """``reference.safety.unsafe_writes`` through the writer: a location the writer drops is no write."""
+        return [w for w in unsafe_writes(table, locs, tokens, page_size, group=group) if not self.drops(w.loc)]
+
+    def with_domain(self, domain: Domain, suffix: str) -> Profile:
+        """This profile with another input domain, named ``name + suffix``."""
+        return replace(self, name=self.name + suffix, domain=domain)
 
     # -- write locations ------------------------------------------------------------------------
     def pad_rows(self, locs: list[int], live_rows: int, tokens_per_row: int) -> list[int]:
@@ -206,7 +264,7 @@ class Profile:
     def describe(self) -> str:
         """The profile's conventions, one per line (for ``--help`` texts and reports)."""
         fields = ("loc_dtype", "tail_pad", "pad_slot", "subpage_holes", "clamp_short_verify", "dummy_rows",
-                  "buffers_at", "replay_bs0", "extra_groups", "loc_buffer_tail", "validates")
+                  "buffers_at", "replay_bs0", "extra_groups", "loc_buffer_tail", "validates", "domain", "writer")
         return "\n".join([f"{self.name}: {self.summary}"] + [f"  {f} = {getattr(self, f)!r}" for f in fields])
 
 
@@ -217,32 +275,38 @@ KVTABLE = Profile(
 )
 
 VLLM = Profile(
-    "vllm", "vLLM V1/V2 slot mappings: int64 locations, 0 tails, padded tokens -1, null block 0 expands to "
-    "sub-blocks 0..r-1, no validation (the scheduler's job)",
-    details="""Read from vLLM's public code:
+    "vllm", "vLLM V1/V2 slot mappings: int64 locations, block ids never negative (0 tails, null block 0), padded "
+    "tokens -1, writers skip every negative slot, null block 0 expands to sub-blocks 0..r-1, no validation",
+    details="""Read from vLLM's public code, point by point:
 
-- ``vllm/v1/worker/block_table.py`` (V1 runner): ``BlockTable`` keeps its tables in ``torch.zeros``, so a
-  row's tail is 0; ``add_row``/``append_row`` write only the block ids and ``clear_row`` writes zeros.
-  ``compute_slot_mapping`` and its Triton kernel ``_compute_slot_mapping_kernel`` turn positions into
-  slots ``block_id * block_size + pos % block_size`` in an int64 slot-mapping buffer (int64 since vLLM's
-  fix for its issue #1486); one extra program writes ``PAD_SLOT_ID`` (-1) over every entry from the
-  batch's token count to the buffer's end, so padded tokens, and the buffer's tail, hold -1 and the KV
-  writers skip them. ``map_to_kernel_blocks`` turns a manager block ``b`` into kernel blocks
-  ``b*r .. b*r+r-1`` when the attention kernel's block is ``r`` times smaller, so the null block 0 becomes
-  ``0 .. r-1`` and a zero tail does too.
-- ``vllm/v1/worker/gpu/block_table.py`` (Model Runner V2): ``BlockTables`` computes all groups' slots in
-  one launch (``compute_slot_mappings`` / ``_compute_slot_mappings_kernel``, a per-group ``block_sizes``
-  tensor), pads the rest of the int64 buffer with -1 the same way, and ``get_dummy_slot_mappings`` fills
-  the whole buffer with -1 for dummy runs. Its persistent input tables keep a padded request's row as it
-  stands (a previous occupant's ids): such rows are never read, since their tokens get -1.
-- Neither path validates: the scheduler and KV-cache manager guarantee the invariants, the kernels have
-  no column bound (vLLM #53982, fixed by PR #54296, reads the next row's block past a narrow group's
-  width). Block 0 is the null block for sliding-window holes, as kvtable's page 0 is.
+- Domain: block ids are never negative. ``vllm/v1/core/block_pool.py`` (``BlockPool.__init__``) pops block 0
+  first as ``null_block``, the id of sliding-window holes and of padding; ``vllm/v1/worker/block_table.py``
+  (``BlockTable.__init__``) keeps the tables in ``torch.zeros`` and ``clear_row`` writes zeros, so a row's
+  tail is 0; ``add_row``/``append_row`` write only the new block ids, so columns past a reused row's blocks
+  keep ids an earlier request left there (valid ids, never -1). The strategies draw no -1 and stale rows hold
+  earlier ids or 0.
+- Writer: ``csrc/cache_kernels.cu`` (``reshape_and_cache_kernel``, ``reshape_and_cache_flash_kernel``) return
+  before writing when ``slot_mapping[token] < 0``: every negative slot is dropped, not only ``PAD_SLOT_ID``;
+  the safety oracle treats a negative location as no write.
+- Slots: ``vllm/v1/worker/block_table.py`` (``compute_slot_mapping``, ``_compute_slot_mapping_kernel``) turn
+  positions into ``block_id * block_size + pos % block_size`` in an int64 buffer (int64 since vLLM #1486);
+  one extra program writes ``PAD_SLOT_ID`` (-1) over ``[num_tokens, max_num_tokens)``, so padded tokens and
+  the buffer's tail hold -1. ``map_to_kernel_blocks`` turns block ``b`` into kernel blocks ``b*r .. b*r+r-1``
+  when the attention kernel's block is ``r`` times smaller: the null block 0 and a zero tail become ``0 .. r-1``.
+- Model Runner V2, ``vllm/v1/worker/gpu/block_table.py`` (``BlockTables.compute_slot_mappings``,
+  ``_compute_slot_mappings_kernel``): all groups in one launch with a per-group ``block_sizes`` tensor, the
+  rest of the int64 buffer padded with -1; ``get_dummy_slot_mappings`` fills the whole buffer with -1. Its
+  persistent tables keep a padded request's row as it stands (a previous occupant's ids): never read, since
+  its tokens get -1 (``dummy_rows = "unread"``).
+- Validation: none on this path; the scheduler and KV-cache manager guarantee the invariants
+  (``validates = "scheduler"``). The kernels' block-table load has no column bound before PR #54296
+  (vLLM #53982: a position past a narrow group's width reads the next row's block).
 
 vLLM has no per-group CUDA-graph table buffers of kvtable's shape, so the graph conventions stay
 kvtable's (a vLLM-style backend simply has no ``graph``).""",
     loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, subpage_holes=True, dummy_rows="unread",
     loc_buffer_tail=PAD_SLOT_ID, validates="scheduler",
+    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids"), writer="skips-negative",
 )
 
 SGLANG = Profile(
@@ -262,6 +326,7 @@ SGLANG = Profile(
   the fill value 1; their rows are never read for writes.
 - Validation lives in the scheduler; the attention backends trust what they get.""",
     loc_dtype="int64", tail_pad=0, dummy_rows="unread", loc_buffer_tail=0, validates="scheduler",
+    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids"),
 )
 
 TOKENSPEED = Profile(
@@ -307,12 +372,14 @@ ALIASES: dict[str, str] = {"vllm-pad-slot": "vllm"}
 
 
 def get_profile(name: str | Profile | None) -> Profile:
-    """A profile by name or alias (None: the default ``kvtable``)."""
+    """A profile by name or alias (None: the default ``kvtable``); ``NAME+any`` is it with the wide domain."""
     if isinstance(name, Profile):
         return name
-    key = ALIASES.get(name or "kvtable", name or "kvtable")
+    base = (name or "kvtable").removesuffix(DOMAIN_ANY)
+    key = ALIASES.get(base, base)
     try:
-        return PROFILES[key]
+        profile = PROFILES[key]
+        return profile.with_domain(ANY_DOMAIN, DOMAIN_ANY) if (name or "").endswith(DOMAIN_ANY) else profile
     except KeyError:
         raise KeyError(f"no convention profile {name!r}; known: {sorted(PROFILES)} "
                        f"(aliases: {sorted(ALIASES)})") from None

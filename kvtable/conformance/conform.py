@@ -23,7 +23,7 @@ import sys
 
 from kvtable.argtypes import positive_float, positive_int
 from kvtable.backends import BackendUnavailable, default_spec
-from kvtable.backends.profiles import ALIASES, PROFILES
+from kvtable.backends.profiles import ALIASES, DOMAIN_ANY, PROFILES
 from kvtable.conformance.isolation import DEFAULT_TIMEOUT_S
 from kvtable.conformance.levels import DEFAULT_LEVEL, LEVELS
 from kvtable.conformance.preflight import check_backend, checked_properties, isolate_by_default
@@ -39,6 +39,9 @@ def add_common(parser: argparse.ArgumentParser, *, examples: int, examples_help:
                              f"(default: $KVTABLE_BACKEND or {default_spec()!r})")
     parser.add_argument("--profile", default="kvtable", choices=sorted(PROFILES) + sorted(ALIASES),
                         help="engine convention profile the expected values are mapped through (default kvtable)")
+    parser.add_argument("--domain", default="profile", choices=("profile", "any"),
+                        help="input domain: the table values the profile's engine can hold (default), or any "
+                             "(-1 anywhere, both tail pads, stale rows with any page)")
     parser.add_argument("--examples", type=positive_int, default=examples, help=examples_help)
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed; a run is deterministic for a seed")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
@@ -90,6 +93,11 @@ def sanitized(args: argparse.Namespace) -> contextlib.AbstractContextManager:
     return sanitizing()
 
 
+def profile_arg(args: argparse.Namespace) -> str:
+    """The profile named on the command line, ``NAME+any`` under ``--domain any``."""
+    return args.profile + (DOMAIN_ANY if args.domain == "any" else "")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser, examples=100, examples_help="examples per property (default 100)")
 
@@ -125,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = execution(args, spec)
         with sanitized(args), progress_bar(wants_progress(args.no_progress), "kvtable conform") as progress:
-            report = run_conformance(spec, examples=args.examples, seed=args.seed, profile=args.profile,
+            report = run_conformance(spec, examples=args.examples, seed=args.seed, profile=profile_arg(args),
                                      properties=properties, level=args.level, progress=progress, **options)
     except BackendUnavailable as err:
         return unavailable(err, args.json)

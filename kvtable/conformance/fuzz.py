@@ -31,7 +31,7 @@ from hypothesis.database import ExampleDatabase
 
 from kvtable.backends import BackendUnavailable, default_spec
 from kvtable.backends.profiles import Profile
-from kvtable.conformance.conform import add_common, emit, execution, sanitized, unavailable
+from kvtable.conformance.conform import add_common, emit, execution, profile_arg, sanitized, unavailable
 from kvtable.conformance.database import open_database
 from kvtable.conformance.preflight import checked_properties
 from kvtable.conformance.properties import PROPERTIES, Property
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = execution(args, spec)
         with sanitized(args), progress_bar(wants_progress(args.no_progress), "kvtable fuzz") as progress:
-            report = fuzz(spec, examples=args.examples, seed=args.seed, database=database, profile=args.profile,
+            report = fuzz(spec, examples=args.examples, seed=args.seed, database=database, profile=profile_arg(args),
                           properties=properties, progress=progress, level=args.level, **options)
     except BackendUnavailable as err:
         return unavailable(err, args.json)

@@ -22,7 +22,7 @@ from kvtable.conformance.core import Context
 from kvtable.conformance.levels import SAFETY
 from kvtable.errors import Unsupported
 from kvtable.reference import NULL_PAGE, GraphModel
-from kvtable.reference.safety import token_positions, unsafe_writes
+from kvtable.reference.safety import token_positions
 from kvtable.strategies import GraphSetup, Replay, as_tensor
 
 SENTINEL = 77
@@ -265,8 +265,7 @@ class GraphHarness:
         except Exception:
             return
         tokens = token_positions("reanchor", frontier, n=n)
-        unsafe = unsafe_writes(model_rows, got, tokens, group.page_size, group=group_id,
-                               pad_slot=self.ctx.profile.pad_slot)
+        unsafe = self.ctx.profile.unsafe_writes(model_rows, got, tokens, group.page_size, group=group_id)
         if unsafe:
             bad = unsafe[0]
             raise Mismatch("W4", f"reanchor_locs on a captured view of {group_id!r} (rows that are no valid table: "

@@ -34,6 +34,7 @@ from kvtable.conformance.properties import PROPERTIES
 from kvtable.conformance.reproduce import Blob, blob_of, verdict_lines
 from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
+from kvtable.strategies.domain import drawing
 
 __all__ = ["DEFAULT_LEVEL", "LEVELS", "NOT_APPLICABLE", "Failure", "PropertyResult", "Report", "make_context",
            "run_conformance", "run_properties", "run_property"]
@@ -399,8 +400,9 @@ def _search(prop: Property, ctx: Context, count: list[int], *, examples: int, se
         base = prop.stateful(ctx)
         machine_cls = type(base.__name__, (base,), {"__init__": _counting_init(base, count)})
         replay(hypothesis_seed(seed)(machine_cls))
-        run_state_machine_as_test(machine_cls, settings=_settings(examples, database, shrink,
-                                                                  stateful_step_count=STEPS_PER_MACHINE))
+        with drawing(ctx.profile.domain):
+            run_state_machine_as_test(machine_cls, settings=_settings(examples, database, shrink,
+                                                                      stateful_step_count=STEPS_PER_MACHINE))
         return
     assert prop.strategy is not None and prop.check is not None
     check = prop.check
@@ -414,7 +416,8 @@ def _search(prop: Property, ctx: Context, count: list[int], *, examples: int, se
     # settings outside @seed: @seed alone would also switch the example database off
     test = _settings(examples, database, shrink)(replay(hypothesis_seed(seed)(given(prop.strategy)(body))))
     test._hypothesis_internal_database_key = f"kvtable:{prop.name}".encode()  # type: ignore[attr-defined]
-    test()
+    with drawing(ctx.profile.domain):  # the strategies draw what the profile's engine can hold
+        test()
 
 
 def _counting_init(base: type, count: list[int]) -> Callable[[Any], None]:

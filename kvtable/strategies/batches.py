@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from kvtable.reference import NULL_PAGE, Batch, GroupSpec
 from kvtable.reference.model import MODES, Mode, Table, first_query
 from kvtable.reference.tables import needed_columns
+from kvtable.strategies.domain import current
 from kvtable.strategies.draws import TAIL_PADS, between, digits, rng, within
 
 KERNEL_PAGE_SIZES = (1, 2, 4, 8, 16)
@@ -144,14 +145,15 @@ _ENTRY = between(0, 3 * _ENTRY_SPAN - 1)
 
 def draw_entry(draw: st.DrawFn, page_size: int) -> int:
     """A table entry of any kind: the pad -1, a hole 0, a small page, or a page at the top of the W5 range
-    (``(p + 1) * page_size <= 2^31``).
+    (``(p + 1) * page_size <= 2^31``). The pads are the running domain's (no -1 where the engine holds none).
 
     One draw per entry (tables hold dozens): three equal spans of one integer, pads, small pages, top pages,
     in that order, so the entry shrinks toward the pad -1 as a draw of the kind and then the value did.
     """
     kind, value = divmod(draw(_ENTRY), _ENTRY_SPAN)
     if kind == 0:
-        return TAIL_PADS[value % len(TAIL_PADS)]
+        pads = current().pads
+        return pads[value % len(pads)]
     if kind == 1:
         return 1 + value % 64
     return PAGE_LIMIT // page_size - 1 - value
@@ -205,15 +207,17 @@ def _group_table(draw: st.DrawFn, rand: random.Random, spec: GroupSpec, batch: B
                     table[row][col] = table[row - 1][col]
     table += [[NULL_PAGE] * width for _ in range(live, batch.bs)]
     used = [p for r in table for p in r if p > 0]
+    pads = current().pads
     for _ in range(extra_rows):  # rows past bs are ignored: fill them with pages live rows write
-        table.append([rand.choice((-1, 0, *used)) for _ in range(width)])
+        table.append([rand.choice((*pads, *used)) for _ in range(width)])
     return table
 
 
 def _state_table(rand: random.Random, rows: int) -> Table:
     """State-group tables are full of holes, pads and repeats; they must never reach location maths."""
     width = rand.randint(1, 4)
-    return [[rand.choice((0, 0, -1, 1, 2, 3)) for _ in range(width)] for _ in range(rows)]
+    values = (0, 0, *current().pads, 1, 2, 3)
+    return [[rand.choice(values) for _ in range(width)] for _ in range(rows)]
 
 
 def draw_case(draw: st.DrawFn, *, modes: Sequence[Mode] = MODES, specs: tuple[GroupSpec, ...] | None = None,
@@ -227,11 +231,12 @@ def draw_case(draw: st.DrawFn, *, modes: Sequence[Mode] = MODES, specs: tuple[Gr
     Fixed ``specs``/``kernel_page_size``/``bs``/``n``/``max_seq``/``widths`` pin those parts (the graph
     strategies use them); ``padding`` allows dummy rows (not in extend); ``big_pages`` forces pages near
     the int32 limit (None: sometimes); ``writes``: some live row writes a token (an extend batch is not all
-    empty rows).
+    empty rows). Tail pads outside the running domain's are not drawn (its first one stands in).
     """
     low_bs = max(1, min_live + min_pad)
     top_bs = bs or max_bs
-    pads = (tuple(tail_pads), range(3 if extra_rows else 1))
+    domain_pads = current().tail_pads
+    pads = (tuple(p for p in tail_pads if p in domain_pads) or domain_pads[:1], range(3 if extra_rows else 1))
     # the batch's shape in packed draws (a choice costs the engine more than a digit): shrinks to the first
     # kernel page size and mode, N 1, no padding, one column, tail pad first, no extra rows. The rows come in a
     # draw of their own, so that the engine drops a row's length draws with the row as it shrinks

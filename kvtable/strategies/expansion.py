@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from kvtable.reference import NULL_PAGE
 from kvtable.reference.model import Table
 from kvtable.strategies.batches import draw_entry
+from kvtable.strategies.domain import current
 from kvtable.strategies.draws import BOOLEANS, between, pick
 
 
@@ -33,6 +34,6 @@ def expand_cases(draw: st.DrawFn) -> ExpandCase:
     if actual is not None:
         for row in table[actual:]:
             row[:] = [NULL_PAGE] * width
-    return ExpandCase(table, width, ratio, mkp, pick(draw, (-1, 0)), actual)
+    return ExpandCase(table, width, ratio, mkp, pick(draw, current().tail_pads), actual)
 
 

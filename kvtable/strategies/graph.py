@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from kvtable.reference import GraphModel, GroupSpec
 from kvtable.reference.model import Table
 from kvtable.strategies.batches import KERNEL_PAGE_SIZES, MAX_N, as_tensor, ceil_div, draw_case, draw_group_specs
-from kvtable.strategies.draws import TAIL_PADS, between, digits, pick, rng, within
+from kvtable.strategies.domain import current
+from kvtable.strategies.draws import between, digits, pick, rng, within
 
 
 @dataclass(frozen=True)
@@ -64,12 +65,13 @@ class Replay:
 def draw_setup(draw: st.DrawFn) -> GraphSetup:
     """A runner's arguments; its buffers hold at least one verify step of ``spec_n`` tokens (no engine has less).
     The kernel page size, ``spec_n``, ``max_kernel_pages``, ``max_bs``, tail pad and expansion in two packed
-    draws, then the groups."""
+    draws, then the groups. The tail pad is one the running domain's tables hold."""
+    pads = current().tail_pads
     k_at, n_at, pages_at, bs_at, pad_at, expand = digits(draw, [len(KERNEL_PAGE_SIZES), MAX_N, 12, 5,
-                                                                 len(TAIL_PADS), 2])
+                                                                 len(pads), 2])
     k, spec_n = KERNEL_PAGE_SIZES[k_at], 1 + n_at
     specs = draw_group_specs(draw, k)
-    return GraphSetup(specs, 1 + bs_at, within(pages_at, ceil_div(spec_n, k), 12), k, spec_n, TAIL_PADS[pad_at],
+    return GraphSetup(specs, 1 + bs_at, within(pages_at, ceil_div(spec_n, k), 12), k, spec_n, pads[pad_at],
                       bool(expand))
 
 

@@ -22,6 +22,7 @@ from kvtable.reference.model import Table, write_positions
 from kvtable.reference.tables import needed_columns
 from kvtable.strategies.batches import KERNEL_PAGE_SIZES, PAGE_LIMIT, Case, ceil_div, draw_case
 from kvtable.strategies.broken import copy_tables, writing_rows
+from kvtable.strategies.domain import current
 from kvtable.strategies.draws import BOOLEANS, between, pick
 
 UNSAFE_KINDS = ("stale seq_len on the tail pad", "-1 inside the live range", "garbage dummy rows", "narrow table",
@@ -60,21 +61,27 @@ def _pad_inside(draw: st.DrawFn) -> UnsafeCase:
     gid = pick(draw, [s.group_id for s in case.attention])
     row = pick(draw, writing_rows(case))
     col = pick(draw, needed_columns(case.batch, row, case.spec(gid)))
-    tables[gid][row][col] = -1
-    return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[1], f"-1 at {gid!r} row {row} col {col}")
+    pad = current().entry(-1)  # an engine whose tables hold no -1 gets its tail value there
+    tables[gid][row][col] = pad
+    return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[1], f"{pad} at {gid!r} row {row} col {col}")
 
 
 def _garbage_dummy(draw: st.DrawFn) -> UnsafeCase:
     case = draw_case(draw, modes=_FIXED, min_live=1, min_pad=1)
     tables = copy_tables(case)
+    domain = current()
     for spec in case.attention:
         table: Table = tables[spec.group_id]
         used = [p for r in table[: case.batch.live_rows] for p in r if p > 0] or [1]
         top = PAGE_LIMIT // spec.block_granularity - 1
+        # what stale rows can hold: earlier ids (here: the live rows' pages) and pads; the wide domain adds the edge
+        kinds = (*domain.pads, used[0]) if domain.stale == "earlier-ids" else (-1, used[0], top)
         for row in range(case.batch.live_rows, case.batch.bs):
-            table[row] = [pick(draw, (-1, pick(draw, used), top)) for _ in table[row]]
+            table[row] = [v if v != used[0] else pick(draw, used) for v in (pick(draw, kinds) for _ in table[row])]
     return UnsafeCase(replace(case, tables=tables), UNSAFE_KINDS[2],
-                      f"dummy rows {case.batch.live_rows}..{case.batch.bs - 1} hold live pages, -1 or int32-edge pages")
+                      f"dummy rows {case.batch.live_rows}..{case.batch.bs - 1} hold "
+                      + ("earlier page ids or pads" if domain.stale == "earlier-ids" else
+                         "live pages, -1 or int32-edge pages"))
 
 
 def _narrow(draw: st.DrawFn) -> UnsafeCase:

@@ -5,10 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 from hand_vectors import FULL, SLIDING, SPECS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kvtable import ContractViolation
-from kvtable.backends.profiles import ALIASES, PROFILES, Profile, get_profile
+from kvtable.backends.profiles import ALIASES, ANY_DOMAIN, PROFILES, Profile, get_profile
 from kvtable.reference import GraphModel, GroupSpec
+from kvtable.strategies import cases
+from kvtable.strategies.domain import drawing
+from kvtable.strategies.unsafe import UNSAFE_KINDS, unsafe_cases
 
 TABLES = {"sliding_attention": SLIDING, "full_attention": FULL}
 
@@ -112,3 +117,29 @@ def test_the_graph_model_clamps_short_live_rows_only_under_clamping_profiles() -
     refusing = PROFILES["kvtable"].graph_model(SPECS, max_bs=2, max_kernel_pages=4, kernel_page_size=2, spec_n=3)
     with pytest.raises(ContractViolation, match="W2"):
         PROFILES["kvtable"].replay(refusing, 2, tables, [2, 4], 3)
+
+
+def test_vllms_writer_drops_every_negative_slot_and_kvtables_writes_it() -> None:
+    """vLLM's ``reshape_and_cache*`` return early for a slot < 0: -8 (a -1 block at page size 8) is no write."""
+    tokens = [(0, 0)]
+    assert PROFILES["vllm"].unsafe_writes([[-1]], [-8], tokens, 8) == []
+    [bad] = PROFILES["kvtable"].unsafe_writes([[-1]], [-8], tokens, 8)
+    assert (bad.row, bad.token, bad.loc) == (0, 0, -8) and "negative slot" in bad.reason
+    assert PROFILES["vllm"].unsafe_writes([[5]], [7 * 8], tokens, 8)[0].reason.startswith("another page")
+
+
+def test_plus_any_keeps_the_profile_with_the_wide_domain() -> None:
+    wide = get_profile("vllm+any")
+    assert (wide.name, wide.domain, wide.writer, wide.pad_slot) == ("vllm+any", ANY_DOMAIN, "skips-negative", -1)
+    assert PROFILES["vllm"].domain.tail_pads == (0,) and not PROFILES["vllm"].domain.negative_ids
+
+
+@settings(max_examples=40, database=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_the_strategies_draw_no_negative_id_under_the_vllm_domain(data: st.DataObject) -> None:
+    with drawing(PROFILES["vllm"].domain):
+        case = data.draw(cases())
+        unsafe = data.draw(unsafe_cases(UNSAFE_KINDS[data.draw(st.sampled_from([0, 1, 2]))]))
+    for drawn in (case, unsafe.case):
+        assert drawn.tail_pad == 0
+        assert all(v >= 0 for s in drawn.attention for row in drawn.tables[s.group_id] for v in row)

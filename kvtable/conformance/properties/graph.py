@@ -23,7 +23,7 @@ from kvtable.conformance.levels import CORRECTNESS, SAFETY, STRICTNESS
 from kvtable.errors import ContractViolation, Unsupported
 from kvtable.reference import GroupSpec
 from kvtable.reference.graph import GraphModel, GroupBuffers
-from kvtable.reference.safety import token_positions, unsafe_writes
+from kvtable.reference.safety import token_positions
 from kvtable.strategies import MAX_N, GraphCase, GraphSetup, Replay, graph_cases, graph_setups
 from kvtable.strategies.draws import SEEDS, between, pick, rng
 from kvtable.strategies.graph import (
@@ -157,7 +157,7 @@ def _check_stale_group(ctx: Context, h: GraphHarness, gid: str, group: GroupBuff
     where = (f"loc_buffers[{gid!r}] after a replay with row {row} at stale seq_len {seq[row]} "
              f"(buffer holds {width} columns of {ps})")
     tokens = token_positions("verify", seq, n=n, actual_bs=live)
-    unsafe = unsafe_writes(group.table, got_locs, tokens, ps, group=gid, pad_slot=ctx.profile.pad_slot)
+    unsafe = ctx.profile.unsafe_writes(group.table, got_locs, tokens, ps, group=gid)
     if unsafe:  # another request's page, a negative slot: the safety tier
         bad = unsafe[0]
         raise Mismatch("G4", f"{where}: group {gid!r} row {bad.row} token {bad.token} position {bad.position} "

@@ -15,7 +15,7 @@ from kvtable.conformance.checks import Mismatch
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import SAFETY
 from kvtable.errors import Unsupported
-from kvtable.reference.safety import UnsafeWrite, token_positions, unsafe_writes
+from kvtable.reference.safety import UnsafeWrite, token_positions
 from kvtable.strategies import Case
 from kvtable.strategies.unsafe import UNSAFE_KINDS, UnsafeCase, unsafe_cases
 
@@ -66,8 +66,7 @@ def _judge(ctx: Context, clause: str, what: str, u: UnsafeCase, gid: str, got: A
     if not hasattr(got, "tolist"):
         return  # not a location tensor: a correctness matter, judged by the valid-input properties
     ps = u.case.spec(gid).block_granularity
-    bad = unsafe_writes(u.case.tables[gid], got, _tokens(u.case, actual_bs), ps, group=gid,
-                        pad_slot=ctx.profile.pad_slot)
+    bad = ctx.profile.unsafe_writes(u.case.tables[gid], got, _tokens(u.case, actual_bs), ps, group=gid)
     if bad:
         first = bad[0]
         raise Mismatch(clause, f"{what} on {u.kind} ({u.how}): {len(bad)} unsafe write(s); first: group "
