@@ -10,6 +10,7 @@ steps outside the allocation (``BAD_STEPS``) are written here once, for the grap
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -19,8 +20,8 @@ import torch
 from kvtable.conformance.calls import loc_dtypes
 from kvtable.conformance.checks import Mismatch, check_tensor, first_difference, judge, reference_outcome
 from kvtable.conformance.core import Context
-from kvtable.conformance.levels import SAFETY
-from kvtable.errors import Unsupported
+from kvtable.conformance.levels import SAFETY, STRICTNESS
+from kvtable.errors import ContractViolation, Unsupported
 from kvtable.reference import NULL_PAGE, GraphModel
 from kvtable.reference.safety import token_positions
 from kvtable.strategies import GraphSetup, Replay, as_tensor
@@ -32,6 +33,10 @@ STALE_KINDS = ("none", "empty dict", "missing group", "extra group", "empty tabl
 BAD_STEPS = ("capture bs 0", "capture bs > max_bs", "capture N > spec_n", "capture unknown group", "replay bs 0",
              "replay bs > max_bs", "replay N > spec_n", "replay short seq_lens")
 """G2-G4: capture and replay sizes outside what the buffers were allocated for, and unknown groups."""
+OWN_TABLES = object()
+"""``GraphHarness.replay``'s default delivery: the step's own tables (None is the stale delivery of no tables)."""
+ACCEPTED = "accepted broken input"
+"""The kind ``checks.judge`` gives a backend that accepts what the reference refuses."""
 
 
 class GraphHarness:
@@ -190,11 +195,12 @@ class GraphHarness:
         return before if len(self.views) > before else None
 
     # -- G3-G5 ------------------------------------------------------------------------------------
-    def replay(self, step: Replay, tables: Mapping[str, Any] | None = None, *, clause: str = "G3") -> None:
-        """Replay on both sides (``tables`` overrides the step's, for stale deliveries) and compare."""
+    def replay(self, step: Replay, tables: Mapping[str, Any] | None | object = OWN_TABLES, *,
+               clause: str = "G3") -> None:
+        """Replay on both sides (``tables`` overrides the step's, None included, for stale deliveries) and compare."""
         assert self.model is not None
         model, profile = self.model, self.ctx.profile
-        delivered = step.tensors() if tables is None else tables
+        delivered = step.tensors() if tables is OWN_TABLES else tables
 
         def model_replay() -> None:
             profile.replay(model, step.bs, delivered, list(step.seq_lens), step.tokens_per_req,
@@ -208,13 +214,51 @@ class GraphHarness:
         if not expected.raised:
             self._last_bs, self._last_locs = step.bs, step.bs * step.tokens_per_req
             self.live_seq[: step.bs] = step.live_seq
-            if tables is None:
+            if tables is OWN_TABLES:
                 self.last = step
         self.check_buffers()
         self.check_views()
 
+    def accepted(self, err: Mismatch, step: Replay | None, what: str) -> Mismatch:
+        """An accepted step the model refuses: a missing refusal (strictness), unless the locations a captured
+        graph would now write show an unsafe write (safety). ``step``: the replay whose true tables and lengths
+        the written locations are judged against (None: a capture, which writes nothing)."""
+        unsafe = self._unsafe_after(step) if step is not None else None
+        if unsafe is not None:
+            gid, bad = unsafe
+            return Mismatch(err.clause, f"{what}: accepted, and loc_buffers[{gid!r}] now makes a captured graph "
+                            f"write: group {gid!r} row {bad.row} token {bad.token} position {bad.position} loc "
+                            f"{bad.loc}: {bad.reason}", tier=SAFETY,
+                            kind="unsafe write: " + bad.reason.split(":")[0][:40])
+        return Mismatch(err.clause, str(err).split("] ", 1)[1] + " (nothing unsafe written: a missing refusal)",
+                        tier=STRICTNESS, kind=err.kind)
+
+    def _unsafe_after(self, step: Replay) -> tuple[str, Any] | None:
+        """The first location of ``[:bs*N]`` a captured graph would write outside the step's own slots, judged
+        against the step's true tables as the model fills them (a step the model refuses: the runner's own)."""
+        assert self.model is not None
+        truth = copy.deepcopy(self.model)
+        try:
+            self.ctx.profile.replay(truth, step.bs, step.tensors(), list(step.seq_lens), step.tokens_per_req,
+                                    actual_bs=step.actual_bs)
+        except ContractViolation:
+            truth = None
+        bs, n = min(step.bs, self.setup.max_bs), step.tokens_per_req
+        seq = list(step.seq_lens[:bs]) + [1] * (bs - len(step.seq_lens[:bs]))
+        live = bs if step.actual_bs is None else min(step.actual_bs, bs)
+        tokens = token_positions("verify", seq, n=n, actual_bs=live)
+        for gid in sorted(self.allocated):
+            group = self.model.groups[gid]
+            table = truth.groups[gid].table if truth is not None else self.runner.table_buffers[gid].tolist()
+            locs = self.runner.loc_buffers[gid].tolist()[: bs * n]
+            unsafe = self.ctx.profile.unsafe_writes(table, locs, tokens, group.page_size, group=gid)
+            if unsafe:
+                return gid, unsafe[0]
+        return None
+
     def stale(self, step: Replay, kind: str) -> None:
-        """G5: a stale or incomplete delivery is refused before anything is written."""
+        """G5: a stale or incomplete delivery is refused before anything is written (accepting it is a missing
+        refusal; a safety failure only where the locations left behind write outside the step's own slots)."""
         assert self.model is not None
         tables = step.tensors()
         attention = sorted(self.model.groups)
@@ -232,7 +276,12 @@ class GraphHarness:
             delivered = {**tables, attention[-1]: torch.zeros((step.bs, 0), dtype=torch.int32)}
         else:
             delivered = state
-        self.replay(step, delivered, clause="G5")
+        try:
+            self.replay(step, delivered, clause="G5")
+        except Mismatch as err:
+            if err.kind != ACCEPTED:
+                raise
+            raise self.accepted(err, step, f"replay with a stale delivery ({kind})") from err
 
     def reanchor(self, view_index: int, group_id: str, frontier: list[int], n: int) -> None:
         """W4 on a captured table view (strided, in consumer units) equals W4 on the model's view."""
@@ -290,7 +339,18 @@ class GraphHarness:
         self.live_seq = [1] * self.setup.max_bs
 
     def bad_step(self, step: Replay, kind: str) -> None:
-        """One of ``BAD_STEPS``: refused (or, where the model accepts it, done) exactly as the model does it."""
+        """One of ``BAD_STEPS``: refused (or, where the model accepts it, done) exactly as the model does it.
+        Accepting one is a missing refusal (strictness), a safety failure only with an unsafe write shown."""
+        try:
+            self._bad_step(step, kind)
+        except Mismatch as err:
+            if err.kind != ACCEPTED:
+                raise
+            judged = None if kind.startswith("capture") or kind in ("replay bs > max_bs", "replay N > spec_n") \
+                else step
+            raise self.accepted(err, judged, kind) from err
+
+    def _bad_step(self, step: Replay, kind: str) -> None:
         setup = self.setup
         if kind.startswith("capture"):
             ids = [s.group_id for s in setup.attention]

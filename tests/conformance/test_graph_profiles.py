@@ -302,3 +302,45 @@ def test_reanchor_on_a_scribbled_view_is_judged_by_safety_only() -> None:
     [result] = report.results
     assert result.status == "failed" and result.failures[0].tier == "safety", report.details()
     assert re.search(r"no valid table: \[T\d\]\): row 0 token 0 position \d+ wrote loc -\d+", result.message)
+
+
+# -- accepting is never unsafe by itself: graph/bounds and graph/stale-guard judge what was written -----------
+
+
+class AcceptsCaptureBs0(ts.LazyGroupGraphBuffers):
+    """tokenspeed's ``_capture_group_views`` at bs 0: empty views, nothing written (a missing refusal only)."""
+
+    def capture(self, bs, group_ids, tokens_per_req=1):
+        if bs == 0:
+            return super().capture(1, group_ids, tokens_per_req) and (None, None)
+        return super().capture(bs, group_ids, tokens_per_req)
+
+
+class KeepsStaleTables(ts.LazyGroupGraphBuffers):
+    """Seeded: a replay without tables keeps the last ones and recomputes locations from them (no stale guard)."""
+
+    last = None
+
+    def replay(self, bs, tables, seq_lens, tokens_per_req=1, *, actual_bs=None):
+        if tables:
+            self.last = tables
+        super().replay(bs, tables or self.last, seq_lens, tokens_per_req, actual_bs=actual_bs)
+
+
+def test_a_runner_accepting_capture_bs_0_and_writing_nothing_passes_graph_bounds() -> None:
+    props = select(["graph/bounds", "graph/protocol"])
+    report = run_conformance(_with_runner(AcceptsCaptureBs0), examples=60, seed=0, profile="tokenspeed",
+                             properties=props, level="correct")
+    assert report.passed, report.details()
+    notes = [f for r in report.results for f in r.notes]
+    assert {f.tier for f in notes} == {"strictness"}
+    assert any(f.kind == "accepted broken input" and "capture(bs=0)" in f.message for f in notes), notes
+
+
+def test_a_runner_keeping_stale_tables_fails_safety_with_the_write_shown() -> None:
+    report = run_conformance(_with_runner(KeepsStaleTables), examples=60, seed=0, profile="tokenspeed",
+                             properties=select(["graph/stale-guard"]), level="safety", shrink=False)
+    [result] = report.results
+    assert result.status == "failed" and result.tier == "safety", report.details()
+    assert re.search(r"group '\w+' row \d+ token \d+ position \d+ loc \d+: another page", result.message), \
+        result.message
