@@ -71,10 +71,11 @@ def test_unknown_clause_ids_are_refused() -> None:
         clause_label("T99")
 
 
-def test_ci_runs_the_readme_test_command() -> None:
+def test_ci_runs_the_readme_test_command_with_every_tier() -> None:
     ci_command = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     readme = (ROOT / "README.md").read_text()
     assert f"\n{ci_command}\n" in readme
+    assert ci_command.endswith(" -m pytest --slow -n 2")
 
 
 def test_every_obligation_name_spec_lists_is_written_literally_in_its_family_module() -> None:
