@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import z3
 
-from kvtable.prover.bindings.binding import Launch
+from kvtable.prover.bindings.binding import Launch, dtype_of
 from kvtable.prover.symexec.values import KernelNotSupported
 
 TWO_31 = 2**31
@@ -81,6 +81,11 @@ class LocationContract:
     def __init__(self, clause: str, roles: Roles) -> None:
         self.clause, self.r = clause, roles
         self.grouped = len(roles.launch.binding.tensors[roles.tensor("table")].sizes) == 3
+        out = roles.roles.get("out")
+        bits = dtype_of(roles.launch.binding, out).bits if out in roles.launch.binding.tensors else 32
+        # W5 at the output's width: every slot of a real page fits it (2^31 for kvtable's int32 locations,
+        # 2^63 for vLLM's int64 slots, where an int32 product wraps long before)
+        self.pool = 2 ** (bits - 1)
 
     def _split(self, index: tuple[z3.ArithRef, ...]) -> tuple[tuple[z3.ArithRef, ...], z3.ArithRef]:
         """(the group index, if the table is a stack; the output position)."""
@@ -130,6 +135,24 @@ class LocationContract:
         return signed(self.r.launch.expr(self.r.roles["pad"])) if self.r.has("pad") else None
 
     def element(self, index: tuple[z3.ArithRef, ...], stored: z3.ArithRef, *, safety: bool = False) -> Element:
+        """The clause's element; from a program the binding's ``pad_programs`` names, the pad into
+        ``[tokens, padded)`` (vLLM's extra program) and nothing else."""
+        own = self._element(index, stored, safety=safety)
+        text = self.r.launch.binding.pad_programs
+        if not text:
+            return own
+        padding, pad = self.r.launch.condition(text), self.pad()
+        if pad is None or not (self.r.has("padded") and self.r.has("tokens")):
+            raise KernelNotSupported("pad_programs needs the roles pad, tokens and padded (the range they fill)")
+        _, i = self._split(index)
+        live, padded = (signed(self.r.launch.expr(self.r.roles[role])) for role in ("tokens", "padded"))
+        return Element(z3.If(padding, z3.And(i >= live, i < padded), own.in_range),
+                       tuple(z3.Implies(z3.Not(padding), p) for p in own.preconditions),
+                       z3.If(padding, pad, own.expected),
+                       None if own.allowed is None else z3.If(padding, stored == pad, own.allowed),
+                       own.show, own.layout)
+
+    def _element(self, index: tuple[z3.ArithRef, ...], stored: z3.ArithRef, *, safety: bool) -> Element:
         group, i = self._split(index)
         ps, width, facts = self.geometry(group)
         row, pos, in_range, length_facts = self.token(i)
@@ -152,13 +175,13 @@ class LocationContract:
             return Element(in_range, (), expected, allowed, show, tuple(facts))
         fits = z3.BoolVal(True) if past_width else pos < width * ps
         t8 = z3.Implies(z3.And(live, z3.Or(col < width, not past_width)),
-                        z3.And(fits, entry >= 0, (entry + 1) * ps <= TWO_31))
+                        z3.And(fits, entry >= 0, (entry + 1) * ps <= self.pool))
         return Element(in_range, (*length_facts, t8), expected, allowed, show, tuple(facts))
 
     def entry_facts(self, table_index: tuple[z3.ArithRef, ...], value: z3.ArithRef) -> list[z3.BoolRef]:
         """Any table entry the kernel reads is a page id or the pad -1 (T1), within W5 for its group."""
         ps, _, _ = self.geometry(table_index[:1] if self.grouped else ())
-        return [value >= -1, (value + 1) * ps <= TWO_31]
+        return [value >= -1, (value + 1) * ps <= self.pool]
 
 
 class FillContract:

@@ -63,6 +63,8 @@ def access_inside(launch: Launch, access: Access) -> z3.BoolRef:
 def _index_shown(launch: Launch, access: Access) -> Shown:
     label = _label(access)
     shown: Shown = [(f"{label} mask", access.mask)]
+    if access.site:  # the kernel line, which the replay matches the interpreter's access by
+        shown.append((f"{label} line", z3.IntVal(int(access.site.rsplit(":", 1)[1]))))
     indices = launch.indices(access.pointer)
     shown += [(f"{label} index[{k}]", i) for k, i in enumerate(indices)]
     if access.pointer.parts.narrow:

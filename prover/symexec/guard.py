@@ -11,6 +11,8 @@ still shows up instead of corrupting a neighbour.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -67,6 +69,8 @@ class GuardHit:
     """The address as an element offset from that tensor's first byte (negative before it)."""
     lanes: int
     """How many lanes the access has (1 for a scalar load or store, which every lane shares)."""
+    site: str = ""
+    """``FILE:LINE`` of the kernel's ``tl.load``/``tl.store`` call (the symbolic access's ``site``)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class Touch:
     tensor: str
     flat: int
     lanes: int
+    site: str = ""
 
 
 @dataclass
@@ -129,12 +134,26 @@ def region_of(name: str, tensor: torch.Tensor) -> Region:
                   tuple(tensor.shape), tuple(tensor.stride()))
 
 
+_TRITON = os.sep + "triton" + os.sep
+
+
+def call_site() -> str:
+    """``FILE:LINE`` of the innermost frame outside triton and this package: the kernel line being run."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if _TRITON not in name and not name.startswith(os.path.dirname(__file__)):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
 def check_access(log: GuardLog, kind: str, ptrs: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, list[Touch]]:
     """Record one load or store of the running program: the mask with every lane outside all tensors turned
     off (a ``GuardHit`` each), and a ``Touch`` for each lane that lands in a tensor."""
     from triton.runtime.interpreter import interpreter_builder
     program = tuple(interpreter_builder.grid_idx or (0, 0, 0))
-    number = log.next_access(program)
+    number, site = log.next_access(program), call_site()
     mask = np.broadcast_to(np.asarray(mask, dtype=bool), ptrs.shape).copy()
     flat_ptrs, flat_mask = ptrs.reshape(-1), mask.reshape(-1)
     touched = []
@@ -142,10 +161,11 @@ def check_access(log: GuardLog, kind: str, ptrs: np.ndarray, mask: np.ndarray) -
         address = int(flat_ptrs[lane])
         region, flat = log.locate(address)
         if region is None:
-            log.hits.append(GuardHit(kind, program, number, int(lane), address, *log.nearest(address), ptrs.size))
+            log.hits.append(GuardHit(kind, program, number, int(lane), address, *log.nearest(address), ptrs.size,
+                                     site))
             flat_mask[lane] = False
         else:
-            touched.append(Touch(kind, program, number, int(lane), region.name, flat, ptrs.size))
+            touched.append(Touch(kind, program, number, int(lane), region.name, flat, ptrs.size, site))
     log.touches += touched
     return mask, touched
 

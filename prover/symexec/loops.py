@@ -45,6 +45,24 @@ def _loop_at(code: types.CodeType, line: int) -> tuple[ast.For, ast.AST]:
     return loops[0], tree
 
 
+def _defined(statements: list[ast.stmt], defined: set[str], assigned: set[str], where: str) -> set[str]:
+    """The names defined after ``statements`` run in order from ``defined``; refuses a read of a name the loop
+    body assigns before this iteration assigned it (a value carried from the last iteration). An ``if`` is
+    followed into each branch: after it, a name is defined if both branches define it."""
+    for statement in statements:
+        if isinstance(statement, ast.If):
+            _defined([ast.Expr(statement.test)], defined, assigned, where)
+            defined = (_defined(statement.body, set(defined), assigned, where)
+                       & _defined(statement.orelse, set(defined), assigned, where))
+            continue
+        carried = (_names(statement, ast.Load) & assigned) - defined
+        if carried:
+            raise KernelNotSupported(f"a loop with symbolic bounds carries {sorted(carried)} from one iteration to the"
+                                     f" next ({where}): only independent iterations are modelled")
+        defined = defined | _names(statement, ast.Store)
+    return defined
+
+
 def check_independent(code: types.CodeType, line: int) -> None:
     """Refuse the loop on ``line`` unless its iterations are independent (see the module docstring)."""
     loop, function = _loop_at(code, line)
@@ -52,13 +70,7 @@ def check_independent(code: types.CodeType, line: int) -> None:
     if any(isinstance(n, (ast.Break, ast.Return)) for s in loop.body for n in ast.walk(s)):
         raise KernelNotSupported(f"a `break` or `return` inside a loop with symbolic bounds ({where})")
     assigned = set().union(*(_names(s, ast.Store) for s in loop.body))
-    defined = _names(loop.target, ast.Store)
-    for statement in loop.body:
-        carried = (_names(statement, ast.Load) & assigned) - defined
-        if carried:
-            raise KernelNotSupported(f"a loop with symbolic bounds carries {sorted(carried)} from one iteration to the"
-                                     f" next ({where}): only independent iterations are modelled")
-        defined |= _names(statement, ast.Store)
+    defined = _defined(loop.body, _names(loop.target, ast.Store), assigned, where)
     end = loop.end_lineno or loop.lineno
     after = sorted((n.lineno, isinstance(n.ctx, ast.Store), n.id) for n in ast.walk(function)
                     if isinstance(n, ast.Name) and n.lineno > end and n.id in assigned | defined)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ BUDGET_BYTES = 64 << 20
 PROGRAM_LIMIT = 1 << 12
 """The most programs a replay launches (the interpreter runs them one by one)."""
 _ELEMENT = re.compile(r"^(?P<name>[A-Za-z_][\w]*)\[(?P<index>-?\d+(?:, -?\d+)*)\]$")
-_ACCESS = re.compile(r"^(?P<kind>load|store) (?P<number>\d+) (?P<tensor>\w+) (?P<what>.+)$")
+_ACCESS = re.compile(r"^(?P<kind>load|store) (?P<number>\d+) (?P<tensor>\w+)(?:@path\d+)? (?P<what>.+)$")
 _TORCH = {"int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64}
 
 
@@ -184,6 +184,18 @@ def _wrapped(tensor: torch.Tensor | VirtualTensor, index: tuple[int, ...] | None
     return f", element {exact}, at hardware offset {int(offset)} (computed below 64 bits, it wrapped)"
 
 
+Logged = TypeVar("Logged", GuardHit, Touch)
+
+
+def _same_access(logged: list[Logged], kind: str, number: int, line: int | bool | None,
+                 predicted: Callable[[Logged], bool]) -> Logged | None:
+    """The interpreter's record of the symbolic access ``kind number``: made by the same kernel line (its
+    number otherwise); of several (a loop's iterations), the one at the element the model predicts."""
+    same = [x for x in logged if x.kind == kind and (x.site.endswith(f":{line}") if line is not None
+                                                     else x.number == number)]
+    return next((x for x in same if predicted(x)), same[0] if same else None)
+
+
 def _describe(binding: Binding, tensors: Mapping[str, torch.Tensor | VirtualTensor], log: GuardLog,
               accesses: Mapping[tuple[str, int, str], Mapping[str, int | bool]], program: tuple[int, ...],
               lane: int, result: Replay) -> None:
@@ -195,8 +207,11 @@ def _describe(binding: Binding, tensors: Mapping[str, torch.Tensor | VirtualTens
         shape = tuple(tensors[tensor].shape)
         index = _index(values, len(shape))
         outside = index is not None and any(not 0 <= i < s for i, s in zip(index, shape, strict=True))
-        hit = next((h for h in result.hits if h.number == number), None)
-        touch = next((t for t in result.touches if t.number == number), None)
+        exact = None if index is None else sum(i * tensors[tensor].stride(d) for d, i in enumerate(index))
+        hit = _same_access(result.hits, kind, number, values.get("line"),
+                           lambda h, tensor=tensor, exact=exact: h.nearest.endswith(f" {tensor}") and h.offset == exact)
+        touch = _same_access(result.touches, kind, number, values.get("line"),
+                             lambda t, tensor=tensor, exact=exact: t.tensor == tensor and t.flat == exact)
         where = f"{kind} {number} {tensor}{list(index) if index else ''}"
         if outside:
             where += f" is outside its shape {list(shape)}"

@@ -155,10 +155,14 @@ class Parts:
 class Sym:
     """A symbolic integer block (or scalar): its z3 term, its dtype and its per-stride decomposition."""
 
-    __slots__ = ("term", "dtype", "_parts")
+    __slots__ = ("term", "dtype", "_parts", "origin")
 
-    def __init__(self, term: z3.ExprRef, dtype: IntType, parts: Parts | None = None) -> None:
+    def __init__(self, term: z3.ExprRef, dtype: IntType, parts: Parts | None = None,
+                 origin: tuple[str, z3.ExprRef, z3.ExprRef] | None = None) -> None:
         self.term, self.dtype, self._parts = term, dtype, parts
+        # ("quotient", x, d) for x // d, ("multiple", x, d) for (x // d) * d: kept so that x - (x // d) * d
+        # becomes x % d (vLLM's in-block offset), one division fewer for z3
+        self.origin = origin
 
     def __repr__(self) -> str:
         return f"<symbolic {self.dtype!r} block>"
@@ -324,11 +328,16 @@ def _ring(a: object, b: object, op: Callable, name: str) -> Sym:
     x, y, dtype = promote(a, b)
     if dtype.bits == 1:
         raise KernelNotSupported(f"arithmetic `{name}` on masks")
+    if name == "mul" and (_is_one(x.term) or _is_one(y.term)):  # x * 1: the same value (a constexpr factor of 1)
+        return y if _is_one(x.term) else x
+    if name == "sub" and y.origin and y.origin[0] == "multiple" and y.origin[1].eq(x.term):
+        numerator, divisor = y.origin[1:]  # x - (x // d) * d is x % d exactly (x where d is 0: (undefined) * 0)
+        return Sym(z3.If(divisor == 0, numerator, z3.SRem(numerator, divisor)), dtype)
     term = op(x.term, y.term)
     narrow = dtype.bits < I64
     px, py = x.parts, y.parts
     if not (px.strided or py.strided):
-        return Sym(term, dtype)
+        return Sym(term, dtype, origin=_multiple(x, y) if name == "mul" else None)
     if name == "mul":
         if px.strided and py.strided:
             return Sym(term, dtype, _opaque(term))
@@ -350,20 +359,31 @@ def _divide(a: object, b: object, *, quotient: bool) -> Sym:
         raise KernelNotSupported("division of masks")
     if x.parts.strided or y.parts.strided:
         raise KernelNotSupported("division of a value built from a stride argument")
+    if _is_one(y.term):  # x // 1 is x, x % 1 is 0: no division for z3 to reason about
+        return x if quotient else Sym(z3.BitVecVal(0, dtype.bits), dtype)
     exact = x.term / y.term if quotient else z3.SRem(x.term, y.term)
+    origin = ("quotient", x.term, y.term) if quotient else None
     if z3.is_bv_value(y.term) and y.term.as_long() != 0:
-        return Sym(exact, dtype)
+        return Sym(exact, dtype, origin=origin)
     undefined = fresh("div0", dtype)
     divisions = DIVISIONS.get()
     if divisions is not None:
         divisions.append(Division(undefined, y.term, exact))
-    return Sym(z3.If(y.term == 0, undefined, exact), dtype)
+    return Sym(z3.If(y.term == 0, undefined, exact), dtype, origin=origin)
+
+
+def _multiple(x: Sym, y: Sym) -> tuple[str, z3.ExprRef, z3.ExprRef] | None:
+    """``("multiple", n, d)`` when ``x * y`` is ``(n // d) * d`` (either order)."""
+    for q, d in ((x, y), (y, x)):
+        if q.origin and q.origin[0] == "quotient" and q.origin[2].eq(d.term):
+            return ("multiple", q.origin[1], d.term)
+    return None
 
 
 def _compare(a: object, b: object, op: Callable) -> Sym:
+    """A comparison of the values the hardware computes (a stride's too: vLLM bounds a column by the row
+    stride); a mask has no address decomposition to keep."""
     x, y, _ = promote(a, b)
-    if x.parts.strided or y.parts.strided:
-        raise KernelNotSupported("a comparison with a value built from a stride argument")
     return Sym(op(x.term, y.term), INT1)
 
 

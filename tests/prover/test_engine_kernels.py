@@ -1,0 +1,141 @@
+"""Engines' kernels, written in each engine's style under examples/, bound and proved: vLLM V1's slot mapping
+(the padding program, the #54296 guard and #53982 without it), stated assumptions in the verdict, and replay
+lines that name the access the counterexample is about."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import z3
+
+pytest.importorskip("triton")
+
+from kvtable.prover import prove  # noqa: E402
+from kvtable.prover.bindings import queries as kq  # noqa: E402
+from kvtable.prover.bindings.binding import Binding, TensorSpec, load_binding, load_object  # noqa: E402
+from kvtable.prover.obligations.kernels import KernelObligation, kernel_obligations, kernel_outcome  # noqa: E402
+from kvtable.prover.solver.discharge import Outcome, discharge  # noqa: E402
+from kvtable.prover.symexec.replay import replay  # noqa: E402
+from kvtable.prover.symexec.values import KernelNotSupported  # noqa: E402
+
+TIMEOUT_MS = 60_000
+V1 = "examples/vllm_v1_slot_binding.toml"
+V1_UNGUARDED = "examples/vllm_v1_slot_kernel.py:slot_mapping_kernel"
+
+
+def outcomes(binding: Binding) -> dict[str, Outcome]:
+    """Each of the binding's obligations (in bounds, agrees, safe) as `kvtable prove` judges it."""
+    return {ob.name.rsplit("-", 1)[-1].replace("bounds", "in-bounds"): kernel_outcome(ob, TIMEOUT_MS,
+                                                                                      prove.SMALL_VALUES)
+            for ob in kernel_obligations(binding) if isinstance(ob, KernelObligation)}
+
+
+# vLLM V1: one program per request plus the padding program ---------------------------------------------
+@pytest.mark.slow
+def test_v1_with_the_guard_holds_under_its_stated_assumptions_only() -> None:
+    binding = load_binding(V1)
+    assert binding.pad_programs == "pid0 == R" and binding.grid == ("R + 1",)
+    judged = outcomes(binding)
+    assert set(judged) == {"in-bounds", "agrees", "safe"}
+    for name, outcome in judged.items():  # no counterexample at all, the padding program included
+        assert outcome.status == "proved", (name, outcome)
+        assert outcome.assumed and set(outcome.assumed) <= set(binding.assumes), name
+    assert "table entries >= 0" in judged["safe"].assumed  # a negative block id would give a negative slot
+
+
+def test_v1_without_the_guard_reads_past_the_row() -> None:
+    """vLLM #53982: the block-table load has no column bound; the counterexample satisfies every stated
+    assumption, and its replay names the block-table read, which the guard blocks."""
+    binding = dataclasses.replace(load_binding(V1), kernel=load_object(V1_UNGUARDED))
+    (in_bounds,) = [ob for ob in kernel_obligations(binding) if ob.name.endswith("-in-bounds")]
+    outcome = kernel_outcome(in_bounds, TIMEOUT_MS, prove.SMALL_VALUES)
+    assert outcome.status == "counterexample" and not outcome.assumed
+    model = dict(outcome.model)
+    label = "load 3 block_table_ptr@path1"  # the request path (path 0 is the padding program's)
+    assert model[f"{label} mask"] and model[f"{label} index[1]"] >= model["W"]  # a column past the row
+    assert model["R"] * model["W"] < 2**31 and all(v >= 0 for k, v in model.items()
+                                                    if k.startswith("block_table_ptr["))
+    assert "it satisfies every stated assumption" in outcome.detail
+    row, col, rows, width = (model[f"{label} index[0]"], model[f"{label} index[1]"], model["R"], model["W"])
+    assert f"load 3 block_table_ptr[{row}, {col}] is outside its shape" in outcome.detail
+    flat = row * width + col  # contiguous rows: a later row's block, or past the table (blocked)
+    landed = (f"the interpreter read block_table_ptr[{flat // width}, {flat % width}]" if flat < rows * width
+              else "the guard blocked it")
+    assert landed in outcome.detail
+
+
+def test_a_replay_line_names_the_access_the_counterexample_is_about() -> None:
+    """The access the model labels `load 3 block_table_ptr` is the interpreter's read at the same kernel line
+    (the padding program's store on the other path does not shift it)."""
+    binding = dataclasses.replace(load_binding(V1), kernel=load_object(V1_UNGUARDED))
+    query = kq.replayable(binding, kq.in_bounds(binding))
+    found = discharge(query, TIMEOUT_MS, small=prove.SMALL_VALUES)
+    model = dict(found.model)
+    label = "load 3 block_table_ptr@path1"
+    report = replay(binding, model)
+    assert report.ran
+    line = f":{model[f'{label} line']}"
+    (access,) = [x for x in [*report.hits, *report.touches] if x.site.endswith(line)]
+    assert access.kind == "load" and access.number == 3  # the interpreter's access 3 of the program, at that line
+    row, col, width = model[f"{label} index[0]"], model[f"{label} index[1]"], model["W"]
+    if access in report.hits:
+        assert access.nearest.endswith(" block_table_ptr") and access.offset == row * width + col
+        landed = f"the guard blocked it ({access.nearest})"
+    else:
+        assert access.tensor == "block_table_ptr" and access.flat == row * width + col
+        landed = f"the interpreter read block_table_ptr[{access.flat // width}, {access.flat % width}]"
+    stores = [t for t in report.touches if t.kind == "store"]
+    assert stores and all(t.number == 4 and t.tensor == "slot_mapping_ptr" for t in stores)
+    described = [text for text in str(report).splitlines() if text.startswith("load 3 ")]
+    assert described == [f"load 3 block_table_ptr[{row}, {col}] is outside its shape [{model['R']}, {width}]: {landed}"]
+
+
+# Stated assumptions ----------------------------------------------------------------------------------------
+def tiny(assumes: tuple[str, ...]) -> Binding:
+    """A one-program kernel reading x[k] for a loaded k: in bounds only if k is."""
+    import triton
+    import triton.language as tl
+
+    import kvtable.impl.triton_kernels  # noqa: F401 (interpreter mode, set before triton decorates)
+
+    @triton.jit
+    def gather(k_ptr, x_ptr, out_ptr):
+        k = tl.load(k_ptr)
+        tl.store(out_ptr, tl.load(x_ptr + k))
+
+    return Binding(kernel=gather, clause="W3", params={"N": (1, 100)}, grid=("1",), assumes=assumes,
+                   roles={"table": "x_ptr"},
+                   tensors={"k_ptr": TensorSpec("int32", ("1",), (1,)), "x_ptr": TensorSpec("int32", ("N",), (1,)),
+                            "out_ptr": TensorSpec("int32", ("1",), (1,))})
+
+
+def test_an_assumption_the_binding_does_not_state_hides_nothing() -> None:
+    status = {assumes: discharge(kq.in_bounds(tiny(assumes)), TIMEOUT_MS).status for assumes in
+              ((), ("k_ptr entries >= 0",), ("k_ptr entries >= 0", "k_ptr[0] < N"))}
+    assert status == {(): "counterexample", ("k_ptr entries >= 0",): "counterexample",
+                      ("k_ptr entries >= 0", "k_ptr[0] < N"): "proved"}
+    model = dict(discharge(kq.in_bounds(tiny(("k_ptr entries >= 0",))), TIMEOUT_MS).model)
+    assert model["k_ptr[0]"] >= model["N"]  # the one it did not state
+
+
+@pytest.mark.parametrize(("text", "why"), [("q_ptr entries >= 0", "neither a tensor nor a role"),
+                                           ("k_ptr[0, 1] < N", "needs 1 index"),
+                                           ("N +", "assumption 'N \\+'"), ("N", "not a comparison")])
+def test_a_malformed_assumption_is_refused_naming_it(text: str, why: str) -> None:
+    with pytest.raises(KernelNotSupported, match=why):
+        kq.in_bounds(tiny((text,)))
+
+
+def test_stated_assumptions_are_z3_facts_about_each_load() -> None:
+    from kvtable.prover.bindings.assumptions import stated
+
+    launch, trace = kq.symbolic_run(tiny(("k_ptr entries >= 0", "N <= 7")))
+    (named, fact), (expression, bound) = stated(launch, trace)
+    assert (named, expression) == ("k_ptr entries >= 0", "N <= 7")
+    solver = z3.Solver()
+    solver.add(fact, trace.accesses[0].mask, launch.read("k_ptr", trace.accesses[0].pointer) < 0)
+    assert solver.check() == z3.unsat  # the loaded k is never negative under it
+    solver = z3.Solver()
+    solver.add(bound, launch.params["N"] == 8)
+    assert solver.check() == z3.unsat
