@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from test_conformance_runner import DebugSkipsSharing
 
 from kvtable import ContractViolation, Unsupported
@@ -127,3 +128,41 @@ def test_the_built_in_backend_is_safe_on_stale_and_broken_input() -> None:
                                                                                "safety/narrow-table"]))
     assert report.passed, report.details()
     assert [r.examples >= 40 for r in report.results] == [True] * 3
+
+
+class SlotMappingsOnly:
+    """A partial backend with the three lone location calls an engine's slot-mapping kernel gives."""
+
+    name, device = "slot-mappings-only", "cpu"
+
+    def __init__(self) -> None:
+        self._torch = TorchBackend()
+
+    def decode_locs(self, table, seq_lens, page_size):
+        return self._torch.decode_locs(table, seq_lens, page_size)
+
+    def verify_locs(self, table, seq_lens, page_size, n, *, actual_bs=None):
+        return self._torch.verify_locs(table, seq_lens, page_size, n, actual_bs=actual_bs)
+
+    def extend_locs(self, table, prefix_lens, extend_lens, page_size):
+        return self._torch.extend_locs(table, prefix_lens, extend_lens, page_size)
+
+
+CALL_ONLY_LONE_LOCS = {
+    "decode_locs", "verify_locs", "extend_locs", "group_locs/int32-edge", "rejects/n", "rejects/actual-bs",
+    "rejects-cheap/T1", "rejects-cheap/T8", "rejects-cheap/T9", "rejects-cheap/W2", "safety/stale-seq-len",
+    "safety/pad-inside", "safety/narrow-table", "safety/int32-wrap",
+    "rejects/page-size-past-2^30", "lengths/numpy-ints"}
+"""Every property that can run on decode, verify and extend alone under the kvtable profile (the others need
+another operation; safety/garbage-dummy-rows runs under profiles whose padded rows are never read)."""
+
+
+@pytest.mark.slow
+def test_a_backend_with_three_lone_calls_gets_every_property_that_calls_only_those() -> None:
+    report = run_conformance(SlotMappingsOnly(), examples=5, seed=0, level="strict")
+    assert {r.property for r in report.results if r.applicable} == CALL_ONLY_LONE_LOCS
+    lacking = ("reanchor_locs", "group_locs", "expand_table", "check_write_locs", "graph", "alloc_", "kernels",
+               "cache_groups", "debug", "scrubs padded rows")
+    for r in report.not_applicable:  # each names an operation the backend lacks (or its debug mode)
+        assert any(word in r.message for word in lacking), (r.property, r.message)
+    assert report.passed, report.details()

@@ -20,6 +20,7 @@ from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.graph_harness import GraphHarness
 from kvtable.conformance.levels import STRICTNESS
+from kvtable.conformance.properties.applies import NeedsAny, calls
 from kvtable.conformance.properties.kernels import (
     check_grouped_extend_locs,
     check_grouped_locs,
@@ -146,8 +147,11 @@ def _page_size_past_2_30(draw: st.DrawFn) -> Case:
 
 def _rejects_huge_page_size(ctx: Context, case: Case) -> None:
     """W5: page 1's slots end at ``2 * ps - 1 > 2^31 - 1``: no real page is addressable; refused in any mode."""
-    check_group_locs(ctx, ctx.backend, case, "W5")
-    check_lone(ctx, ctx.backend, case, "W5")
+    grouped, lone = calls(ctx, case.batch.mode)
+    if grouped:
+        check_group_locs(ctx, ctx.backend, case, "W5")
+    if lone:
+        check_lone(ctx, ctx.backend, case, "W5")
 
 
 @dataclass(frozen=True)
@@ -336,7 +340,7 @@ PROPERTIES = (
              tier=STRICTNESS, needs=("group_locs",)),
     Property("rejects/page-size-past-2^30", "W5", "a page size above 2^30 (no real page has int32 slots) is "
              "refused in any mode", _page_size_past_2_30(), _rejects_huge_page_size, tier=STRICTNESS,
-             needs=("group_locs", "decode_locs", "extend_locs")),
+             not_applicable=NeedsAny(("group_locs", "decode_locs", "extend_locs"))),
     Property("lengths/numpy-ints", "T9", "extend lengths that are numpy integers give the same locations; "
              "a float length, or a bare number for the mirror, is refused", _numpy_lengths(), _numpy_length_mirrors,
              needs=("extend_locs",)),

@@ -12,6 +12,7 @@ from kvtable.conformance.calls import lone_call, tensor_compare
 from kvtable.conformance.checks import Mismatch, check_tensor, expect_raises, judge
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
+from kvtable.conformance.properties.applies import LONE, NeedsAny, calls
 from kvtable.reference import GroupSpec, page_ratio
 from kvtable.reference.model import Table
 from kvtable.strategies import Case, ExpandCase, GraphSetup, as_tensor, cases, expand_cases
@@ -39,6 +40,7 @@ def _expand(ctx: Context, ex: ExpandCase) -> None:
 
 def _unit_invariance(ctx: Context, case: Case) -> None:
     """E3: the backend's locations on its own expanded table at K equal the reference's at B."""
+    calls(ctx, case.batch.mode, group=False)  # the mode's lone call, or the example is discarded
     k = case.kernel_page_size
     for spec in case.attention:
         ratio = page_ratio(spec.block_granularity, k)
@@ -72,8 +74,8 @@ PROPERTIES = (
     Property("expand_table", "E2", "block-to-kernel expansion: real blocks to b*r+j, holes and pads repeated",
              expand_cases(), _expand, weight=2, needs=("expand_table",)),
     Property("unit-invariance", "E3", "locations on the expanded table at K equal those on the block table at B",
-             cases(), _unit_invariance, weight=2,
-             needs=("expand_table", "decode_locs", "verify_locs", "reanchor_locs", "extend_locs")),
+             cases(), _unit_invariance, weight=2, needs=("expand_table",),
+             not_applicable=NeedsAny(tuple(LONE.values()))),
     Property("page-ratio", "E1", "B not a positive multiple of K, or ratio < 1, is refused",
              _bad_ratios(), _page_ratio, needs=("graph", "expand_table")),
 )

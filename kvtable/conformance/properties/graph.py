@@ -20,6 +20,7 @@ from kvtable.conformance.checks import Mismatch, call_backend, first_difference
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.graph_harness import BAD_STEPS, STALE_KINDS, GraphHarness
 from kvtable.conformance.levels import CORRECTNESS, SAFETY, STRICTNESS
+from kvtable.conformance.properties.applies import has
 from kvtable.errors import ContractViolation, Unsupported
 from kvtable.reference import GroupSpec
 from kvtable.reference.graph import GraphModel, GroupBuffers
@@ -342,7 +343,7 @@ class GraphProtocol(RuleBasedStateMachine):
         with self.ctx.example():
             self.h.bad_step(step, kind)
 
-    @precondition(ready)
+    @precondition(lambda self: self.ready() and has(self.ctx, "reanchor_locs"))
     @rule(view=views, n=st.integers(1, MAX_N), seed=SEEDS)
     def reanchor(self, view: CapturedView, n: int, seed: int) -> None:
         """W4 on a captured table view, at a frontier inside each row's current length."""
@@ -391,5 +392,5 @@ PROPERTIES = (
     Property("graph/bounds", "G3", "bs or N outside the allocation, unknown groups, short seq_lens: refused",
              _bounds_cases(), _graph_bounds, tier=SAFETY, needs=_NEEDS),
     Property("graph/protocol", "G3", "random capture/replay/re-anchor/stale sequences match GraphModel",
-             None, None, weight=4, stateful=GraphProtocol.bound, needs=("graph", "reanchor_locs")),
+             None, None, weight=4, stateful=GraphProtocol.bound, needs=_NEEDS),
 )

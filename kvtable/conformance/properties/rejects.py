@@ -16,6 +16,7 @@ from kvtable.conformance.checks import expect_raises, judge
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import STRICTNESS
+from kvtable.conformance.properties.applies import LOCS, LONE, NeedsAny, calls
 from kvtable.reference import GroupSpec
 from kvtable.strategies import Broken, Case, broken_cases, draw_case
 from kvtable.strategies.draws import BOOLEANS, between
@@ -36,9 +37,14 @@ _CHEAP_CLAUSES = frozenset({"T1", "T8", "T9", "W2"})
 
 def _rejects_cheap(ctx: Context, b: Broken) -> None:
     """group_locs refuses the breach; so do the lone-table calls a malformed tensor or CPU length reaches
-    (``lone_call`` hands decode, verify and re-anchor their lengths as a CPU tensor, extend its mirrors)."""
-    _expect_broken(ctx, ctx.backend, b)
+    (``lone_call`` hands decode, verify and re-anchor their lengths as a CPU tensor, extend its mirrors); each
+    only where the backend has it."""
+    grouped, lone = calls(ctx, b.case.batch.mode)
+    if grouped:
+        _expect_broken(ctx, ctx.backend, b)
     attention = {s.group_id for s in b.case.attention}
+    if not lone:
+        return
     if b.clause == "T1":
         for gid in sorted(set(b.case.raw) & attention):  # a malformed tensor is T1 for every call taking it
             what, _, call = lone_call(ctx, ctx.backend, b.case, gid)
@@ -56,6 +62,7 @@ def _rejects_debug(ctx: Context, b: Broken) -> None:
 
 def _rejects_lone(ctx: Context, b: Broken) -> None:
     """Debug mode: where the reference's lone-table function rejects the table, the backend's does too."""
+    calls(ctx, b.case.batch.mode, group=False)
     tensors = b.case.tensors()
     for spec in b.case.attention:
         if spec.group_id not in tensors:
@@ -72,6 +79,7 @@ def _bad_n(draw: st.DrawFn) -> tuple[Case, int]:
 
 def _rejects_n(ctx: Context, arg: tuple[Case, int]) -> None:
     case, n = arg
+    calls(ctx, case.batch.mode, group=False)
     bad = replace(case, batch=replace(case.batch, n=n))
     for spec in case.attention:
         what, expected, call = lone_call(ctx, ctx.backend, bad, spec.group_id)
@@ -110,18 +118,21 @@ def _debug(clause: str) -> st.SearchStrategy[Broken]:
     return broken_cases([clause])
 
 
-_LOCS = ("group_locs", "decode_locs", "verify_locs", "reanchor_locs", "extend_locs")
 _CHEAP = "breaches visible without a device sync are refused in any mode, naming the clause and the entry"
 _DEBUG = "debug mode refuses every breach of the clause, naming it and the offending group, row and column"
 PROPERTIES = (
     Property("rejects/n", "W2", "tokens per request < 1 is refused (W2 verify, W4 re-anchor)",
-             _bad_n(), _rejects_n, tier=STRICTNESS, needs=("verify_locs", "reanchor_locs")),
+             _bad_n(), _rejects_n, tier=STRICTNESS, not_applicable=NeedsAny(("verify_locs", "reanchor_locs"))),
     Property("rejects/actual-bs", "T9", "verify_locs with actual_bs outside [0, bs] is refused in any mode",
              _bad_actual_bs(), _rejects_actual_bs, tier=STRICTNESS, needs=("verify_locs",)),
-    Property("rejects-cheap/T1", "T1", "T1 " + _CHEAP, _cheap("T1"), _rejects_cheap, tier=STRICTNESS, needs=_LOCS),
-    Property("rejects-cheap/T8", "T8", "T8 " + _CHEAP, _cheap("T8"), _rejects_cheap, tier=STRICTNESS, needs=_LOCS),
-    Property("rejects-cheap/T9", "T9", "T9 " + _CHEAP, _cheap("T9"), _rejects_cheap, tier=STRICTNESS, needs=_LOCS),
-    Property("rejects-cheap/W2", "W2", "W2 " + _CHEAP, _cheap("W2"), _rejects_cheap, tier=STRICTNESS, needs=_LOCS),
+    Property("rejects-cheap/T1", "T1", "T1 " + _CHEAP, _cheap("T1"), _rejects_cheap, tier=STRICTNESS,
+             not_applicable=NeedsAny(LOCS)),
+    Property("rejects-cheap/T8", "T8", "T8 " + _CHEAP, _cheap("T8"), _rejects_cheap, tier=STRICTNESS,
+             not_applicable=NeedsAny(LOCS)),
+    Property("rejects-cheap/T9", "T9", "T9 " + _CHEAP, _cheap("T9"), _rejects_cheap, tier=STRICTNESS,
+             not_applicable=NeedsAny(LOCS)),
+    Property("rejects-cheap/W2", "W2", "W2 " + _CHEAP, _cheap("W2"), _rejects_cheap, tier=STRICTNESS,
+             not_applicable=NeedsAny(LOCS)),
     Property("rejects/T1", "T1", "T1: " + _DEBUG, _debug("T1"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",)),
     Property("rejects/T2", "T2", "T2: " + _DEBUG, _debug("T2"), _rejects_debug, debug=True, tier=STRICTNESS,
@@ -144,5 +155,5 @@ PROPERTIES = (
              needs=("group_locs",)),
     Property("rejects/lone-table", "T4", "debug mode: lone-table calls refuse what the reference's do",
              broken_cases(["T4", "T8", "T9", "W2"], tail_pads=(-1,), padding=False), _rejects_lone, debug=True,
-             tier=STRICTNESS, needs=_LOCS[1:]),
+             tier=STRICTNESS, not_applicable=NeedsAny(tuple(LONE.values()))),
 )

@@ -14,22 +14,13 @@ from kvtable.conformance.calls import lone_call
 from kvtable.conformance.checks import Mismatch
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import SAFETY
+from kvtable.conformance.properties.applies import LOCS, NeedsAny, calls
 from kvtable.errors import Unsupported
 from kvtable.reference.safety import UnsafeWrite, token_positions
 from kvtable.strategies import Case
 from kvtable.strategies.unsafe import UNSAFE_KINDS, UnsafeCase, unsafe_cases
 
-_LONE = {"decode": "decode_locs", "verify": "verify_locs", "reanchor": "reanchor_locs", "extend": "extend_locs"}
-
-
-def _methods(ctx: Context) -> set[str]:
-    backend = getattr(ctx.backend, "target", ctx.backend)
-    return {m for m in ("group_locs", *_LONE.values()) if callable(getattr(backend, m, None))}
-
-
-def no_location_calls(ctx: Context) -> str | None:
-    """N/A for a backend with no location call at all."""
-    return None if _methods(ctx) else "the backend has no location call (group_locs, decode/verify/reanchor/extend)"
+_ANY_LOCS = NeedsAny(LOCS)
 
 
 def scrubbed_dummy_rows(ctx: Context) -> str | None:
@@ -37,7 +28,7 @@ def scrubbed_dummy_rows(ctx: Context) -> str | None:
     if ctx.profile.scrubs_dummy_rows:
         return (f"profile {ctx.profile.name!r} scrubs padded rows to page 0 (T2), so a backend may read them; "
                 "profiles whose dummy rows are never read (vllm, tokenspeed) run this property")
-    return no_location_calls(ctx)
+    return _ANY_LOCS(ctx)
 
 
 def _tokens(case: Case, actual_bs: int | None) -> list[tuple[int, int | None]]:
@@ -76,14 +67,15 @@ def _judge(ctx: Context, clause: str, what: str, u: UnsafeCase, gid: str, got: A
 
 def _check(clause: str) -> Callable[[Context, UnsafeCase], None]:
     def check(ctx: Context, u: UnsafeCase) -> None:
-        case, methods = u.case, _methods(ctx)
-        if "group_locs" in methods:
+        case = u.case
+        grouped, lone = calls(ctx, case.batch.mode)
+        if grouped:
             refused, got = _refused(lambda: ctx.backend.group_locs(list(case.specs), case.tensors(), case.batch,
                                                                    tail_pad=case.tail_pad))
             if not refused and isinstance(got, dict):
                 for gid in sorted(set(got) & {s.group_id for s in case.attention}):
                     _judge(ctx, clause, f"group_locs[{gid!r}]", u, gid, got[gid], case.batch.live_rows)
-        if _LONE[case.batch.mode] not in methods:
+        if not lone:
             return
         actual_bs = case.batch.actual_bs if case.batch.mode == "verify" else None
         for spec in case.attention:
@@ -101,12 +93,12 @@ PROPERTIES = (
              unsafe_cases(UNSAFE_KINDS[2]), _check("T2"), tier=SAFETY, not_applicable=scrubbed_dummy_rows),
     Property("safety/stale-seq-len", "T4", _SUMMARY.format("a stale seq_len landing on the tail pad inside the "
              "width"), unsafe_cases(UNSAFE_KINDS[0]), _check("T4"), weight=2, tier=SAFETY,
-             not_applicable=no_location_calls),
+             not_applicable=_ANY_LOCS),
     Property("safety/pad-inside", "T4", _SUMMARY.format("-1 inside the live range (decode, verify, extend)"),
-             unsafe_cases(UNSAFE_KINDS[1]), _check("T4"), weight=2, tier=SAFETY, not_applicable=no_location_calls),
+             unsafe_cases(UNSAFE_KINDS[1]), _check("T4"), weight=2, tier=SAFETY, not_applicable=_ANY_LOCS),
     Property("safety/narrow-table", "T8", _SUMMARY.format("a table narrower than its group's sequence"),
-             unsafe_cases(UNSAFE_KINDS[3]), _check("T8"), tier=SAFETY, not_applicable=no_location_calls),
+             unsafe_cases(UNSAFE_KINDS[3]), _check("T8"), tier=SAFETY, not_applicable=_ANY_LOCS),
     Property("safety/int32-wrap", "W5", _SUMMARY.format("a needed page whose slots pass 2^31 - 1 (the int32 store "
              "would wrap to a negative or another page's slot)"), unsafe_cases(UNSAFE_KINDS[4]), _check("W5"),
-             tier=SAFETY, not_applicable=no_location_calls),
+             tier=SAFETY, not_applicable=_ANY_LOCS),
 )

@@ -1,0 +1,69 @@
+"""Which backend methods a property calls: a property needs only those, and runs on whichever of them a backend has.
+
+``Property.needs`` lists the methods a property cannot run without (all of them); ``NeedsAny`` (its
+``not_applicable``) the location calls it makes where present: it applies when the backend has one of
+them, and an example whose mode the backend has no call for is discarded, never failed. ``unlocks`` is
+the table of which operations unlock which properties.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import reject
+
+from kvtable.backends import NoDebugMode
+from kvtable.conformance.core import Context, Property
+
+LONE = {"decode": "decode_locs", "verify": "verify_locs", "reanchor": "reanchor_locs", "extend": "extend_locs"}
+"""The lone-table call of each mode."""
+LOCS = ("group_locs", *LONE.values())
+
+
+def has(ctx: Context, method: str) -> bool:
+    """Whether the backend under test has ``method`` (a callable attribute)."""
+    return callable(getattr(getattr(ctx.backend, "target", ctx.backend), method, None))
+
+
+@dataclass(frozen=True)
+class NeedsAny:
+    """``Property.not_applicable``: N/A only when the backend has none of ``methods``."""
+
+    methods: tuple[str, ...] = LOCS
+
+    def __call__(self, ctx: Context) -> str | None:
+        if any(has(ctx, m) for m in self.methods):
+            return None
+        return f"the backend has none of {', '.join(self.methods)}"
+
+
+def calls(ctx: Context, mode: str, *, group: bool = True) -> tuple[bool, bool]:
+    """(group_locs, the mode's lone call) as the backend has them; an example with neither is discarded."""
+    grouped, lone = group and has(ctx, "group_locs"), has(ctx, LONE[mode])
+    if not (grouped or lone):
+        reject()
+    return grouped, lone
+
+
+def debug_or_plain(ctx: Context) -> Any:
+    """The debug-mode backend, or the plain one where the backend has no debug mode (a property that asks
+    what debug mode must not break asks it of the plain backend too)."""
+    try:
+        return ctx.debug_backend
+    except NoDebugMode:
+        return ctx.backend
+
+
+def unlocks(properties: tuple[Property, ...]) -> dict[str, list[str]]:
+    """Each operation (and ``debug mode``) -> the properties that need it, or may use it (marked ``*``)."""
+    table: dict[str, list[str]] = {}
+    for prop in properties:
+        for method in prop.needs:
+            table.setdefault(method, []).append(prop.name)
+        if isinstance(prop.not_applicable, NeedsAny):
+            for method in prop.not_applicable.methods:
+                table.setdefault(method, []).append(prop.name + "*")
+        if prop.debug:
+            table.setdefault("debug mode", []).append(prop.name)
+    return table
