@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.properties import (
-    allocator,
     checker,
     edges,
     expansion,
@@ -41,7 +40,6 @@ PROPERTIES: tuple[Property, ...] = (
     *safety.PROPERTIES,
     *edges.PROPERTIES,
     *groups.PROPERTIES,
-    *allocator.PROPERTIES,
 )
 
 BY_NAME = {p.name: p for p in PROPERTIES}
