@@ -21,6 +21,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--slow", action="store_true", help="run the slow tier as well as the fast one")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``-n N`` (xdist's ``load``), keep each ``xdist_group`` on one worker: a group shares a session
+    fixture too costly to build twice (the prover's proof of the registry)."""
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without ``--slow``, deselect the tests marked ``slow`` (reported as deselected, never as passed)."""
     if config.getoption("--slow"):

@@ -21,14 +21,11 @@ from kvtable.prover.solver.intblast import IntBlaster, Interval, UnsupportedOper
 from kvtable.reference.locs import decode_locs, verify_locs
 from kvtable.spec.clauses import CLAUSES
 
-LOADED_BOX_TIMEOUT_S = 60.0
-"""Each obligation's z3 budget here: three times the command's default, so a shared, loaded test machine does not
-turn a slow proof into a failure (how fast ``kvtable prove`` is, is measured, not asserted)."""
 
-
-@pytest.fixture(scope="module")
-def results() -> dict[str, prove.Result]:
-    return {r.obligation.name: r for r in prove.prove(OBLIGATIONS, LOADED_BOX_TIMEOUT_S)}
+@pytest.fixture
+def results(proved_registry: dict[str, prove.Result]) -> dict[str, prove.Result]:
+    """The session's one proof of the registry (tests/prover/conftest.py)."""
+    return proved_registry
 
 
 def model(results: dict[str, prove.Result], name: str, *small: str) -> dict[str, int | bool]:
@@ -81,6 +78,7 @@ def test_registry_covers_the_issue() -> None:
 
 
 # Every obligation passes -------------------------------------------------------------------------
+@pytest.mark.slow
 def test_every_obligation_passes(results: dict[str, prove.Result]) -> None:
     failed = {n: (r.verdict, r.outcome.detail) for n, r in results.items() if not r.passed}
     assert not failed
@@ -90,6 +88,7 @@ def test_every_obligation_passes(results: dict[str, prove.Result]) -> None:
         assert bool(outcome.model) == (ob.expect == "counterexample")
 
 
+@pytest.mark.slow
 def test_dropped_lengths_give_concrete_counterexamples(results: dict[str, prove.Result]) -> None:
     m = model(results, "T9.decode-needs-seq-len-1", "width", "page_size")
     assert m["seq_len"] == 0 and m["pos"] == 0  # the clamp reads position 0 of an empty row
@@ -109,6 +108,7 @@ def test_dropped_lengths_give_concrete_counterexamples(results: dict[str, prove.
         verify_locs([[1] * m["width"]], [m["seq_len"]], m["page_size"], m["N"])
 
 
+@pytest.mark.slow
 def test_negative_positions_give_concrete_counterexamples(results: dict[str, prove.Result]) -> None:
     m = model(results, "T9.extend-needs-prefix-0")
     assert m["prefix"] < 0 and m["col"] < 0 < m["width"]  # passes `col < width`, reads before the row
@@ -122,6 +122,7 @@ def test_negative_positions_give_concrete_counterexamples(results: dict[str, pro
     assert m["pos // ps in Triton"] == int(pos / ps) and m["pos % ps in Triton"] == pos - ps * int(pos / ps)
 
 
+@pytest.mark.slow
 def test_int32_counterexamples(results: dict[str, prove.Result]) -> None:
     m = model(results, "W5.int32-product-wraps")
     exact = m["page"] * m["page_size"] + m["pos"] % m["page_size"]
@@ -134,6 +135,7 @@ def test_int32_counterexamples(results: dict[str, prove.Result]) -> None:
     assert m["loc"] == (m["loc before the int32 store"] + 2**31) % 2**32 - 2**31
 
 
+@pytest.mark.slow
 def test_swa_one_past_and_e1_counterexamples(results: dict[str, prove.Result]) -> None:
     for mode in ("decode", "verify", "extend"):
         m = model(results, f"T5.{mode}-one-past")
@@ -158,19 +160,23 @@ def test_table_shows_progress_and_counterexamples(capsys: pytest.CaptureFixture[
     assert "5 obligations: 1 proved, 4 counterexamples found as expected, 0 failed" in lines[-1]  # T9.kernel-* too
 
 
-def test_json_through_the_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.slow
+def test_json_through_the_cli(results: dict[str, prove.Result], monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI renders the session's results as JSON (the proving itself is the table test's and the fixture's)."""
     # Only the prove subcommand: the others are built by other modules and need not exist yet.
     monkeypatch.setattr(kvtable.cli, "SUBCOMMANDS", {"prove": kvtable.cli.SUBCOMMANDS["prove"]})
-    patterns = ["W*", "T9.*", "E*", "*.kernel-extend-locs-*"]  # every kind of row; the full run is above
+    monkeypatch.setattr(prove, "prove", lambda chosen, *_, **__: [results[ob.name] for ob in chosen])
+    patterns = ["W*", "T9.*", "E*", "*.kernel-extend-locs-*"]  # every kind of row
     chosen = prove.select(patterns)
     rc = kvtable.cli.main(["prove", "--json", *(arg for p in patterns for arg in ("--only", p))])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert report["summary"]["total"] == len(chosen) and report["summary"]["failed"] == 0
-    assert report["summary"]["seconds"] > 0
     assert [row["name"] for row in report["obligations"]] == [ob.name for ob in chosen]
     for row, ob in zip(report["obligations"], chosen, strict=True):
         assert row["clause"] == ob.clause and row["statement"] == ob.statement and row["passed"]
+        assert row["seconds"] == round(results[ob.name].seconds, 4)
         if ob.expect == "counterexample":
             assert row["result"] == "counterexample (expected)" and row["counterexample"]
         else:
