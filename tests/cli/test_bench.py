@@ -92,6 +92,7 @@ def test_fill_step_check_accepts_the_fill_and_catches_a_wrong_entry():
         check_fill(step, filled)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run_launches", [True, False])
 def test_a_triton_launch_counts_as_one_op(run_launches):
     """The interpreter's own argument copies inside a launch are not counted; a launch counted without
@@ -123,6 +124,7 @@ def _bench(tmp_path, *flags):
     return json.loads(path.read_text())
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_every_section(tmp_path, capsys):
     doc = _bench(tmp_path, "--smoke")
     assert doc["schema"] == 1 and doc["settings"]["size"] == "smoke"
@@ -161,6 +163,7 @@ def test_smoke_run_writes_every_section(tmp_path, capsys):
     assert "== Extend locations" in out and "not measured" in out
 
 
+@pytest.mark.slow
 def test_quick_extend_measures_its_target(tmp_path):
     doc = _bench(tmp_path, "--quick", "--only", "extend")
     assert set(doc["sections"]) == {"extend"} and doc["settings"]["size"] == "quick"

@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # subprocesses and worker processes: seconds each
+
 TESTS = Path(__file__).resolve().parents[1]
 SUPPORT = TESTS / "support"
 REPO = TESTS.parent

@@ -110,6 +110,7 @@ def _cli(*argv: str, **kwargs) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
 
 
+@pytest.mark.slow
 def test_ctrl_c_reports_the_finished_properties_and_exits_130() -> None:
     done = _cli("conform", "--backend", "runs_backends:InterruptOnExtend", "--examples", "3", "--no-isolate",
                 "--property", "decode_locs", "--property", "verify_locs", "--property", "extend_locs",
@@ -121,6 +122,7 @@ def test_ctrl_c_reports_the_finished_properties_and_exits_130() -> None:
     assert "INTERRUPTED after 2 properties; PASS so far" in out and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_json_into_a_closed_pipe_is_not_an_error() -> None:
     done = _cli("conform", "--backend", "reference", "--examples", "2", "--property", "G1", "--json")
     done.stdout.close()  # the reader (``| head -0``) went away before the report was written

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocesses and worker processes: seconds each
+
 REPO = Path(__file__).resolve().parents[2]
 FUZZ = ["fuzz", "--backend", "reference", "--examples", "10", "--property", "decode_locs", "--property", "graph/init",
         "--database", "none"]

@@ -189,11 +189,13 @@ def test_shrink_false_stops_at_the_first_failing_example() -> None:
     assert found.failures[0].examples < shrunk.failures[0].examples  # shrinking runs the property again
 
 
+@pytest.mark.slow
 def test_the_stateful_protocol_catches_a_graph_bug() -> None:
     report = run_conformance(NoStaleGuard, examples=60, seed=1, properties=select(["graph/protocol"]))
     assert _failed(report) == ["G5"], report.details()
 
 
+@pytest.mark.slow
 def test_instance_and_factory_give_the_same_verdicts() -> None:
     by_class = run_conformance(DebugSkipsSharing, examples=30, seed=2, properties=select(["rejects/T7"]),
                                level="strict")
@@ -280,6 +282,7 @@ def _cli(command: str, argv: list[str]) -> tuple[int, str, str]:
     return rc, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.slow
 def test_conform_json_and_exit_status() -> None:
     rc, out, _ = _cli("conform", ["--backend", "reference", "--examples", "5", "--property", "G1", "--json"])
     report = json.loads(out)
@@ -302,6 +305,7 @@ def test_conform_json_and_exit_status() -> None:
     assert "G3 replay-fill  graph/replay-fill  FAILED" in out
 
 
+@pytest.mark.slow
 def test_fuzz_is_deterministic_shows_progress_and_keeps_failures(tmp_path) -> None:
     argv = ["--backend", "reference", "--examples", "40", "--seed", "3", "--property", "decode_locs",
             "--property", "expand_table", "--json", "--database", "none"]

@@ -33,6 +33,7 @@ def _exit_status(snippet: str) -> int:
                           timeout=300).returncode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("backend", "prop", "examples"), [("DecodeOnePageOn", "decode_locs", 20),
                                                            ("ReanchorOneRowOn", "graph/protocol", 400)])
 def test_the_snippet_exits_1_while_it_fails_and_0_once_fixed(backend: str, prop: str, examples: int) -> None:

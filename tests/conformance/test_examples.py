@@ -41,6 +41,7 @@ def test_an_example_passes_safety_and_correctness_under_its_profile(spec: str, p
     assert {r.property for r in report.not_applicable} <= {"safety/garbage-dummy-rows"}
 
 
+@pytest.mark.slow
 def test_the_vllm_examples_missing_validation_is_a_strictness_failure_not_a_safety_one() -> None:
     properties = select(["rejects-cheap/T9"])
     assert run_conformance(VLLM, examples=10, seed=0, profile="vllm", properties=properties, level="correct").passed
@@ -171,6 +172,7 @@ def test_the_minimal_adapter_is_at_most_40_lines_and_passes_what_it_implements()
 # -- the seeded engine bugs, caught by the suite at the safety tier ------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("spec", "profile", "prop", "clause"), [
     (VLLM_53982, "vllm", "safety/narrow-table", "T8"),
     (TOKENSPEED_709, "tokenspeed", "safety/pad-inside", "T4"),

@@ -31,6 +31,7 @@ GRAPH = [p.name for p in PROPERTIES if p.name.startswith("graph/")]
 # -- lazily allocating runners (buffers_at = "first-capture") ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_lazy_tokenspeed_example_passes_every_graph_property_under_its_profile() -> None:
     report = run_conformance(ts.backend, examples=10, seed=0, profile="tokenspeed", properties=select(GRAPH),
                              level="correct")

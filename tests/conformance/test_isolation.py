@@ -11,6 +11,8 @@ from kvtable.conformance.properties import select
 from kvtable.conformance.runner import run_conformance
 from kvtable.exitcodes import EXIT_FAILED
 
+pytestmark = pytest.mark.slow  # subprocesses and worker processes: seconds each
+
 PROPS = ["rejects/T1", "decode_locs", "verify_locs", "graph/init"]
 
 

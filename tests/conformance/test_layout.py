@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis.strategies._internal.strategies import SearchStrategy
 
@@ -26,6 +27,7 @@ def _modules(package) -> list[str]:
 MODULES = [*_modules(kvtable.conformance), "kvtable.strategies", *_modules(kvtable.strategies)]
 
 
+@pytest.mark.slow
 def test_every_conformance_and_strategy_module_imports_alone() -> None:
     """No import cycles: each module imports first, in a fresh set of kvtable modules."""
     script = "\n".join([
@@ -56,6 +58,7 @@ def test_every_breach_and_corruption_has_its_property() -> None:
     assert {f"checker/{how.replace(' ', '-')}" for how in CORRUPTIONS} <= names
 
 
+@pytest.mark.slow
 def test_no_strategy_is_built_inside_a_draw(monkeypatch) -> None:
     """After a warm-up run of every property's inputs, drawing them again builds (almost) no strategy object."""
     built: list[str] = []

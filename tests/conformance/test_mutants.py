@@ -71,6 +71,7 @@ def test_mutated_imports_leave_the_process_as_they_found_it() -> None:
     assert TorchBackend().decode_locs(torch.tensor([[3]], dtype=torch.int32), torch.tensor([1]), 4).tolist() == [12]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutant", HUNTED, ids=lambda m: m.name)
 def test_mutant_is_killed_by_the_clause_it_names(mutant: SourceMutant, baseline: Baseline) -> None:
     verdict = judge_mutant(mutant, baseline=baseline)
@@ -79,6 +80,7 @@ def test_mutant_is_killed_by_the_clause_it_names(mutant: SourceMutant, baseline:
     assert not verdict.catch.discredited
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutant", KILLED_BY_NAME, ids=lambda m: m.name)
 def test_mutant_is_killed_by_its_clause_property(mutant: SourceMutant) -> None:
     """Each check of impl's own validator, dropped in turn, fails the conformance property of its clause."""

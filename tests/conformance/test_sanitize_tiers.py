@@ -52,6 +52,7 @@ def test_without_sanitize_nothing_is_recorded() -> None:
         stale_read(triton_kernels.TritonKernels())
 
 
+@pytest.mark.slow
 def test_an_out_of_bounds_kernel_fails_its_property_at_the_safety_tier() -> None:
     with sanitizing():
         report = run_conformance(unmasked(), examples=60, seed=0, properties=select(["kernels/stacked-locs"]),

@@ -87,6 +87,7 @@ def test_a_partial_backend_gets_na_naming_the_missing_method() -> None:
     assert report.passed
 
 
+@pytest.mark.slow
 def test_strictness_failures_are_notes_below_level_strict() -> None:
     names = select(["rejects/T7"])
     correct = run_conformance(DebugSkipsSharing, examples=30, seed=2, properties=names)
@@ -97,6 +98,7 @@ def test_strictness_failures_are_notes_below_level_strict() -> None:
     assert strict.failed_clauses == ["T7 private-write-pages"]
 
 
+@pytest.mark.slow
 def test_a_refusal_must_name_the_offending_entry() -> None:
     report = run_conformance(MisplacedT4, examples=40, seed=0, properties=select(["rejects/T4"]), level="strict")
     result = report.results[0]

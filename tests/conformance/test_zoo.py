@@ -43,6 +43,7 @@ def test_entry_is_a_one_behaviour_mutant_citing_its_issue(entry: Entry) -> None:
     assert {k for k in vars(entry.backend) if not k.startswith("__")} - {"name"}, "the mutant changes nothing"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
 def test_entry_is_caught_by_the_clause_it_names(entry: Entry, baseline: Baseline) -> None:
     verdict = judge_entry(entry, shrink=False, baseline=baseline)
@@ -120,6 +121,7 @@ def _run_cli(*argv: str) -> int:
     return cli.run(parser.parse_args(list(argv)))
 
 
+@pytest.mark.slow
 def test_cli_prints_the_table_and_exits_0_when_caught(capsys: pytest.CaptureFixture[str]) -> None:
     assert _run_cli("sglang-35351", "kvcached-398") == 0
     out = capsys.readouterr().out

@@ -205,6 +205,7 @@ def test_unpack_matches_per_group(actual_bs: int, bs: int) -> None:
     assert torch.equal(dst, run_fill(TORCH_KERNELS, sources, [1] * 4, 20, 200, bs, actual_bs, -1))
 
 
+@pytest.mark.slow
 def test_views_and_pitched_strides() -> None:
     """Tables, seq_lens, metadata and outputs as strided views give the contiguous results in place."""
     tables = stack([SLIDING, FULL], 2, 4)
