@@ -13,6 +13,7 @@ page size an expression, the width the table's).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import z3
@@ -80,7 +81,12 @@ class LocationContract:
 
     def __init__(self, clause: str, roles: Roles) -> None:
         self.clause, self.r = clause, roles
-        self.grouped = len(roles.launch.binding.tensors[roles.tensor("table")].sizes) == 3
+        table = roles.tensor("table")
+        # a table of pointers: the per-group tables it points to (vLLM V2); None for a table or a stack
+        self.named = roles.launch.binding.pointer_tables.get(table)
+        if self.named is not None and len({roles.launch.binding.tensors[t].sizes[0] for t in self.named}) != 1:
+            raise KernelNotSupported(f"the tables {self.named} behind {table} must have the same rows")
+        self.grouped = self.named is not None or len(roles.launch.binding.tensors[table].sizes) == 3
         out = roles.roles.get("out")
         bits = dtype_of(roles.launch.binding, out).bits if out in roles.launch.binding.tensors else 32
         # W5 at the output's width: every slot of a real page fits it (2^31 for kvtable's int32 locations,
@@ -94,31 +100,60 @@ class LocationContract:
     def _per_group(self, role: str, group: tuple[z3.ArithRef, ...]) -> z3.ArithRef:
         return self.r.value(role, *group) if self.r.is_tensor(role) else self.r.value(role)
 
+    def _by_group(self, group: tuple[z3.ArithRef, ...], of: Callable[[str], z3.ArithRef]) -> z3.ArithRef:
+        """``of(tensor)`` of the group's own table behind a table of pointers (the last one past them)."""
+        assert self.named is not None
+        value = of(self.named[-1])
+        for k in reversed(range(len(self.named) - 1)):
+            value = z3.If(group[0] == k, of(self.named[k]), value)
+        return value
+
+    def table_size(self, dim: int, group: tuple[z3.ArithRef, ...]) -> z3.ArithRef:
+        """Size ``dim`` of the group's table (rows -2, width -1)."""
+        if self.named is None:
+            return self.r.size("table", dim)
+        return self._by_group(group, lambda t: signed(self.r.launch.sizes(t)[dim]))
+
+    def entry(self, group: tuple[z3.ArithRef, ...], row: z3.ArithRef, col: z3.ArithRef) -> z3.ArithRef:
+        """The group's table entry at ``(row, col)``, read through ``Launch.element`` as the kernel's loads are."""
+        if self.named is None:
+            return self.r.value("table", *group, row, col)
+        return self._by_group(group, lambda t: signed(self.r.launch.element(t, (row, col))))
+
+    def table_index(self, tensor: str, index: tuple[z3.ArithRef, ...]) -> tuple[z3.ArithRef, ...] | None:
+        """``(group..., row, col)`` of a load from a table the clause reads, None for any other tensor."""
+        if self.named is not None:
+            return (z3.IntVal(self.named.index(tensor)), *index) if tensor in self.named else None
+        return index if tensor == self.r.roles.get("table") else None
+
     def geometry(self, group: tuple[z3.ArithRef, ...]) -> tuple[z3.ArithRef, z3.ArithRef, list[z3.BoolRef]]:
         """The group's page size and width, and E1/T1 (ps >= 1, 1 <= width <= the table's width)."""
-        table_w = self.r.size("table", -1)
+        table_w = self.table_size(-1, group)
         ps = self._per_group("page_sizes", group)
         width = self._per_group("widths", group) if self.r.has("widths") else table_w
         facts = [ps >= 1, width >= 1, width <= table_w]
         if group:
-            facts.append(z3.And(group[0] >= 0, group[0] < self.r.size("table", 0)))
+            groups = len(self.named) if self.named is not None else self.r.size("table", 0)
+            facts.append(z3.And(group[0] >= 0, group[0] < groups))
         return ps, width, facts
 
-    def token(self, i: z3.ArithRef) -> tuple[z3.ArithRef, z3.ArithRef, z3.BoolRef, list[z3.BoolRef]]:
+    def token(self, i: z3.ArithRef, group: tuple[z3.ArithRef, ...] = ()
+              ) -> tuple[z3.ArithRef, z3.ArithRef, z3.BoolRef, list[z3.BoolRef]]:
         """(row, position, in range, the clause's facts on the lengths) of output position ``i``."""
         if self.clause == "W3":
             live = signed(self.r.launch.expr(self.r.roles["tokens"]))
             padded = signed(self.r.launch.expr(self.r.roles.get("padded", self.r.roles["tokens"])))
             in_range, facts = z3.And(i >= 0, i < padded), []
             if self.r.roles.get("rows") == "program":  # one program per request, its tokens [qsl[r], qsl[r+1])
-                row = signed(self.r.launch.pids[0])
-                start, end = (self.r.value("query_start_loc", row + k) for k in (0, 1))
+                request = request_program(self.r.launch)
+                row = self.r.value("row_of_program", request) if self.r.has("row_of_program") else request
+                start, end = (self.r.value("query_start_loc", request + k) for k in (0, 1))
                 in_range = z3.And(in_range, start <= i, i < end)
                 facts.append(z3.And(0 <= start, start <= end, end <= live))  # sorted, inside the live tokens
             else:
                 row = self.r.value("rows", i)
             pos = self.r.value("positions", i)
-            facts.append(z3.Implies(i < live, z3.And(row >= 0, row < self.r.size("table", -2), pos >= 0)))
+            facts.append(z3.Implies(i < live, z3.And(row >= 0, row < self.table_size(-2, group), pos >= 0)))
             return row, pos, in_range, facts
         n, bs = self.r.value("n"), self.r.value("bs")
         row, t = i / n, i % n
@@ -155,9 +190,9 @@ class LocationContract:
     def _element(self, index: tuple[z3.ArithRef, ...], stored: z3.ArithRef, *, safety: bool) -> Element:
         group, i = self._split(index)
         ps, width, facts = self.geometry(group)
-        row, pos, in_range, length_facts = self.token(i)
+        row, pos, in_range, length_facts = self.token(i, group)
         col, offset = pos / ps, pos % ps
-        entry = self.r.value("table", *group, row, col)
+        entry = self.entry(group, row, col)
         slot = entry * ps + offset
         live = in_range
         if self.clause == "W3":
@@ -213,6 +248,15 @@ class FillContract:
     def entry_facts(self, table_index: tuple[z3.ArithRef, ...], value: z3.ArithRef) -> list[z3.BoolRef]:
         del table_index, value
         return []
+
+    def table_index(self, tensor: str, index: tuple[z3.ArithRef, ...]) -> tuple[z3.ArithRef, ...] | None:
+        del tensor, index
+        return None
+
+
+def request_program(launch: Launch) -> z3.ArithRef:
+    """The program id that is the request, for one program per request (role ``program_axis``, default 0)."""
+    return signed(launch.pids[int(launch.binding.roles.get("program_axis", "0"))])
 
 
 def contract(clause: str, launch: Launch) -> LocationContract | FillContract:

@@ -19,7 +19,7 @@ import z3
 
 from kvtable.prover.bindings.assumptions import stated
 from kvtable.prover.bindings.binding import Binding, Launch
-from kvtable.prover.bindings.contracts import contract, signed
+from kvtable.prover.bindings.contracts import contract, request_program, signed
 from kvtable.prover.solver import encoding as encoding
 from kvtable.prover.solver.discharge import Query
 from kvtable.prover.solver.intblast import IntBlaster
@@ -85,11 +85,12 @@ def trusted(launch: Launch, trace: Trace) -> list[z3.BoolRef]:
     ``query_start_loc``): each row index a row of the table, each position >= 0, wherever the kernel loads one;
     the program's request spans ``0 <= qsl[r] <= qsl[r+1] <= tokens``."""
     names = launch.binding.roles.get("trusted", "").split()
-    tensors = {launch.binding.roles[r]: r for r in names if r in ("rows", "positions")}
+    tensors = {launch.binding.roles[r]: r for r in names if r in ("rows", "positions", "row_of_program")}
     table = launch.binding.roles.get("table")
+    table = launch.binding.pointer_tables.get(table, (table,))[0]  # behind a table of pointers, alike in rows
     facts = []
     if "query_start_loc" in names:  # request r's tokens are [qsl[r], qsl[r+1]), inside the live tokens
-        qsl, r = launch.binding.roles["query_start_loc"], signed(launch.pids[0])
+        qsl, r = launch.binding.roles["query_start_loc"], request_program(launch)
         start, end = (signed(launch.element(qsl, (r + k,))) for k in (0, 1))
         facts.append(z3.And(0 <= start, start <= end, end <= signed(launch.expr(launch.binding.roles["tokens"]))))
     for load in trace.loads:
@@ -149,12 +150,11 @@ def _store_indices(launch: Launch, store: Access) -> tuple[z3.ArithRef, ...]:
 def _entry_facts(launch: Launch, trace: Trace, clause: str) -> list[z3.BoolRef]:
     """T1 and W5 on every table entry the kernel loads (where its mask lets it load)."""
     c = contract(clause, launch)
-    table = launch.binding.roles.get("table")
     facts = []
     for load in trace.loads:
-        if load.pointer.tensor == table:
-            index = tuple(signed(i) for i in launch.indices(load.pointer))
-            value = signed(launch.read(table, load.pointer))
+        index = c.table_index(load.pointer.tensor, tuple(signed(i) for i in launch.indices(load.pointer)))
+        if index is not None:
+            value = signed(launch.read(load.pointer.tensor, load.pointer))
             facts += [z3.Implies(load.mask, f) for f in c.entry_facts(index, value)]
     return facts
 
@@ -197,12 +197,11 @@ def safety(binding: Binding, *, nonnegative_positions: bool = True) -> Query:
     out = launch.binding.roles["out"]
     facts, goals = [*_facts(launch, trace), *trusted(launch, trace)], []
     shown = [item for load in trace.loads for item in _index_shown(launch, load)]
-    table = launch.binding.roles.get("table")
     positions = launch.binding.roles.get("positions")
     for load in trace.loads:
-        index = tuple(signed(i) for i in launch.indices(load.pointer))
+        index = c.table_index(load.pointer.tensor, tuple(signed(i) for i in launch.indices(load.pointer)))
         value = signed(launch.read(load.pointer.tensor, load.pointer))
-        if load.pointer.tensor == table:  # W5 as a bound of the pool, whatever the entry
+        if index is not None:  # W5 as a bound of the pool, whatever the entry
             facts += [z3.Implies(load.mask, c.entry_facts(index, value)[1])]
         if load.pointer.tensor == positions and nonnegative_positions:
             facts.append(z3.Implies(load.mask, value >= 0))

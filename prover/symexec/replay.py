@@ -92,6 +92,9 @@ def replay(binding: Binding, model: Mapping[str, int | bool], *, budget: int = B
 
     if not tk.triton_available() or not tk.interpreting():
         return Replay(False, ["not replayed: needs triton running in its interpreter (no CUDA)"])
+    if binding.pointer_tables:
+        return Replay(False, [f"not replayed: the kernel loads through a table of pointers "
+                              f"({', '.join(binding.pointer_tables)}), which the Triton interpreter cannot follow"])
     params = {p: int(model.get(p, lo)) for p, (lo, _) in binding.params.items()}
     shapes = {name: tuple(_evaluate(s, params) for s in spec.sizes) for name, spec in binding.tensors.items()}
     if any(d < 0 for shape in shapes.values() for d in shape):

@@ -139,3 +139,74 @@ def test_stated_assumptions_are_z3_facts_about_each_load() -> None:
     solver = z3.Solver()
     solver.add(bound, launch.params["N"] == 8)
     assert solver.check() == z3.unsat
+
+
+# vLLM Model Runner V2: per-group tables through a table of pointers ---------------------------------------
+V2 = "examples/vllm_v2_slot_binding.toml"
+V2_UNGUARDED = "examples/vllm_v2_slot_kernel.py:slot_mappings_kernel"
+
+
+def store_label(model: dict[str, int | bool], tensor: str) -> str:
+    """The label of the store the counterexample is about: the one to ``tensor`` whose mask holds."""
+    (label,) = [k.removesuffix(" mask") for k, v in model.items()
+                if k.startswith("store ") and f" {tensor}" in k and k.endswith(" mask") and v]
+    return label
+
+
+def test_v2_loads_every_group_table_through_the_pointer_table() -> None:
+    launch, trace = kq.symbolic_run(load_binding(V2))
+    read = {a.pointer.tensor for a in trace.loads}
+    assert {"block_table_ptrs", "block_table_strides", "table_g0", "table_g1"} <= read
+    (first,) = {a.site for a in trace.loads if a.pointer.tensor == "table_g0"}
+    assert {a.site for a in trace.loads if a.pointer.tensor == "table_g1"} == {first}  # one line, two tables
+    assert discharge(kq.in_bounds(load_binding(V2)), TIMEOUT_MS).status == "proved"
+
+
+@pytest.mark.slow
+def test_v2_int32_block_times_block_size_is_found() -> None:
+    """vLLM V2 multiplies the int32 block id by the int32 block size before it meets the int64 offset: past
+    2^31 slots in a group the stored slot wraps (its int64 slot buffer could hold the right one)."""
+    binding = load_binding(V2)
+    outcome = discharge(kq.agreement(binding), TIMEOUT_MS, small=prove.SMALL_VALUES)
+    assert outcome.status == "counterexample"
+    model = dict(outcome.model)
+    label = store_label(model, "slot_mappings_ptr")
+    group, token = model[f"{label} index[0]"], model[f"{label} index[1]"]
+    page, size, position = model[f"{label} page"], model[f"block_sizes[{group}]"], model[f"{label} position"]
+    assert page >= 0 and page * size >= 2**31  # a real block of a group whose pool passes 2^31 slots
+    wrapped = (page * size + 2**31) % 2**32 - 2**31 + position % size
+    assert model[f"{label} value"] == wrapped != model[f"{label} expected"] == page * size + position % size
+    assert 0 <= token < model["N"]
+
+
+def test_v2_without_the_guard_reads_past_a_groups_row() -> None:
+    binding = dataclasses.replace(load_binding(V2), kernel=load_object(V2_UNGUARDED))
+    model = dict(discharge(kq.in_bounds(binding), TIMEOUT_MS).model)
+    (label,) = [k.removesuffix(" index[1]") for k in model if k.startswith("load ") and " table_g" in k
+                and k.endswith(" index[1]") and model[k.replace("index[1]", "mask")]
+                and model[k] >= model["W" + k.split(" table_g")[1][0]]]
+    assert label.split()[2].startswith("table_g")
+
+
+def test_a_read_outside_the_pointer_tables_entries_is_out_of_bounds() -> None:
+    import triton
+    import triton.language as tl
+
+    import kvtable.impl.triton_kernels  # noqa: F401 (interpreter mode, set before triton decorates)
+
+    @triton.jit
+    def third(ptrs, out_ptr, k):
+        table = tl.cast(tl.load(ptrs + k), tl.pointer_type(tl.int32))
+        tl.store(out_ptr, tl.load(table))
+
+    def binding(bound: int) -> Binding:
+        return Binding(kernel=third, clause="W3", params={"G": (1, 2), "K": (0, bound)}, grid=("1",),
+                       scalars={"k": "K"}, pointer_tables={"ptrs": ("a", "b")}, roles={"table": "a"},
+                       tensors={"ptrs": TensorSpec("uint64", ("G",), (1,)), "a": TensorSpec("int32", ("1",), (1,)),
+                                "b": TensorSpec("int32", ("1",), (1,)), "out_ptr": TensorSpec("int32", ("1",), (1,))})
+
+    launch, trace = kq.symbolic_run(binding(2))
+    assert [a.pointer.tensor for a in trace.accesses] == ["ptrs", "a", "out_ptr", "ptrs", "b", "out_ptr", "ptrs"]
+    model = dict(discharge(kq.in_bounds(binding(2)), TIMEOUT_MS).model)
+    assert model["K"] >= model["G"]  # the path that selects no entry still reads the pointer table, outside it
+    assert discharge(kq.in_bounds(dataclasses.replace(binding(2), requires=("K < G",))), TIMEOUT_MS).status == "proved"
