@@ -200,10 +200,12 @@ def group_seq_locs(specs: Specs, tables: Mapping[str, torch.Tensor], seq_lens: t
     return locs
 
 
-def decode_locs(table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, *,
+def decode_locs(table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, *, actual_bs: int | None = None,
                 kernels: Kernels = TORCH_KERNELS, debug: bool | None = None) -> torch.Tensor:
-    """W1 decode-loc: int32 ``[bs]``, the location of position ``seq_len - 1`` of each request."""
-    return group_seq_locs([lone_spec(page_size)], {LONE: table}, seq_lens, kernels=kernels, debug=debug)[LONE]
+    """W1 decode-loc: int32 ``[bs]``, the location of position ``seq_len - 1`` of each request (rows
+    ``>= actual_bs`` are padding)."""
+    return group_seq_locs([lone_spec(page_size)], {LONE: table}, seq_lens, actual_bs=actual_bs, kernels=kernels,
+                          debug=debug)[LONE]
 
 
 def verify_locs(table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int, *,

@@ -176,8 +176,10 @@ class Profile:
         cut = live_rows * tokens_per_row
         return locs[:cut] + [self.pad_slot] * (len(locs) - cut)
 
-    def decode_locs(self, table: Table, seq_lens: Sequence[int], page_size: int) -> list[int]:
-        return reference.decode_locs(table, seq_lens, page_size)
+    def decode_locs(self, table: Table, seq_lens: Sequence[int], page_size: int,
+                    actual_bs: int | None = None) -> list[int]:
+        locs = reference.decode_locs(table, seq_lens, page_size, actual_bs=actual_bs)
+        return locs if actual_bs is None else self.pad_rows(locs, actual_bs, 1)
 
     def verify_locs(self, table: Table, seq_lens: Sequence[int], page_size: int, n: int,
                     actual_bs: int | None = None) -> list[int]:

@@ -69,8 +69,12 @@ class Backend(Protocol):
     name: str
     device: str
 
-    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
-        """W1: int32 ``[bs]``."""
+    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
+                    *, actual_bs: int | None = None) -> torch.Tensor:
+        """W1: int32 ``[bs]``; rows ``>= actual_bs`` are padding (a CUDA-graph-padded decode), as in verify.
+
+        ``actual_bs`` is optional: a backend whose ``decode_locs`` does not take it gets every row judged live.
+        """
         ...
 
     def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,

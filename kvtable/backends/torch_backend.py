@@ -39,8 +39,10 @@ class TorchBackend:
         self.debug = debug
         self.kernels = kernels
 
-    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
-        return impl_locs.decode_locs(table, seq_lens, page_size, kernels=self.kernels, debug=self.debug)
+    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
+                    *, actual_bs: int | None = None) -> torch.Tensor:
+        return impl_locs.decode_locs(table, seq_lens, page_size, actual_bs=actual_bs, kernels=self.kernels,
+                                     debug=self.debug)
 
     def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
                     *, actual_bs: int | None = None) -> torch.Tensor:
