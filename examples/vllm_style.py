@@ -72,8 +72,13 @@ class VllmStyleBackend:
             slots[live_rows * n:] = PAD_SLOT_ID
         return slots
 
-    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
-        return self._slots(table, torch.arange(seq_lens.shape[0]), seq_lens.long() - 1, page_size)
+    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
+                    *, actual_bs: int | None = None) -> torch.Tensor:
+        """One slot per request; a CUDA-graph-padded batch's dummy requests (rows ``>= actual_bs``) get -1."""
+        slots = self._slots(table, torch.arange(seq_lens.shape[0]), seq_lens.long() - 1, page_size)
+        if actual_bs is not None:
+            slots[actual_bs:] = PAD_SLOT_ID
+        return slots
 
     def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
                     *, actual_bs: int | None = None) -> torch.Tensor:

@@ -52,9 +52,9 @@ def _slot(slots: list[int | None], pos: int, entries: list[int], page_size: int,
     return slot
 
 
-def decode_locs(table: Any, seq_lens: Sequence[int], page_size: int) -> list[int]:
-    """W1 decode-loc: one location per request, for position ``seq_len - 1``."""
-    batch = Batch(tuple(seq_lens))
+def decode_locs(table: Any, seq_lens: Sequence[int], page_size: int, *, actual_bs: int | None = None) -> list[int]:
+    """W1 decode-loc: one location per request, for position ``seq_len - 1`` (rows ``>= actual_bs``: padding)."""
+    batch = Batch(tuple(seq_lens), actual_bs=actual_bs)
     return batch_locs(check_lone_table(table, batch, page_size), batch, page_size)
 
 

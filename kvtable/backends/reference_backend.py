@@ -103,9 +103,10 @@ class ReferenceBackend:
         self.device = device
         self.debug = bool(debug)
 
-    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
+    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
+                    *, actual_bs: int | None = None) -> torch.Tensor:
         seq = _ints(seq_lens)
-        return _out(reference.decode_locs(_table(table), seq, page_size), self.device)
+        return _out(reference.decode_locs(_table(table), seq, page_size, actual_bs=actual_bs), self.device)
 
     def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
                     *, actual_bs: int | None = None) -> torch.Tensor:

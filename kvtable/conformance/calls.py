@@ -6,6 +6,7 @@ lone-table call of the case's mode, ``check_group_locs`` judges one ``group_locs
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -39,8 +40,10 @@ def lone_call(ctx: Context, backend: Any, case: Case, gid: str) -> tuple[str, Ou
     batch = case.batch
     seq = list(batch.seq_lens)
     if batch.mode == "decode":
-        return (f"decode_locs[{gid}]", outcome(lambda: profile.decode_locs(table(), seq, ps)),
-                lambda: backend.decode_locs(tensor, case.seq_tensor(), ps))
+        padded = decode_padding(backend, batch.actual_bs)
+        return (f"decode_locs[{gid}]", outcome(lambda: profile.decode_locs(table(), seq, ps, padded)),
+                lambda: backend.decode_locs(tensor, case.seq_tensor(), ps,
+                                            **({} if padded is None else {"actual_bs": padded})))
     if batch.mode == "verify":
         return (f"verify_locs[{gid}]", outcome(lambda: profile.verify_locs(table(), seq, ps, batch.n, batch.actual_bs)),
                 lambda: backend.verify_locs(tensor, case.seq_tensor(), ps, batch.n, actual_bs=batch.actual_bs))
@@ -51,6 +54,17 @@ def lone_call(ctx: Context, backend: Any, case: Case, gid: str) -> tuple[str, Ou
     prefix, extend = list(batch.prefix_lens), case.extend_lens
     return (f"extend_locs[{gid}]", outcome(lambda: profile.extend_locs(table(), prefix, extend, ps)),
             lambda: backend.extend_locs(tensor, prefix, extend, ps))
+
+
+def decode_padding(backend: Any, actual_bs: int | None) -> int | None:
+    """``actual_bs`` for a lone decode call where the backend's ``decode_locs`` takes it (optional in the
+    protocol), else None: its padded rows are declared only to a backend that can hear it."""
+    method = getattr(getattr(backend, "target", backend), "decode_locs", None)
+    if actual_bs is None or method is None:
+        return None
+    params = inspect.signature(method).parameters
+    takes = "actual_bs" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    return actual_bs if takes else None
 
 
 def tensor_compare(ctx: Context, clause: str, what: str) -> Callable[[Any, Any], None]:

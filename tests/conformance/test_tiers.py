@@ -168,3 +168,27 @@ def test_a_backend_with_three_lone_calls_gets_every_property_that_calls_only_tho
     for r in report.not_applicable:  # each names an operation the backend lacks (or its debug mode)
         assert any(word in r.message for word in lacking), (r.property, r.message)
     assert report.passed, report.details()
+
+
+class PadsDecodeRows(TorchBackend):
+    """A CUDA-graph-padded decode as vLLM writes it: the dummy rows' tokens get the pad slot -1."""
+
+    def decode_locs(self, table, seq_lens, page_size, *, actual_bs=None):
+        out = super().decode_locs(table, seq_lens, page_size, actual_bs=actual_bs)
+        if actual_bs is not None:
+            out[actual_bs:] = -1
+        return out
+
+
+class HearsNoPadding(TorchBackend):
+    """Takes ``actual_bs`` on decode and ignores it: dummy rows write slot 0, not vLLM's pad slot."""
+
+    def decode_locs(self, table, seq_lens, page_size, *, actual_bs=None):
+        return super().decode_locs(table, seq_lens, page_size)
+
+
+def test_a_lone_decode_declares_its_padded_rows_and_the_properties_use_it() -> None:
+    props = select(["decode_locs"])
+    assert run_conformance(PadsDecodeRows, examples=40, seed=0, profile="vllm", properties=props).passed
+    report = run_conformance(HearsNoPadding, examples=40, seed=0, profile="vllm", properties=props, shrink=False)
+    assert re.search(r"decode_locs\[\w+\]: index \d+: got 0, expected -1", report.results[0].message), report.details()

@@ -143,3 +143,8 @@ def test_the_strategies_draw_no_negative_id_under_the_vllm_domain(data: st.DataO
     for drawn in (case, unsafe.case):
         assert drawn.tail_pad == 0
         assert all(v >= 0 for s in drawn.attention for row in drawn.tables[s.group_id] for v in row)
+
+
+def test_a_padded_decode_maps_its_dummy_rows_to_the_pad_slot() -> None:
+    assert PROFILES["vllm"].decode_locs([[5], [0]], [1, 1], 2, actual_bs=1) == [10, -1]
+    assert PROFILES["kvtable"].decode_locs([[5], [0]], [1, 1], 2, actual_bs=1) == [10, 0]

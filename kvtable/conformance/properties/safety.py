@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from kvtable.conformance.calls import lone_call
+from kvtable.conformance.calls import decode_padding, lone_call
 from kvtable.conformance.checks import Mismatch
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import SAFETY
@@ -77,7 +77,9 @@ def _check(clause: str) -> Callable[[Context, UnsafeCase], None]:
                     _judge(ctx, clause, f"group_locs[{gid!r}]", u, gid, got[gid], case.batch.live_rows)
         if not lone:
             return
-        actual_bs = case.batch.actual_bs if case.batch.mode == "verify" else None
+        mode = case.batch.mode
+        actual_bs = (case.batch.actual_bs if mode == "verify" else
+                     decode_padding(ctx.backend, case.batch.actual_bs) if mode == "decode" else None)
         for spec in case.attention:
             what, _, call = lone_call(ctx, ctx.backend, case, spec.group_id)
             refused, got = _refused(call)
