@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from kvtable.contract import DEFAULT_TAIL_PAD, GroupSpec
+from kvtable.contract import DEFAULT_TAIL_PAD, Specs
 from kvtable.errors import ContractViolation, StaleGraphState
 from kvtable.impl import validate
 from kvtable.impl.groups import specs_by_id
@@ -21,7 +21,6 @@ from kvtable.impl.read_plan import INT32_END
 from kvtable.impl.tokens import upload
 from kvtable.impl.torch_kernels import TORCH_KERNELS
 
-Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
 MAX_LAYOUTS = 1024
 """Kept ``replay_fill`` metadata tensors, one per layout of the live tables (offsets, columns)."""
 

@@ -7,12 +7,10 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from kvtable.contract import GroupSpec
+from kvtable.contract import GroupSpec, Specs
 from kvtable.errors import ContractViolation
 
 T = TypeVar("T")
-Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
-
 
 def specs_by_id(specs: Specs) -> dict[str, GroupSpec]:
     """The declared groups keyed by id, each checked: a known family, E1 for an attention group's block

@@ -7,7 +7,7 @@ hide in the other's. ``spec/SPEC.md`` gives every field its meaning.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -15,7 +15,7 @@ from kvtable.errors import ContractViolation, StaleGraphState
 
 __all__ = [
     "DEFAULT_TAIL_PAD", "INT32_MAX", "INT32_MIN", "MODES", "NULL_PAGE", "Batch", "ContractViolation", "Family",
-    "GroupSpec", "Mode", "StaleGraphState",
+    "GroupSpec", "Mode", "Specs", "StaleGraphState",
 ]
 
 NULL_PAGE = 0
@@ -48,6 +48,10 @@ class GroupSpec:
     @property
     def is_state(self) -> bool:
         return self.family == "state"
+
+
+Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
+"""The declared groups as the API takes them: a sequence of specs, or a mapping from group id to spec."""
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,10 @@ that declares a ``dtype`` must declare int32. The validator itself never imports
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kvtable.contract import Specs
 from kvtable.errors import ContractViolation
 from kvtable.reference.model import (
     DEFAULT_TAIL_PAD,
@@ -27,8 +28,6 @@ from kvtable.reference.model import (
     read_start,
     write_positions,
 )
-
-Specs = Mapping[str, GroupSpec] | Sequence[GroupSpec]
 
 
 def specs_by_id(specs: Specs) -> dict[str, GroupSpec]:

@@ -6,13 +6,12 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from kvtable.contract import Specs
 from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.locs import LONE, extend_group_locs
-from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec
+from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch
 from kvtable.reference.tables import specs_by_id
 from kvtable.zoo.base import ZooBackend
-
-Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
 
 
 class NonZeroNullRunner(GroupGraphBuffers):

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import torch
 
+from kvtable.contract import Specs
 from kvtable.impl.checker import check_write_locs as strong_check
 from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.tokens import batch_tokens
-from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec
+from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch
 from kvtable.reference.tables import specs_by_id
 from kvtable.zoo.base import ZooBackend
-
-Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
 
 
 class Sglang35351(ZooBackend):
