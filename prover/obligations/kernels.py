@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from kvtable.prover.bindings import builtin as kb
 from kvtable.prover.bindings import queries as kq
 from kvtable.prover.bindings.binding import Binding
+from kvtable.prover.bindings.contracts import FILL_CLAUSES, LOCATION_CLAUSES
 from kvtable.prover.obligations.base import Expect, Obligation
 from kvtable.prover.solver.discharge import Outcome, Query, discharge
 
@@ -61,6 +62,8 @@ def kernel_obligations(binding: Binding, clauses: tuple[str, ...] = ()) -> tuple
         return binding
     prefix = f"{binding.clause}.kernel-{binding.label}"
     obligations = [in_bounds(f"{prefix}-in-bounds", bound, "the user's binding")]
+    if binding.clause not in LOCATION_CLAUSES + FILL_CLAUSES:  # no clause gives its values (SGLang's index copies)
+        return tuple(obligations)
     for clause in (binding.clause, *clauses):
         obligations.append(agrees(f"{clause}.kernel-{binding.label}-agrees", bound,
                                   f"every store writes the element clause {clause} writes, with its value, under"
@@ -116,6 +119,9 @@ def preload(obligations: Iterable[Obligation]) -> None:
     for ob in obligations:
         if isinstance(ob, KernelObligation):
             ob.binding().kernel_object()
+            # the replay's modules too, imported whole before any fork, not by each child half-way (three
+            # obligations of one binding raised ImportError for replay and memory's VirtualTensor)
+            import kvtable.prover.symexec.replay  # noqa: F401
         elif isinstance(ob, TorchObligation):
             import kvtable.impl.torch_kernels  # noqa: F401
 

@@ -15,7 +15,7 @@ from kvtable.prover import prove  # noqa: E402
 from kvtable.prover.bindings import queries as kq  # noqa: E402
 from kvtable.prover.bindings.binding import Binding, TensorSpec, load_binding, load_object  # noqa: E402
 from kvtable.prover.obligations.kernels import KernelObligation, kernel_obligations, kernel_outcome  # noqa: E402
-from kvtable.prover.solver.discharge import Outcome, discharge  # noqa: E402
+from kvtable.prover.solver.discharge import Outcome, Query, discharge  # noqa: E402
 from kvtable.prover.symexec.replay import replay  # noqa: E402
 from kvtable.prover.symexec.values import KernelNotSupported  # noqa: E402
 
@@ -210,3 +210,55 @@ def test_a_read_outside_the_pointer_tables_entries_is_out_of_bounds() -> None:
     model = dict(discharge(kq.in_bounds(binding(2)), TIMEOUT_MS).model)
     assert model["K"] >= model["G"]  # the path that selects no entry still reads the pointer table, outside it
     assert discharge(kq.in_bounds(dataclasses.replace(binding(2), requires=("K < G",))), TIMEOUT_MS).status == "proved"
+
+
+@pytest.mark.slow
+def test_three_obligations_of_one_binding_run_together_in_forked_children() -> None:
+    """Each obligation runs in a child forked from one parent: the replay's modules are imported there, whole,
+    before the first fork (they once raised ImportError for `replay` / `VirtualTensor` when run together)."""
+    import sys
+
+    binding = dataclasses.replace(load_binding(V1), kernel=load_object(V1_UNGUARDED))
+    results = prove.prove(kernel_obligations(binding), 60, isolate=True)
+    assert "kvtable.prover.symexec.replay" in sys.modules
+    assert [r.outcome.status for r in results] == ["counterexample"] * 3
+    for r in results:
+        assert "error:" not in r.outcome.detail and "replayed slot_mapping_kernel" in r.outcome.detail
+
+
+# SGLang: the flashinfer kv-indices copy and the paged allocator's extend ----------------------------------
+SGLANG = "examples/sglang_kv_kernels.py"
+
+
+def test_sglang_flashinfer_kv_indices_is_in_bounds_under_what_its_host_builds() -> None:
+    binding = load_object(f"{SGLANG}:FLASHINFER_KV_INDICES")
+    (only,) = kernel_obligations(binding)  # no clause gives the copy's values: in bounds only
+    outcome = kernel_outcome(only, TIMEOUT_MS, prove.SMALL_VALUES)
+    assert outcome.status == "proved" and set(outcome.assumed) == set(binding.assumes)
+    launch, trace = kq.symbolic_run(binding)  # the `if kv_start_idx:` taken, the cdiv-bounded loop modelled
+    assert [a.pointer.tensor for a in trace.accesses] == ["req_pool_indices_ptr", "kv_indptr", "kv_start_idx",
+                                                          "page_kernel_lens_ptr", "req_to_token_ptr", "kv_indices_ptr"]
+    model = dict(discharge(dataclasses.replace(kq.in_bounds(binding), stated=()), TIMEOUT_MS).model)
+    assert model  # without them: some read or write leaves its tensor
+
+
+def before_the_buffer(binding: Binding) -> Query:
+    """Does any store write before ``out_indices``? (a counterexample is one that does)"""
+    query = kq.in_bounds(binding)
+    shown = dict(query.show)
+    stores = [k.removesuffix(" mask") for k in shown if k.startswith("store ") and k.endswith(" mask")]
+    return dataclasses.replace(query, goal=z3.And(*[z3.Not(z3.And(shown[f"{s} mask"], shown[f"{s} index[0]"] < 0))
+                                                    for s in stores]))
+
+
+def test_sglang_alloc_extend_writes_before_its_buffer_when_a_prefix_exceeds_its_length() -> None:
+    binding = load_object(f"{SGLANG}:ALLOC_EXTEND")
+    found = discharge(before_the_buffer(binding), TIMEOUT_MS, small=prove.SMALL_VALUES)
+    assert found.status == "counterexample"
+    model = dict(found.model)
+    pid = model["pid0"]
+    longer = [j for j in range(pid) if model.get(f"pre_lens_ptr[{j}]", 0) > model.get(f"seq_lens_ptr[{j}]", 0)]
+    assert longer, model  # an earlier request's prefix exceeds its sequence: this one starts before out_indices
+    stated = dataclasses.replace(binding, assumes=(*binding.assumes, *(f"pre_lens_ptr[{j}] <= seq_lens_ptr[{j}]"
+                                                                       for j in range(4))))
+    assert discharge(before_the_buffer(stated), TIMEOUT_MS).status == "proved"
