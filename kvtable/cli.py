@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("kvtable.bench.cli", "benchmarks: implementation and tester speed, side by side"),
     "zoo": ("kvtable.zoo.cli", "run the suite against every known-engine-bug mutant"),
     "check": ("kvtable.check", "the main job on built-in defaults: prove, then a short fuzz"),
+    "trace": ("kvtable.trace.cli", "record a serving run (or simulate one) and judge every step of its trace"),
 }
 
 

@@ -1,0 +1,135 @@
+"""The rules across steps, from request ids and free / alloc / finish events, per group.
+
+- ``T7`` private-write-pages, across the run: a page written by one live request is in no other live
+  request's row (requests not in the step count too, from their last recorded rows).
+- ``trace/pages-kept``: a request's pages do not change under it, except by appending (a column that held no
+  page gets one) or, in a sliding group, by releasing a page to the hole 0 (front holes).
+- ``trace/freed-page-write``: a page freed is not written until it is allocated again (an ``alloc`` event; a
+  trace that records no ``alloc`` for a group reallocates a freed page when a request's row gains it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvtable.trace.judge import Violation
+
+
+def _grow(array: np.ndarray, size: int) -> np.ndarray:
+    if size <= len(array):
+        return array
+    out = np.zeros(max(size, 2 * len(array)), array.dtype)
+    out[: len(array)] = array
+    return out
+
+
+class GroupHistory:
+    """One group's live rows by request, holders per page, and freed pages."""
+
+    def __init__(self, gid: str, sliding: bool) -> None:
+        self.gid = gid
+        self.sliding = sliding
+        self.rows: dict[int, np.ndarray] = {}
+        self.holders = np.zeros(1024, np.int32)
+        self.freed = np.zeros(1024, bool)
+        self.freed_at: dict[int, int] = {}
+        self.explicit_alloc = False
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _hold(self, pages: np.ndarray, delta: int) -> None:
+        pages = np.unique(pages[pages > 0])
+        if len(pages):
+            self.holders = _grow(self.holders, int(pages.max()) + 1)
+            self.holders[pages] += delta
+
+    def observe(self, step: int, table: np.ndarray, req_ids: np.ndarray, live: int) -> list[Violation]:
+        """Take the step's live rows as their requests' rows now; ``trace/pages-kept`` on each changed row."""
+        table, req_ids = table[:live], req_ids[:live]
+        last = self._last
+        if last is not None and last[0].shape == table.shape and np.array_equal(last[1], req_ids):
+            changed = np.flatnonzero((last[0] != table).any(axis=1))
+        else:
+            changed = range(len(req_ids))
+        self._last = (table.copy(), req_ids.copy())
+        out: list[Violation] = []
+        for r in changed:
+            out += self._update(step, int(req_ids[r]), int(r), table[r])
+        return out
+
+    def _update(self, step: int, req: int, row: int, new: np.ndarray) -> list[Violation]:
+        old = self.rows.get(req)
+        if old is not None and np.array_equal(old, new):
+            return []
+        out = []
+        if old is not None:
+            cols = min(len(old), len(new))
+            was, now = old[:cols], new[:cols]
+            bad = (was > 0) & (now != was) & ~(self.sliding & (now == 0))
+            if bad.any():
+                col = int(np.flatnonzero(bad)[0])
+                out.append(Violation(step, "correct", "trace/pages-kept", self.gid, row, None, None, None,
+                                     f"request {req}'s column {col} changed from page {int(was[col])} to "
+                                     f"{int(now[col])} under it (only appending or a sliding window's release "
+                                     "to 0 may change a live row)"))
+            self._hold(old, -1)
+        gained = new[new > 0] if old is None else np.setdiff1d(new[new > 0], old[old > 0])
+        if not self.explicit_alloc and len(gained):
+            self.freed = _grow(self.freed, int(gained.max()) + 1)
+            self.freed[gained] = False
+        self._hold(new, +1)
+        self.rows[req] = new.copy()
+        return out
+
+    def writes(self, step: int, locs: np.ndarray, page_size: int, tokens: np.ndarray, rows: np.ndarray,
+               req_ids: np.ndarray) -> list[Violation]:
+        """``T7`` across live requests and ``trace/freed-page-write`` for the pages this step's live tokens write."""
+        if not len(locs):
+            return []
+        pages = locs // page_size
+        top = int(pages.max()) + 1
+        self.holders, self.freed = _grow(self.holders, top), _grow(self.freed, top)
+        for mask, rule in ((self.freed[pages], "trace/freed-page-write"), (self.holders[pages] > 1, "T7")):
+            if mask.any():
+                k = int(np.flatnonzero(mask)[0])
+                page, row = int(pages[k]), int(rows[k])
+                return [Violation(step, "safety", rule, self.gid, row, int(tokens[k]), None, int(locs[k]),
+                                  self._why(rule, page, int(req_ids[row])))]
+        return []
+
+    def _why(self, rule: str, page: int, req: int) -> str:
+        if rule == "trace/freed-page-write":
+            return (f"request {req} writes page {page}, freed at step {self.freed_at.get(page)} and not "
+                    "allocated since")
+        others = sorted(q for q, row in self.rows.items() if q != req and page in row)
+        return (f"request {req} writes page {page}, which the live rows of requests {others} hold too "
+                "(shared since an earlier step)")
+
+    def free(self, step: int, pages: np.ndarray) -> None:
+        """Freed pages leave every live row that still names them (a sliding window's release, a finish)."""
+        pages = pages[pages > 0]
+        for req, row in self.rows.items():
+            gone = np.isin(row, pages)
+            if gone.any():
+                self._hold(row[gone], -1)
+                row = row.copy()
+                row[gone] = 0
+                self.rows[req] = row
+        self._last = None
+        if len(pages):
+            self.freed = _grow(self.freed, int(pages.max()) + 1)
+            self.freed[pages] = True
+            self.freed_at.update({int(p): step for p in pages})
+
+    def alloc(self, pages: np.ndarray) -> None:
+        self.explicit_alloc = True
+        pages = pages[pages > 0]
+        if len(pages):
+            self.freed = _grow(self.freed, int(pages.max()) + 1)
+            self.freed[pages] = False
+
+    def finish(self, reqs: np.ndarray) -> None:
+        for req in reqs.tolist():
+            old = self.rows.pop(int(req), None)
+            if old is not None:
+                self._hold(old, -1)
+        self._last = None

@@ -1,0 +1,131 @@
+"""``Recorder``: the few calls an engine makes where it computes write locations and replays graphs.
+
+Each call is one step of the trace (see ``kvtable.trace.store`` for the format). Tensors may be torch
+tensors (on any device: they are copied to the host), numpy arrays or lists. ``req_ids`` (one id per
+row, the engine's request identity) turn on the rules across steps; ``finish`` says a request left.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from kvtable.contract import GroupSpec
+from kvtable.trace.store import MemoryWriter, TraceWriter
+
+LOCATION_KINDS = ("decode", "verify", "reanchor", "extend")
+KINDS = (*LOCATION_KINDS, "replay", "graph", "capture", "free", "alloc", "finish", "allocate")
+
+
+def host(value: Any) -> np.ndarray | None:
+    """A tensor, array or list as a host numpy array (None stays None)."""
+    if value is None:
+        return None
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def spec_dict(spec: GroupSpec) -> dict[str, Any]:
+    """A group spec as a manifest entry."""
+    return asdict(spec)
+
+
+class Recorder:
+    """Records an engine's steps into a trace folder (``path`` None: in memory, as ``writer.steps``); use as a
+    context manager or call ``close``."""
+
+    def __init__(self, path: str | os.PathLike[str] | None, *, profile: str = "kvtable",
+                 groups: Sequence[GroupSpec] = (), backend: str | None = None, steps_per_chunk: int = 1,
+                 fsync: bool = True, meta: Mapping[str, Any] | None = None) -> None:
+        self.page_sizes = {g.group_id: g.block_granularity for g in groups}
+        header = {"profile": profile, "groups": [spec_dict(g) for g in groups], "backend": backend,
+                  "meta": dict(meta or {})}
+        self.header = header
+        self.writer: TraceWriter | MemoryWriter = (
+            MemoryWriter() if path is None else TraceWriter(path, header, steps_per_chunk=steps_per_chunk, fsync=fsync))
+        self.steps = 0
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Write what is queued (a recorder that is never closed loses at most its unflushed chunk)."""
+        self.writer.flush()
+
+    def _emit(self, kind: str, arrays: Mapping[str, Any], *, tables: Mapping[str, Any] | None = None,
+              groups: Mapping[str, int] | None = None, **fields: Any) -> int:
+        if kind not in KINDS:
+            raise ValueError(f"unknown step kind {kind!r}; expected one of {KINDS}")
+        index = self.steps
+        line = {"step": index, "kind": kind, **{k: v for k, v in fields.items() if v is not None}}
+        if groups is not None:
+            line["groups"] = dict(groups)
+        self.writer.add(line, {k: host(v) for k, v in arrays.items()},
+                        {gid: host(t) for gid, t in (tables or {}).items()})
+        self.steps += 1
+        return index
+
+    def _page_sizes(self, gids: Sequence[str], page_sizes: Mapping[str, int] | None) -> dict[str, int]:
+        sizes = {**self.page_sizes, **(page_sizes or {})}
+        missing = [gid for gid in gids if gid not in sizes]
+        if missing:
+            raise ValueError(f"no page size for groups {missing}: declare them (groups=) or pass page_sizes=")
+        return {gid: int(sizes[gid]) for gid in gids}
+
+    def locations(self, kind: str, tables: Mapping[str, Any], locs: Mapping[str, Any] | None,
+                  seq_lens: Any, *, page_sizes: Mapping[str, int] | None = None, n: int = 1,
+                  actual_bs: int | None = None, prefix_lens: Any = None, req_ids: Any = None,
+                  error: str | None = None, error_group: str | None = None) -> int:
+        """A location step (decode / verify / reanchor / extend): each group's table and the locations the engine
+        produced for it. ``error``: the engine refused the step (in ``error_group``, after computing the groups in
+        ``locs``; None: every group). Extend: ``seq_lens`` are ``prefix + extend`` per row. Returns the step number."""
+        if kind not in LOCATION_KINDS:
+            raise ValueError(f"a location step is one of {LOCATION_KINDS}, got {kind!r}")
+        locs = locs or {}
+        arrays = {"seq_lens": seq_lens, "prefix_lens": prefix_lens, "req_ids": req_ids,
+                  **{f"{gid}/locs": loc for gid, loc in locs.items()}}
+        return self._emit(kind, arrays, tables=tables, groups=self._page_sizes(list(tables), page_sizes),
+                          n=n, actual_bs=actual_bs, error=error, error_group=error_group)
+
+    def graph(self, specs: Sequence[GroupSpec], *, max_bs: int, max_kernel_pages: int, kernel_page_size: int,
+              spec_n: int = 1, tail_pad: int = -1, expand: bool = True) -> int:
+        """The engine built its CUDA-graph buffers (G1) with these sizes."""
+        for spec in specs:
+            self.page_sizes.setdefault(spec.group_id, spec.block_granularity)
+        sizes = {"max_bs": max_bs, "max_kernel_pages": max_kernel_pages, "kernel_page_size": kernel_page_size,
+                 "spec_n": spec_n, "tail_pad": tail_pad, "expand": expand}
+        return self._emit("graph", {}, meta={"specs": [spec_dict(s) for s in specs], "sizes": sizes})
+
+    def capture(self, bs: int, group_ids: Sequence[str], tokens_per_req: int = 1) -> int:
+        """A graph was captured at ``bs`` for these groups."""
+        return self._emit("capture", {}, n=tokens_per_req, meta={"bs": bs, "group_ids": list(group_ids)})
+
+    def replay(self, tables: Mapping[str, Any], seq_lens: Any, *, bs: int, locs: Mapping[str, Any] | None = None,
+               buffers: Mapping[str, Any] | None = None, n: int = 1, actual_bs: int | None = None,
+               req_ids: Any = None, error: str | None = None) -> int:
+        """A graph replay: the live tables delivered, and after it each group's location buffer ``[:bs*n]`` and
+        table buffer rows ``[:bs]`` (what the captured kernels will read and write)."""
+        arrays = {"seq_lens": seq_lens, "req_ids": req_ids, **{f"{g}/locs": v for g, v in (locs or {}).items()},
+                  **{f"{g}/buf": v for g, v in (buffers or {}).items()}}
+        return self._emit("replay", arrays, tables=tables, groups=self._page_sizes(list(tables), None), n=n,
+                          actual_bs=actual_bs, error=error, meta={"bs": bs})
+
+    def free(self, group: str, pages: Any) -> int:
+        """The engine returned these pages of ``group`` to its free list (their contents stay stale)."""
+        return self._emit("free", {f"{group}/pages": pages}, groups=self._page_sizes([group], None))
+
+    def alloc(self, group: str, pages: Any) -> int:
+        """The engine handed these pages of ``group`` out again."""
+        return self._emit("alloc", {f"{group}/pages": pages}, groups=self._page_sizes([group], None))
+
+    def finish(self, req_ids: Any) -> int:
+        """These requests left (finished or aborted): their rows are no longer live."""
+        return self._emit("finish", {"req_ids": req_ids})

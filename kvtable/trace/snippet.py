@@ -1,0 +1,76 @@
+"""The snippet printed with a violation: the failing step's inputs as one kvtable call, pasteable."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kvtable.trace.judge import Violation
+from kvtable.trace.store import Step
+
+CALLS = {"decode": "decode_locs", "verify": "verify_locs", "reanchor": "reanchor_locs", "extend": "extend_locs"}
+
+
+def _tensor(array: np.ndarray) -> str:
+    return f"torch.tensor({array.astype(np.int64).tolist()}, dtype=torch.int32)"
+
+
+def _load(header: dict[str, Any]) -> list[str]:
+    name = header.get("backend")
+    load = f"load({name!r})" if name else "...  # your backend (the trace names none)"
+    return ["import torch", "from kvtable.backends import load", "", f"backend = {load}"]
+
+
+def _call(step: Step, gid: str) -> str:
+    group = step.groups[gid]
+    table, seq, ps = _tensor(group.table), step.seq_lens.astype(np.int64).tolist(), group.page_size
+    if step.kind == "extend":
+        prefix = step.prefix_lens.astype(np.int64).tolist()
+        extend = [s - p for s, p in zip(seq, prefix, strict=True)]
+        return f"backend.extend_locs({table}, {prefix}, {extend}, {ps})"
+    lengths = f"torch.tensor({seq}, dtype=torch.int32)"
+    if step.kind == "decode":
+        return f"backend.decode_locs({table}, {lengths}, {ps})"
+    extra = f", actual_bs={step.actual_bs}" if step.kind == "verify" and step.actual_bs is not None else ""
+    return f"backend.{CALLS[step.kind]}({table}, {lengths}, {ps}, {step.n}{extra})"
+
+
+def _replays(steps: Sequence[Step]) -> list[str]:
+    """The graph built, captured and replayed as the trace did, up to the failing replay."""
+    lines = []
+    for step in steps:
+        if step.kind == "graph":
+            specs = ", ".join(f"GroupSpec(**{s!r})" for s in step.meta["specs"])
+            sizes = ", ".join(f"{k}={v!r}" for k, v in step.meta["sizes"].items())
+            lines += ["from kvtable.contract import GroupSpec", f"runner = backend.graph([{specs}], {sizes})"]
+        elif step.kind == "capture":
+            lines.append(f"runner.capture({step.meta['bs']}, {step.meta['group_ids']!r}, {step.n})")
+        else:
+            tables = ", ".join(f"{gid!r}: {_tensor(g.table)}" for gid, g in step.groups.items())
+            seq = step.seq_lens.astype(np.int64).tolist()
+            extra = "" if step.actual_bs is None else f", actual_bs={step.actual_bs}"
+            lines.append(f"runner.replay({step.meta['bs']}, {{{tables}}}, torch.tensor({seq}, dtype=torch.int32), "
+                         f"{step.n}{extra})  # step {step.index}")
+    return lines
+
+
+def snippet(header: dict[str, Any], step: Step, violation: Violation, graph_steps: Sequence[Step]) -> str:
+    """Python that redoes the failing step with the trace's backend; prints the offending location."""
+    lines = [f"# trace step {step.index} ({step.kind}), {violation.clause}, group {violation.group!r}", *_load(header)]
+    if step.kind in CALLS and violation.group in step.groups:
+        lines.append(f"locs = {_call(step, violation.group)}")
+    elif step.kind == "replay":
+        lines.append("# a replay reads buffers earlier replays left: the graph's events up to this step, in order")
+        lines += _replays(graph_steps)
+        if violation.group is not None:
+            lines.append(f"locs = runner.loc_buffers[{violation.group!r}]")
+    else:
+        return "\n".join([*lines, f"# step {step.index} is a {step.kind} event: no call redoes it"])
+    if violation.token is not None and violation.group is not None:
+        recorded = "" if violation.loc is None else f"the trace recorded {violation.loc}: "
+        lines.append(f"print(locs[{violation.token}])  # {recorded}{violation.reason}")
+    else:
+        lines.append("print(locs)")
+    return "\n".join(lines)
