@@ -80,6 +80,40 @@ def graph_setups(draw: st.DrawFn) -> GraphSetup:
     return draw_setup(draw)
 
 
+def _sliding_at_ratio(draw: st.DrawFn, setup: GraphSetup) -> GraphSetup:
+    """``setup`` with its first sliding group (one is added if there is none) at ratio 2 or 4, expanded."""
+    k = setup.kernel_page_size
+    ratio, window = digits(draw, [2, 8 * k])
+    specs = list(setup.specs)
+    at = next((i for i, s in enumerate(specs) if s.family == "sliding"), None)
+    block = k * (2, 4)[ratio]
+    sliding = GroupSpec("swa9" if at is None else specs[at].group_id, "sliding", block, 1 + window % (4 * block))
+    if at is None:
+        specs.append(sliding)
+    else:
+        specs[at] = sliding
+    return replace(setup, specs=tuple(specs), expand=True)
+
+
+@dataclass(frozen=True)
+class ReanchorViews:
+    """A runner with a sliding group at ratio > 1, one valid replay, then re-anchors of ``n`` on its views."""
+
+    setup: GraphSetup
+    replay: Replay
+    n: int
+    seed: int
+
+
+@st.composite
+def reanchor_view_cases(draw: st.DrawFn) -> ReanchorViews:
+    """A draft re-anchor on captured views where the views hold kernel pages of a sliding group at ``r > 1``
+    (the case a re-anchor that reads the view in scheduler pages gets wrong): every example has one."""
+    setup = _sliding_at_ratio(draw, draw_setup(draw))
+    step = draw_replay(draw, setup, min_live=1)
+    return ReanchorViews(setup, step, draw(between(1, MAX_N)), draw(between(0, 2**16)))
+
+
 _DELIVERIES = ("padded", "live rows only", "garbage dummy rows")
 _GARBAGE = (-1, 5, 7)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
+from functools import partial
 
 from kvtable.argtypes import positive_int
 from kvtable.console import wants_progress
@@ -17,7 +18,7 @@ from kvtable.exitcodes import EXIT_FAILED, EXIT_PASSED, UsageError
 from kvtable.zoo.entries import BY_NAME, ENTRIES, OUTSIDE, Entry
 from kvtable.zoo.hunt import Baseline
 from kvtable.zoo.mutants import MUTANTS
-from kvtable.zoo.run import Verdict, entry_table, judge_entry, judge_mutant, mutant_table
+from kvtable.zoo.run import Verdict, entry_table, judge_entry, judge_mutant, judge_seeds, mutant_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--examples", type=positive_int, default=None,
                         help="examples per property (default: each entry's own budget, 10 for most)")
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
+    parser.add_argument("--seeds", type=positive_int, default=None, metavar="N",
+                        help="run each entry at seeds 0..N-1; an entry is caught only if caught at every seed")
     parser.add_argument("--full", action="store_true",
                         help="run every property against each entry, not only those of the clause it names")
     parser.add_argument("--no-shrink", action="store_true", help="skip shrinking (faster; raw counterexamples)")
@@ -54,15 +57,16 @@ def check_device(device: str) -> None:
 
 def _judge_entries(entries: list[Entry], args: argparse.Namespace, baseline: Baseline) -> Iterator[Verdict]:
     """Each entry's verdict in order: here, or spread over ``--workers`` processes (each its own baseline)."""
-    options = {"seed": args.seed, "examples": args.examples, "full": args.full, "shrink": not args.no_shrink,
-               "device": args.device}
+    options = {"examples": args.examples, "full": args.full, "shrink": not args.no_shrink, "device": args.device}
+    judge, options = ((judge_entry, {**options, "seed": args.seed}) if args.seeds is None else
+                      (partial(judge_seeds, seeds=args.seeds), options))
     if args.workers == 1:
-        yield from (judge_entry(entry, baseline=baseline, **options) for entry in entries)
+        yield from (judge(entry, baseline=baseline, **options) for entry in entries)
         return
     from kvtable.conformance.isolation import process_pool
 
     with process_pool(args.workers) as pool:
-        futures = [pool.submit(judge_entry, entry, **options) for entry in entries]
+        futures = [pool.submit(judge, entry, **options) for entry in entries]
         yield from (future.result() for future in futures)
 
 
@@ -88,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
             if v.catch is not None and v.catch.caught_by is not None:
                 print(f"--- {v.catch.message}\n--- counterexample (replayable):\n{v.catch.counterexample}")
     ok = all(v.caught for v in verdicts)
-    summary = [f"{sum(v.caught for v in verdicts)}/{len(verdicts)} entries caught by the clause they name"]
+    summary = [f"{sum(v.caught for v in verdicts)}/{len(verdicts)} entries caught by the clause they name"
+               + (f" at every seed of 0..{args.seeds - 1}" if args.seeds else "")]
     if args.mutants:
         mutant_verdicts = [judge_mutant(m, seed=args.seed, examples=args.examples, full=args.full,
                                         baseline=baseline, device=args.device) for m in MUTANTS]

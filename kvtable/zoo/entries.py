@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvtable.spec.clauses import clause_label
-from kvtable.zoo import other_engines, sglang, vllm
+from kvtable.zoo import other_engines, sglang, trtllm, vllm
 from kvtable.zoo.base import ZooBackend
 
 
@@ -104,6 +104,10 @@ ENTRIES: tuple[Entry, ...] = (
           "capture-time write locations baked into the graph",
           "replay computes locations into a fresh buffer; captured views keep the capture-time values",
           other_engines.Tokenspeed667Baked),
+    Entry("trtllm-reanchor-view", 15, "lightseekorg/tokenspeed TensorRT-LLM backend (no upstream number)", "W4",
+          "a draft re-anchor on a captured sliding-window view at ratio > 1 wrote a page in no row",
+          "reanchor_locs reads a captured sliding view at r > 1 in block pages and expands its kernel pages again",
+          trtllm.TrtReanchorView),
 )
 
 BY_NAME = {entry.name: entry for entry in ENTRIES}

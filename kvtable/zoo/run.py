@@ -28,11 +28,14 @@ class Verdict:
     seconds: float = 0.0
     """Wall time of judging it: the conforming baseline's run where this entry was the first to need it, the
     hunt, the shrinking of its counterexample and z3."""
+    missed: tuple[int, ...] = ()
+    """Seeds (of ``kvtable zoo --seeds N``) at which it was not caught as named; caught only if there are none."""
+    seeds: int = 1
 
     @property
     def caught(self) -> bool:
         fuzz = self.catch is not None and self.catch.as_named
-        return fuzz and (self.z3 is None or self.z3.caught)
+        return fuzz and (self.z3 is None or self.z3.caught) and not self.missed
 
     @property
     def how(self) -> str:
@@ -67,6 +70,18 @@ def judge_entry(entry: Entry, *, seed: int = 0, examples: int | None = None, ful
     return Verdict(entry.name, entry.clause, catch, z3, seconds=time.perf_counter() - start)
 
 
+def judge_seeds(entry: Entry, seeds: int, **options: object) -> Verdict:
+    """``judge_entry`` at seeds ``0 .. seeds-1``: the first seed's verdict (and counterexample), caught only if
+    caught as named at every seed; later seeds skip shrinking (only whether they catch it counts)."""
+    verdicts = [judge_entry(entry, seed=seed, **{**options, "shrink": options.get("shrink", True) and seed == 0})
+                for seed in range(seeds)]
+    first = verdicts[0]
+    first.missed = tuple(seed for seed, v in enumerate(verdicts) if not v.caught)
+    first.seeds = seeds
+    first.seconds = sum(v.seconds for v in verdicts)
+    return first
+
+
 def judge_mutant(mutant: SourceMutant, *, seed: int = 0, examples: int | None = None, full: bool = False,
                  baseline: Baseline | None = None, device: str = "cpu") -> Verdict:
     """Run the suite against one source mutant of impl/ (an equivalent one is reported with its reason)."""
@@ -91,10 +106,13 @@ def table(rows: Sequence[tuple[str, ...]]) -> str:
 
 
 def entry_table(entries: Sequence[Entry], verdicts: Sequence[Verdict]) -> str:
-    rows = [("bug", "issue", "named", "caught by", "how", "examples", "time")]
+    seeds = max([v.seeds for v in verdicts], default=1)
+    rows = [("bug", "issue", "named", "caught by", "how", "examples", "time")
+            + (("seeds caught",) if seeds > 1 else ())]
     for entry, v in zip(entries, verdicts, strict=True):
+        at = (f"{v.seeds - len(v.missed)}/{v.seeds}" + (f" (missed {list(v.missed)})" if v.missed else ""),)
         rows.append((entry.name, entry.issue, entry.clause, v.caught_by if v.caught else f"NOT CAUGHT ({v.caught_by})",
-                     v.how, v.examples, f"{v.seconds:.1f}s"))
+                     v.how, v.examples, f"{v.seconds:.1f}s") + (at if seeds > 1 else ()))
     return table(rows)
 
 

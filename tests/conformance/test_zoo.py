@@ -149,3 +149,27 @@ def test_zoo_backends_load_by_name() -> None:
     for entry in ENTRIES:
         backend = load(f"{entry.backend.__module__}:{entry.backend.__qualname__}", debug=True)
         assert type(backend) is entry.backend and backend.debug is True
+
+
+def test_cli_seeds_catches_an_entry_only_if_every_seed_does(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run_cli("sglang-35985", "--seeds", "2", "--quiet", "--no-shrink") == 0
+    out = capsys.readouterr().out
+    assert re.search(r"sglang-35985 .* 2/2\n", out) and "caught by the clause they name at every seed of 0..1" in out
+
+
+def test_judge_seeds_reports_the_seeds_that_missed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtable.zoo import run
+
+    entry = BY_NAME["sglang-35985"]
+    real = run.judge_entry
+
+    def flaky(entry: Entry, *, seed: int = 0, **options: object) -> run.Verdict:
+        verdict = real(entry, seed=0, **options)
+        if seed == 1:
+            verdict.catch = None  # missed at seed 1
+        return verdict
+
+    monkeypatch.setattr(run, "judge_entry", flaky)
+    verdict = run.judge_seeds(entry, 3, shrink=False)
+    assert verdict.missed == (1,) and not verdict.caught
+    assert "2/3 (missed [1])" in run.entry_table([entry], [verdict])

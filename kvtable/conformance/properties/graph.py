@@ -29,10 +29,12 @@ from kvtable.strategies import MAX_N, GraphCase, GraphSetup, Replay, graph_cases
 from kvtable.strategies.draws import SEEDS, between, pick, rng
 from kvtable.strategies.graph import (
     Capture,
+    ReanchorViews,
     StaleSeq,
     draw_capture,
     draw_replay,
     live_rows,
+    reanchor_view_cases,
     repage,
     short_row_cases,
     stale_seq_cases,
@@ -222,6 +224,22 @@ def _state_only(draw: st.DrawFn) -> tuple[GraphSetup, GraphCase]:
     return only, gc
 
 
+def _graph_reanchor_views(ctx: Context, case: ReanchorViews) -> None:
+    """W4 on every captured view after a replay: a sliding group at ratio > 1 holds kernel pages there, and a
+    re-anchor must read them as such (the TRT-LLM re-anchor on a captured SWA view wrote a page in no row)."""
+    setup, step = case.setup, case.replay
+    h = GraphHarness(ctx, setup)
+    h.init()
+    index = h.capture(step.bs, [s.group_id for s in setup.attention], 1)
+    h.replay(step)
+    if index is None:
+        return
+    rand = random.Random(case.seed)
+    for gid in sorted(h.views[index][2]):
+        frontier = [rand.randint(1, h.live_seq[r]) for r in range(step.bs)]
+        h.reanchor(index, gid, frontier, case.n)
+
+
 def _graph_state_only(ctx: Context, arg: tuple[GraphSetup, GraphCase]) -> None:
     """T6: a runner over state groups only has no buffers, captures nothing and refuses replays (G5)."""
     setup, gc = arg
@@ -391,6 +409,9 @@ PROPERTIES = (
              _state_only(), _graph_state_only, needs=_NEEDS),
     Property("graph/bounds", "G3", "bs or N outside the allocation, unknown groups, short seq_lens: refused",
              _bounds_cases(), _graph_bounds, tier=SAFETY, needs=_NEEDS),
+    Property("graph/reanchor-views", "W4", "a re-anchor on every captured view after a replay (a sliding group "
+             "at ratio > 1 among them) reads the views' kernel pages", reanchor_view_cases(), _graph_reanchor_views,
+             needs=("graph", "reanchor_locs")),
     Property("graph/protocol", "G3", "random capture/replay/re-anchor/stale sequences match GraphModel",
              None, None, weight=4, stateful=GraphProtocol.bound, needs=_NEEDS),
 )
