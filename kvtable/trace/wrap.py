@@ -8,11 +8,13 @@ only the per-step rules apply to them (``Recorder`` takes ``req_ids`` for the ru
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kvtable.backends import spec_of
+from kvtable.backends.protocol import Backend
 from kvtable.contract import GroupSpec
 from kvtable.trace.recorder import Recorder
 
@@ -75,18 +77,20 @@ class RecordingBackend:
 
     def _lone(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
         kind = _LONE[name]
+        signature = inspect.signature(getattr(Backend, name))
 
-        def recorded(table: Any, lengths: Any, page_size: int, *args: Any, **kwargs: Any) -> Any:
-            fields: dict[str, Any] = {"page_sizes": {f"ps{page_size}": page_size}}
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            given = signature.bind(self.target, *args, **kwargs).arguments
+            ps, gid = given["page_size"], f"ps{given['page_size']}"
+            fields: dict[str, Any] = {"page_sizes": {gid: ps}}
             if kind == "extend":
-                extend = list(args[0]) if args else list(kwargs["extend_lens"])
-                prefix = list(lengths)
+                prefix, extend = list(given["prefix_lens"]), list(given["extend_lens"])
                 fields.update(prefix_lens=prefix, seq=[p + e for p, e in zip(prefix, extend, strict=False)])
             else:
-                fields.update(seq=lengths, n=(args[0] if args else kwargs.get("n", 1)),
-                              actual_bs=kwargs.get("actual_bs"))
-            return self._record(kind, {f"ps{page_size}": table}, lambda: {f"ps{page_size}": call(
-                table, lengths, page_size, *args, **kwargs)}, single=True, **fields)
+                fields.update(seq=given.get("seq_lens", given.get("frontier")), n=given.get("n", 1),
+                              actual_bs=given.get("actual_bs"))
+            return self._record(kind, {gid: given["table"]}, lambda: {gid: call(*args, **kwargs)}, single=True,
+                                **fields)
         return recorded
 
     def _record(self, kind: str, tables: Mapping[str, Any], run: Callable[[], Mapping[str, Any]], *, seq: Any,

@@ -1,0 +1,73 @@
+"""``kvtable trace record|check``: exit statuses, the failing step of a seeded bug, cut traces, parallel checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvtable.cli import main
+from kvtable.trace import TraceReader
+
+ROOT = Path(__file__).resolve().parents[2]
+BUGGY = f"{ROOT}/examples/tokenspeed_style.py:backend_709"
+GOOD = f"{ROOT}/examples/tokenspeed_style.py:backend"
+
+
+def _record(out: Path, backend: str = "torch", steps: int = 40, *extra: str) -> None:
+    assert main(["trace", "record", "--backend", backend, "--steps", str(steps), "--seed", "0", "--out", str(out),
+                 *extra]) == 0
+
+
+def _first_difference(a: Path, b: Path) -> int:
+    """The first step where two traces of one seed recorded different locations or refusals."""
+    for x, y in zip(TraceReader(a).steps(), TraceReader(b).steps(), strict=False):
+        for gid, gx in x.groups.items():
+            gy = y.groups[gid]
+            if (x.error is None) != (y.error is None) or (gx.locs is None) != (gy.locs is None) or (
+                    gx.locs is not None and not np.array_equal(gx.locs, gy.locs)):
+                return x.index
+    raise AssertionError("the traces agree")
+
+
+def test_record_then_check_is_clean(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _record(tmp_path / "t0")
+    assert main(["trace", "check", str(tmp_path / "t0"), "--profile", "kvtable"]) == 0
+    assert "clean" in capsys.readouterr().out
+
+
+def test_a_seeded_bug_fails_at_the_step_it_first_differs_with_a_snippet(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    _record(tmp_path / "bug", BUGGY, 40, "--profile", "tokenspeed")
+    _record(tmp_path / "good", GOOD, 40, "--profile", "tokenspeed")
+    capsys.readouterr()
+    assert main(["trace", "check", str(tmp_path / "bug")]) == 1
+    out = capsys.readouterr().out
+    step = _first_difference(tmp_path / "bug", tmp_path / "good")
+    assert f"FAILED at step {step}" in out and "negative slot" in out
+    assert "backend = load(" in out and "backend.extend_locs(" in out
+
+
+def test_a_cut_trace_is_checked_to_its_last_whole_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _record(tmp_path / "t")
+    manifest = tmp_path / "t" / "manifest.jsonl"
+    lines = manifest.read_bytes().splitlines(keepends=True)
+    manifest.write_bytes(b"".join(lines[:30]) + lines[30][:17])
+    assert main(["trace", "check", str(tmp_path / "t")]) == 0
+    out = capsys.readouterr().out
+    assert "29 steps judged, clean" in out and "manifest line 31 is truncated" in out
+
+
+def test_four_traces_check_in_parallel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    paths = [tmp_path / f"rank{i}" for i in range(4)]
+    for path in paths:
+        _record(path, steps=15)
+    assert main(["trace", "check", *map(str, paths), "--workers", "2"]) == 0
+    assert "4 trace(s)" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_not_a_trace_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["trace", "check", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no trace here" in err

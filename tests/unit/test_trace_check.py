@@ -1,0 +1,98 @@
+"""The trace checker: each rule fails where it should, names the step, group, row and token, and the snippet
+redoes the step with one call; a clean run stays clean."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvtable.backends.torch_backend import TorchBackend
+from kvtable.contract import GroupSpec
+from kvtable.trace import Recorder, check_trace, wrap
+from kvtable.trace.recorder import host
+from kvtable.trace.simulate import SimConfig, simulate
+
+GROUPS = [GroupSpec("full", "full", 4), GroupSpec("swa", "sliding", 4, window=4)]
+
+
+def _decode(rec: Recorder, table: list[list[int]], seq: list[int], reqs: list[int], *, gid: str = "full",
+            locs: list[int] | None = None) -> None:
+    t = np.array(table)
+    own = [t[r, (s - 1) // 4] * 4 + (s - 1) % 4 for r, s in enumerate(seq)]
+    rec.locations("decode", {gid: t}, {gid: own if locs is None else locs}, seq, req_ids=reqs)
+
+
+def test_a_wrong_location_names_step_row_token_and_the_snippet_redoes_it(tmp_path: Path) -> None:
+    with Recorder(tmp_path / "t", groups=GROUPS, backend="torch") as rec:
+        _decode(rec, [[1, 2], [3, 4]], [5, 6], [0, 1])
+        _decode(rec, [[1, 2], [3, 4]], [6, 7], [0, 1], locs=[9, 13])  # row 1 writes page 3, not its page 4
+    report = check_trace(tmp_path / "t")
+    v = report.violation
+    assert (v.step, v.tier, v.group, v.row, v.token, v.position, v.loc) == (1, "safety", "full", 1, 1, 6, 13)
+    assert "its own page is 4" in v.reason
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(report.snippet, "snippet", "exec"), {})
+    assert out.getvalue().strip() == "tensor(18, dtype=torch.int32)"  # the backend's own answer for that token
+
+
+def test_a_write_to_a_page_another_live_request_holds_breaks_t7_across_steps(tmp_path: Path) -> None:
+    with Recorder(tmp_path / "t", groups=GROUPS) as rec:
+        _decode(rec, [[1, 2]], [6], [0])  # request 0 holds pages 1 and 2
+        _decode(rec, [[2, 5]], [2], [1])  # request 1 starts on page 2: fine while it writes page 5 only...
+        _decode(rec, [[2, 5]], [3], [1], locs=[10])  # ...its own slot by its row, but page 2 is request 0's too
+    v = check_trace(tmp_path / "t").violation
+    assert (v.step, v.clause, v.row, v.token, v.loc) == (1, "T7", 0, 0, 9)
+    assert "requests [0] hold too" in v.reason
+
+
+def test_pages_changing_under_a_request_and_a_freed_page_written(tmp_path: Path) -> None:
+    with Recorder(tmp_path / "a", groups=GROUPS) as rec:
+        _decode(rec, [[1, 2]], [6], [0])
+        _decode(rec, [[1, 3]], [7], [0])  # page 2 swapped for 3 under request 0
+    v = check_trace(tmp_path / "a").violation
+    assert (v.step, v.clause, v.tier) == (1, "trace/pages-kept", "correct")
+    assert check_trace(tmp_path / "a", level="safety").violation is None
+    with Recorder(tmp_path / "b", groups=GROUPS) as rec:
+        rec.alloc("full", [7])
+        _decode(rec, [[7]], [1], [0])
+        rec.free("full", [7])
+        _decode(rec, [[7]], [2], [1])  # request 1 writes page 7, freed and never allocated again
+    v = check_trace(tmp_path / "b").violation
+    assert (v.step, v.clause) == (3, "trace/freed-page-write") and "freed at step 2" in v.reason
+
+
+def test_a_sliding_release_to_a_hole_is_no_change_under_the_request(tmp_path: Path) -> None:
+    with Recorder(tmp_path / "t", groups=GROUPS) as rec:
+        _decode(rec, [[1, 2, 3]], [9], [0], gid="swa")
+        rec.free("swa", [1])
+        _decode(rec, [[0, 2, 3]], [10], [0], gid="swa")
+    assert check_trace(tmp_path / "t").violation is None
+
+
+def test_wrap_records_a_backend_and_its_refusals(tmp_path: Path) -> None:
+    backend = wrap(TorchBackend(), tmp_path / "t")
+    table = host([[1, 2], [3, 4]]).astype(np.int32)
+    import torch
+
+    backend.decode_locs(torch.tensor(table), torch.tensor([5, 6], dtype=torch.int32), 4)
+    backend.extend_locs(torch.tensor(table), [0, 2], [3, 2], 4)
+    with pytest.raises(Exception, match="T8"):
+        backend.decode_locs(torch.tensor(table), torch.tensor([5, 60], dtype=torch.int32), 4)
+    backend.recorder.close()
+    report = check_trace(tmp_path / "t")
+    assert report.steps == 3 and report.violation is None and "no request ids" in report.notes[0]
+
+
+def test_a_simulated_torch_run_is_clean_and_a_seed_gives_the_same_trace(tmp_path: Path) -> None:
+    config = SimConfig(faults=0.1)
+    for name in ("a", "b"):
+        with Recorder(tmp_path / name, groups=config.groups, backend="torch") as rec:
+            simulate(TorchBackend(), rec, 120, seed=3, config=config)
+    report = check_trace(tmp_path / "a")
+    assert report.violation is None and report.steps > 300
+    assert (tmp_path / "a" / "manifest.jsonl").read_text() == (tmp_path / "b" / "manifest.jsonl").read_text()
