@@ -219,7 +219,7 @@ def test_three_obligations_of_one_binding_run_together_in_forked_children() -> N
     import sys
 
     binding = dataclasses.replace(load_binding(V1), kernel=load_object(V1_UNGUARDED))
-    results = prove.prove(kernel_obligations(binding), 60, isolate=True)
+    results = prove.prove(kernel_obligations(binding), isolate=True)
     assert "kvtable.prover.symexec.replay" in sys.modules
     assert [r.outcome.status for r in results] == ["counterexample"] * 3
     for r in results:
