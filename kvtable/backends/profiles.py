@@ -61,6 +61,9 @@ class Domain:
     """What rows no live token reads (padded rows, columns past a stale length) may hold: ``earlier-ids``:
     page ids the allocator handed out before (and the domain's pads); ``anything``: also pages at the int32
     edge no allocator of a real pool produces."""
+    contiguous_args: tuple[str, ...] = ()
+    """Fused-kernel arguments (``backend.kernels``) the engine always builds as fresh contiguous tensors: the
+    kernel strategies lay these out contiguous, never as the strided views they draw for others."""
 
     @property
     def pads(self) -> tuple[int, ...]:
@@ -353,7 +356,7 @@ TOKENSPEED = Profile(
 - ``tokenspeed-kernel/.../ops/kvcache/triton.py`` (``compute_group_decode_locs``): clamped positions, a
   clamped page, no column bound, int32 output; the location buffer's tail past ``bs*N`` is untouched.""",
     subpage_holes=True, clamp_short_verify=True, buffers_at="first-capture", replay_bs0="noop",
-    extra_groups="ignore",
+    extra_groups="ignore", domain=Domain(contiguous_args=("packed", "meta", "dst")),
 )
 
 TRTLLM = Profile(
@@ -366,6 +369,7 @@ dummy page 0 rather than -1 (vLLM rounds its table width up for the same kernels
 the kernel page size (``_consumer_page_size``), so tables expand with holes and pads becoming sub-pages
 ``0 .. r-1``; everything else is the ``tokenspeed`` profile (graph buffers at init in this backend).""",
     tail_pad=0, subpage_holes=True, clamp_short_verify=True, replay_bs0="noop", extra_groups="ignore",
+    domain=Domain(contiguous_args=("packed", "meta", "dst")),
 )
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (KVTABLE, VLLM, SGLANG, TOKENSPEED, TRTLLM)}
