@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from kvtable.strategies.batches import draw_entry
+from kvtable.strategies.domain import current
 from kvtable.strategies.draws import BOOLEANS, between, digits, pick
 
 POISON = 4242
@@ -212,5 +213,8 @@ def fill_cases(draw: st.DrawFn) -> FillCase:
         packed += entries
     packed += [POISON] * draw(between(0, 2))
     names = {"packed": 1, "meta": 2, "dst": 3}
-    return FillCase(packed, meta, max_bs, width, bs, actual_bs, pick(draw, (-1, 0)),
-                    dict(zip(names, draw_layouts(draw, list(names.values())), strict=True)))
+    layouts = dict(zip(names, draw_layouts(draw, list(names.values())), strict=True))
+    for name in current().contiguous_args:  # what the engine always allocates fresh: no strided view of it
+        if name in layouts:
+            layouts[name] = Layout((0,) * names[name])
+    return FillCase(packed, meta, max_bs, width, bs, actual_bs, pick(draw, current().tail_pads), layouts)

@@ -13,6 +13,7 @@ from kvtable.backends.profiles import ALIASES, ANY_DOMAIN, PROFILES, Profile, ge
 from kvtable.reference import GraphModel, GroupSpec
 from kvtable.strategies import cases
 from kvtable.strategies.domain import drawing
+from kvtable.strategies.kernels import Layout, fill_cases
 from kvtable.strategies.unsafe import UNSAFE_KINDS, unsafe_cases
 
 TABLES = {"sliding_attention": SLIDING, "full_attention": FULL}
@@ -148,3 +149,12 @@ def test_the_strategies_draw_no_negative_id_under_the_vllm_domain(data: st.DataO
 def test_a_padded_decode_maps_its_dummy_rows_to_the_pad_slot() -> None:
     assert PROFILES["vllm"].decode_locs([[5], [0]], [1, 1], 2, actual_bs=1) == [10, -1]
     assert PROFILES["kvtable"].decode_locs([[5], [0]], [1, 1], 2, actual_bs=1) == [10, 0]
+
+
+@settings(max_examples=30, database=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_the_fill_kernel_gets_no_strided_meta_under_the_tokenspeed_domain(data: st.DataObject) -> None:
+    """tokenspeed's ``_try_packed_group_unpack`` builds a fresh contiguous ``[G, 3]`` meta every step."""
+    with drawing(PROFILES["tokenspeed"].domain):
+        case = data.draw(fill_cases())
+    assert all(case.layouts[name] == Layout((0,) * dims) for name, dims in (("packed", 1), ("meta", 2), ("dst", 3)))
