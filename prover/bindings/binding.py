@@ -99,6 +99,11 @@ class Binding:
     def strides(self) -> set[str]:
         return {s for t in self.tensors.values() for s in t.strides if isinstance(s, str)}
 
+    def behind_pointers(self) -> set[str]:
+        """Tensors and strides reached only through a table of pointers: no kernel argument of their own
+        (a binding's check that every tensor is an argument skips these)."""
+        return {name for names in self.pointer_tables.values() for name in names}
+
 
 def load_object(reference: str) -> Any:
     """``"pkg.mod:attr"`` or ``"path/to/file.py:attr"``: the attribute, imported."""
