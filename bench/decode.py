@@ -63,7 +63,7 @@ def cases(size: Size) -> list[Case]:
 def run(settings: Settings, case_list: list[Case] | None = None) -> Section:
     section = Section("decode", "Decode/verify locations, all groups: per-group torch chains, the bare formula, "
                       "impl's group_locs", ["device", "groups", "bs", "n", "chains_us", "bare_us", "impl_us",
-                                            "torch_ops_us", "stacked_us", "vs_chains", "vs_bare", "chains_ops",
+                                            "stacked_us", "vs_chains", "vs_bare", "chains_ops",
                                             "bare_ops", "impl_ops"])
     chosen = case_list or cases(settings.size)
     measured = {}
@@ -81,9 +81,9 @@ def run(settings: Settings, case_list: list[Case] | None = None) -> Section:
     section.notes += [
         "vs_chains = chains / impl, vs_bare = impl / bare: medians of the per-repetition ratios of candidates "
         "timed interleaved in this run (the targets give min-max)",
-        "impl = impl.locs.group_locs (host validation included; CPU tensors take the torch kernels' compiled "
-        "loop, impl/cpu_kernels.py); torch_ops = the same call with compiled_cpu off (the torch ops CUDA tensors "
-        "take); bare = the fewest torch ops for the same values on a valid batch, no validation; stacked = "
+        "impl = impl.locs.group_locs (host validation included; the torch route, the same ops CUDA tensors "
+        "take: impl/routes.py); bare = the fewest torch ops for the same values on a valid batch, no validation; "
+        "stacked = "
         "Kernels.stacked_locs on a prebuilt [G, bs, W] stack, as a CUDA-graph replay runs it",
         "ops = torch ops dispatched per call (allocations and views not counted): on a GPU each is a launch",
     ]
@@ -105,15 +105,13 @@ def _stacked_pass(kernels: object, w: Workload, seq: torch.Tensor, n: int
 def cpu_candidates(w: Workload, n: int) -> dict[str, Callable[[], dict[str, torch.Tensor]]]:
     """The CPU candidates of one decode/verify batch, each checked against the chains before it is timed."""
     from kvtable.impl.locs import group_locs
-    from kvtable.impl.torch_kernels import TORCH_KERNELS, TorchKernels
+    from kvtable.impl.torch_kernels import TORCH_KERNELS
 
     seq = torch.tensor(w.batch.seq_lens, dtype=torch.int32)
-    torch_ops = TorchKernels(compiled_cpu=False)
     candidates = {
         "chains": lambda: per_group_decode_locs(w.specs, w.tables, seq, n),
         "bare": lambda: bare_decode_locs(w.specs, w.tables, seq, n),
         "impl": lambda: group_locs(w.specs, w.tables, w.batch, debug=False),
-        "torch_ops": lambda: group_locs(w.specs, w.tables, w.batch, debug=False, kernels=torch_ops),
         "stacked": _stacked_pass(TORCH_KERNELS, w, seq, n),
     }
     want = candidates["chains"]()
@@ -133,7 +131,7 @@ def _cpu_row(section: Section, w: Workload, case: Case, settings: Settings) -> M
     vs_chains, vs_bare = ratio(t["chains"], t["impl"]), ratio(t["impl"], t["bare"])
     section.add(device="cpu", groups=case.groups, bs=case.bs, n=case.n, chains_us=t["chains"].median * 1e6,
                 bare_us=t["bare"].median * 1e6, impl_us=t["impl"].median * 1e6,
-                torch_ops_us=t["torch_ops"].median * 1e6, stacked_us=t["stacked"].median * 1e6,
+                stacked_us=t["stacked"].median * 1e6,
                 vs_chains=vs_chains.median, vs_bare=vs_bare.median,
                 chains_ops=ops["chains"], bare_ops=ops["bare"], impl_ops=ops["impl"],
                 spread={"vs_chains": vs_chains.to_json(), "vs_bare": vs_bare.to_json()},
@@ -176,7 +174,7 @@ def _gpu_row(section: Section, w: Workload, case: Case, settings: Settings) -> N
     t = measure(candidates, settings, device="cuda")
     launches = {name: count_device_launches(fn) for name, fn in candidates.items()}
     section.add(device="cuda", groups=case.groups, bs=case.bs, n=case.n, chains_us=t["chains"].median * 1e6,
-                bare_us=t["bare"].median * 1e6, impl_us=t["triton"].median * 1e6, torch_ops_us=None,
+                bare_us=t["bare"].median * 1e6, impl_us=t["triton"].median * 1e6,
                 stacked_us=t["torch_stacked"].median * 1e6, vs_chains=ratio(t["chains"], t["triton"]).median,
                 vs_bare=ratio(t["triton"], t["bare"]).median, chains_ops=launches["chains"],
                 bare_ops=launches["bare"], impl_ops=launches["triton"],

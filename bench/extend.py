@@ -44,7 +44,7 @@ def cases(size: Size) -> list[Case]:
 def run(settings: Settings, case_list: list[Case] | None = None) -> Section:
     section = Section("extend", "Extend locations, all groups, CPU: per-request loop vs impl (vectorized torch) "
                       "vs the gather floor", ["groups", "bs", "max_ext", "tokens", "loop_ms", "impl_ms",
-                                              "torch_ops_ms", "per_group_ms", "gather_ms", "speedup", "vs_gather",
+                                              "per_group_ms", "gather_ms", "speedup", "vs_gather",
                                               "impl_Mtok/s", "loop_us/req", "impl_ns/tok"])
     measured = {}
     for i, case in enumerate(case_list or cases(settings.size)):
@@ -59,9 +59,8 @@ def run(settings: Settings, case_list: list[Case] | None = None) -> Section:
     section.notes += [
         "speedup = loop / impl, vs_gather = impl / gather: medians of per-repetition ratios of candidates timed "
         "interleaved in this run (the targets give min-max); tokens = locations per group",
-        "impl = impl.locs.group_locs (all groups, one pass, host validation included; CPU tensors take the torch "
-        "kernels' compiled loop, impl/cpu_kernels.py); torch_ops = the same call with compiled_cpu off (the torch "
-        "ops CUDA tensors take); per_group = impl.locs.extend_locs once per group",
+        "impl = impl.locs.group_locs (all groups, one pass, host validation included; the torch route, the same "
+        "ops CUDA tensors take: impl/routes.py); per_group = impl.locs.extend_locs once per group",
         "loop = upstream's per-request loop: arange per request, one gather per request per group",
         "gather = the memory floor: one index_select per group of the page each token reads (indices computed "
         "beforehand)",
@@ -73,18 +72,15 @@ def _row(section: Section, case: Case, w: Workload, settings: Settings) -> tuple
     """One measured case; returns the speedup over the loop and the ratio to the gather floor."""
     from kvtable.impl.locs import extend_locs, group_locs
     from kvtable.impl.tokens import extend_tokens
-    from kvtable.impl.torch_kernels import TorchKernels
 
     prefix = list(w.batch.prefix_lens or ())
     extend = [seq - p for seq, p in zip(w.batch.seq_lens, prefix, strict=True)]
     rows, positions = extend_tokens(prefix, extend, "cpu")
     flat = {s.group_id: w.tables[s.group_id].view(-1) for s in w.specs}
     reads = {s.group_id: rows * w.tables[s.group_id].shape[1] + positions // s.block_granularity for s in w.specs}
-    torch_ops = TorchKernels(compiled_cpu=False)
     candidates = {
         "loop": lambda: loop_extend_locs(w.specs, w.tables, prefix, extend),
         "impl": lambda: group_locs(w.specs, w.tables, w.batch, debug=False),
-        "torch_ops": lambda: group_locs(w.specs, w.tables, w.batch, debug=False, kernels=torch_ops),
         "per_group": lambda: {s.group_id: extend_locs(w.tables[s.group_id], prefix, extend, s.block_granularity,
                                                       debug=False) for s in w.specs},
         "gather": lambda: gather_floor(flat, reads),
@@ -92,12 +88,11 @@ def _row(section: Section, case: Case, w: Workload, settings: Settings) -> tuple
     want = candidates["loop"]()
     require_same(f"extend {case}: group_locs vs loop", candidates["impl"](), want)
     require_same(f"extend {case}: extend_locs vs loop", candidates["per_group"](), want)
-    require_same(f"extend {case}: torch ops vs loop", candidates["torch_ops"](), want)
     t = measure(candidates, settings)
     speedup, vs_gather = ratio(t["loop"], t["impl"]), ratio(t["impl"], t["gather"])
     loop_s, impl_s = t["loop"].median, t["impl"].median
     section.add(groups=case.groups, bs=case.bs, max_ext=case.max_extend, tokens=w.tokens, loop_ms=loop_s * 1e3,
-                impl_ms=impl_s * 1e3, torch_ops_ms=t["torch_ops"].median * 1e3,
+                impl_ms=impl_s * 1e3,
                 per_group_ms=t["per_group"].median * 1e3, gather_ms=t["gather"].median * 1e3,
                 speedup=speedup.median, vs_gather=vs_gather.median, **{"impl_Mtok/s": w.tokens / impl_s / 1e6},
                 **{"loop_us/req": loop_s / case.bs * 1e6, "impl_ns/tok": impl_s / w.tokens * 1e9},

@@ -136,8 +136,7 @@ def count_dispatched_ops(fn: Callable[[], object], *, run_launches: bool = True)
     A Triton kernel launch (``kernel[grid](...)``) counts as one op, and the torch ops dispatched inside it
     are not counted: compiled, a launch dispatches none; interpreted (TRITON_INTERPRET=1), the interpreter
     copies every tensor argument to and from the host with torch ops, which are its own workings, not the
-    call's. A call of a compiled CPU loop (``impl/cpu_kernels.py``, which torch's dispatcher never sees)
-    counts as one launch too. ``run_launches=False`` counts each launch without running it (the
+    call's. ``run_launches=False`` counts each launch without running it (the
     interpreter runs a bs-512 replay fill for tens of seconds); only for calls where no host decision reads what
     a launch wrote.
     """
@@ -163,7 +162,7 @@ def count_dispatched_ops(fn: Callable[[], object], *, run_launches: bool = True)
                 Counter.in_launch = False
         return counted
 
-    with _triton_launches(launch), _cpu_launches(launch):
+    with _triton_launches(launch):
         fn()
         Counter.ops = 0
         with Counter():
@@ -189,22 +188,6 @@ def _triton_launches(wrap: Callable[[Callable[..., object]], Callable[..., objec
         yield
     finally:
         KernelInterface.__getitem__ = take_grid
-
-
-@contextmanager
-def _cpu_launches(wrap: Callable[[Callable[..., object]], Callable[..., object]]) -> Iterator[None]:
-    """Every call of a compiled CPU loop made inside goes through ``wrap`` (the torch kernels look them up on
-    their module at each call)."""
-    from kvtable.impl import cpu_kernels
-
-    kernels = {name: getattr(cpu_kernels, name) for name in ("fixed_locs", "extend_locs", "replay_fill")}
-    for name, kernel in kernels.items():
-        setattr(cpu_kernels, name, wrap(kernel))
-    try:
-        yield
-    finally:
-        for name, kernel in kernels.items():
-            setattr(cpu_kernels, name, kernel)
 
 
 def count_device_launches(fn: Callable[[], object]) -> int:

@@ -1,5 +1,7 @@
 """The optimized implementation: vectorized torch (and, through ``Kernels``, Triton) per-group tables.
 
+impl/routes.py names every route of every fused operation (``python -m kvtable.impl.routes``).
+
 Functional API (every group at once, one fused kernel call per step) plus the graph buffers and the
 ``CacheGroupsMixin`` built on it. ``kvtable.backends.torch_backend.TorchBackend`` wraps it as a Backend.
 """
@@ -19,12 +21,12 @@ from kvtable.impl.locs import (
     verify_locs,
 )
 from kvtable.impl.mixin import CacheGroupsMixin, GroupMetadata
-from kvtable.impl.torch_kernels import TORCH_KERNELS, TorchKernels
+from kvtable.impl.torch_kernels import TORCH_KERNELS, StackedTorchKernels, TorchKernels
 from kvtable.impl.validate import DEBUG_ENV, debug_enabled
 
 __all__ = [
     "DEBUG_ENV", "TORCH_KERNELS", "CacheGroupsMixin", "GroupGraphBuffers", "GroupMetadata", "Kernels",
-    "TorchKernels", "check_write_locs", "debug_enabled", "decode_locs", "expand_table", "extend_group_locs",
-    "extend_locs", "fixed_group_locs", "group_locs", "group_seq_locs", "page_ratio", "reanchor_locs",
-    "verify_locs",
+    "StackedTorchKernels", "TorchKernels", "check_write_locs", "debug_enabled", "decode_locs", "expand_table",
+    "extend_group_locs", "extend_locs", "fixed_group_locs", "group_locs", "group_seq_locs", "page_ratio",
+    "reanchor_locs", "verify_locs",
 ]

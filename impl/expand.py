@@ -41,7 +41,8 @@ def expand_table(table: torch.Tensor, ratio: int, *, max_kernel_pages: int | Non
     live = rows if actual_bs is None else actual_bs
     target = _target(out, table, rows, columns)
     dst = target.unsqueeze(0) if target.is_contiguous() else torch.empty_like(target).unsqueeze(0)
-    meta = upload(torch.tensor([[0, width, ratio]], dtype=torch.int32), table.device)
+    home = "cpu" if getattr(kernels, "host_meta", False) else table.device  # where the kernels read meta
+    meta = upload(torch.tensor([[0, width, ratio]], dtype=torch.int32), home)
     kernels.replay_fill(table.contiguous().view(-1), meta, dst, rows, live, tail_pad)
     if dst.data_ptr() != target.data_ptr():
         target.copy_(dst[0])

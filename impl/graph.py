@@ -237,7 +237,8 @@ class GroupGraphBuffers:
 
     def _meta(self, offsets: tuple[int, ...], columns: tuple[int, ...]) -> torch.Tensor:
         """``replay_fill``'s int32 ``[G, 3]`` (offset, columns, ratio) for one layout of the live tables,
-        uploaded on first use and kept (a replay step then uploads nothing but the tables); the kept set is
+        uploaded on first use and kept on the kernels' device, or on the CPU for kernels that declare
+        ``host_meta`` (a replay step then uploads nothing but the tables); the kept set is
         emptied when it reaches ``MAX_LAYOUTS``, so tables that move every step cannot grow it for ever."""
         key = (*offsets, *columns)
         if key not in self._metas:
@@ -245,5 +246,6 @@ class GroupGraphBuffers:
                 self._metas.clear()
             ratios = [self.ratios[gid] for gid in self.group_ids]
             flat = [v for row in zip(offsets, columns, ratios, strict=True) for v in row]
-            self._metas[key] = upload(flat, self.device).view(len(columns), 3)
+            home = "cpu" if getattr(self.kernels, "host_meta", False) else self.device
+            self._metas[key] = upload(flat, home).view(len(columns), 3)
         return self._metas[key]

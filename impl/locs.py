@@ -21,7 +21,7 @@ from kvtable.impl.debug import debug_check, debug_check_device
 from kvtable.impl.groups import check_group_ids, shed_state_groups, specs_by_id
 from kvtable.impl.kernels import Kernels
 from kvtable.impl.tokens import extend_tokens, host_ints, int32_mirror, int64_mirror, upload
-from kvtable.impl.torch_kernels import INT32_END, TORCH_KERNELS, TorchKernels
+from kvtable.impl.torch_kernels import INT32_END, TORCH_KERNELS
 
 Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
 NUMPY_BOUNDS_FROM = 32
@@ -53,9 +53,9 @@ def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str
 
     Kernels with the ``GroupedLocs`` fast path get the tables as they are (validation already gave
     them what it needs); otherwise the tables are stacked. ``seq_lens`` may live on the device;
-    nothing here reads it back. The torch kernels' own ``grouped_locs`` takes int64 lengths as they are and
-    ``longest`` and ``shortest``, bounds on the lengths read off their CPU mirrors (they skip the column sink
-    when every table holds the longest, the clamp at 0 when the shortest is at least n); other kernels get
+    nothing here reads it back. Kernels that declare ``host_bounds`` (the torch ones) get int64 lengths as they
+    are and ``longest`` and ``shortest``, bounds on the lengths read off their CPU mirrors (they skip the column
+    sink when every table holds the longest, the clamp at 0 when the shortest is at least n); other kernels get
     int32 lengths.
     """
     bs = seq_lens.shape[0]
@@ -67,7 +67,7 @@ def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str
     if grouped is not None:
         device = ordered[0].device
         out = torch.empty(len(gids), bs * n, dtype=torch.int32, device=device)
-        if getattr(type(kernels), "grouped_locs", None) is TorchKernels.grouped_locs:  # int32 or int64 lengths
+        if getattr(kernels, "host_bounds", False):  # int32 or int64 lengths
             seq = seq_lens if seq_lens.device == device else upload(seq_lens, device, seq_lens.dtype)
             grouped(ordered, block_sizes, seq, out, bs, n, longest=longest, shortest=shortest)
         else:
@@ -85,7 +85,8 @@ def extend_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[st
     """W3 for already-validated tables: positions ``[prefix, prefix + extend)`` per request, one kernel call.
 
     Kernels with the ``GroupedExtendLocs`` fast path get the tables as they are when every write is
-    inside every table (read off the host mirrors); otherwise the tables are stacked.
+    inside every table (read off the host mirrors); otherwise the tables are stacked. Kernels that declare
+    ``host_bounds`` get the runs as int64 numpy arrays, others as python ints (as the protocol says).
     """
     gids = sorted(tables)
     if not gids:
@@ -97,8 +98,8 @@ def extend_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[st
         total = None if prefix is None or extend is None else _inside_tables(ordered, block_sizes, prefix, extend)
         if total is not None:
             out = torch.empty(len(gids), total, dtype=torch.int32, device=ordered[0].device)
-            if getattr(type(kernels), "grouped_extend_locs", None) is not TorchKernels.grouped_extend_locs:
-                prefix, extend = host_ints(prefix), host_ints(extend)  # python ints, as the protocol says
+            if not getattr(kernels, "host_bounds", False):
+                prefix, extend = host_ints(prefix), host_ints(extend)
             grouped(ordered, block_sizes, prefix, extend, out)
             return dict(zip(gids, out, strict=True))
     prefix_lens, extend_lens = host_ints(prefix_lens), host_ints(extend_lens)

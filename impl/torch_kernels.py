@@ -5,8 +5,8 @@ per-group constants are built on the host once per call and uploaded as one smal
 location formula runs once over a ``[G, tokens]`` view. Reads clamp every index into the tensor, so
 the sink cases (a pad, a column past the group's width) read a real element and resolve to the null
 page 0. ``grouped_locs`` and ``grouped_extend_locs`` read each group's own table through its strides
-(one gather when the tables are views of one storage, else one per table); ``replay_fill`` with its
-``meta`` on the CPU writes each group with a few strided ops, else runs one vectorized pass.
+(one gather when the tables are views of one storage, else one per table); ``replay_fill`` writes each
+group with a few strided ops from its host ``meta``. The same ops run on every device (impl/routes.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from kvtable.impl import cpu_kernels
 from kvtable.impl.extend_blocks import extend_blocks
 from kvtable.impl.read_plan import INT32_END, read_plan
 from kvtable.impl.tokens import upload
@@ -179,19 +178,18 @@ def vectorized_extend_locs(tables: Sequence[torch.Tensor], page_sizes: Sequence[
 
 
 class TorchKernels:
-    """The reference-speed implementation; the Triton one must agree with it element for element.
+    """The torch route of every operation (impl/routes.py): the same ops on CPU and CUDA tensors.
 
-    ``compiled_cpu``: CPU tensors take the compiled loops of ``impl/cpu_kernels.py`` for ``grouped_locs``,
-    ``grouped_extend_locs`` and ``replay_fill``; off, every device takes the torch ops (as CUDA tensors always do).
+    ``host_bounds`` declares what ``impl/locs.py`` may hand the grouped paths beyond the ``Kernels`` protocol:
+    int64 lengths as they are, int64 numpy extend runs, and ``longest``/``shortest``, bounds on the lengths
+    read off their CPU mirrors. A subclass that overrides a grouped path with the protocol's signature sets it
+    to False. ``host_meta`` declares that ``replay_fill`` reads its ``meta`` on the host (the graph runner keeps
+    it on the CPU for them).
     """
 
-    def __init__(self, *, compiled_cpu: bool = True) -> None:
-        self.compiled_cpu = compiled_cpu
-
-    @property
-    def name(self) -> str:
-        """``torch``, or ``torch-ops`` with the compiled CPU loops off."""
-        return "torch" if self.compiled_cpu else "torch-ops"
+    name = "torch"
+    host_bounds = True
+    host_meta = True
 
     def stacked_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                      seq_lens: torch.Tensor, out: torch.Tensor, bs: int, n: int) -> None:
@@ -204,15 +202,9 @@ class TorchKernels:
     def grouped_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int], seq_lens: torch.Tensor,
                      out: torch.Tensor, bs: int, n: int, *, longest: int | None = None,
                      shortest: int | None = None) -> None:
-        """See ``GroupedLocs``: on CPU tensors one compiled loop over every group (``impl/cpu_kernels.py``,
-        unless ``compiled_cpu`` is off), else ``vectorized_locs``' torch ops, which take the host bounds
-        ``longest`` and ``shortest``."""
-        if bs * n == 0 or not tables:
-            return
-        if self.compiled_cpu and out.device.type == "cpu" and seq_lens.device.type == "cpu":
-            cpu_kernels.fixed_locs(tables, page_sizes, seq_lens, out, bs, n)
-        else:
-            vectorized_locs(tables, page_sizes, seq_lens, out, bs, n, longest=longest, shortest=shortest)
+        """See ``GroupedLocs``: ``vectorized_locs``' torch ops, which take the host bounds ``longest`` and
+        ``shortest``."""
+        vectorized_locs(tables, page_sizes, seq_lens, out, bs, n, longest=longest, shortest=shortest)
 
     def stacked_extend_locs(self, tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor,
                             rows: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
@@ -223,66 +215,54 @@ class TorchKernels:
 
     def grouped_extend_locs(self, tables: Sequence[torch.Tensor], page_sizes: Sequence[int],
                             prefix_lens: Sequence[int], extend_lens: Sequence[int], out: torch.Tensor) -> None:
-        """See ``GroupedExtendLocs``: on CPU tensors one compiled loop over every group (``impl/cpu_kernels.py``,
-        unless ``compiled_cpu`` is off), else ``vectorized_extend_locs``' torch ops."""
+        """See ``GroupedExtendLocs``: ``vectorized_extend_locs``' torch ops."""
         extend = np.asarray(extend_lens, dtype=np.int64)
-        total = int(extend.sum()) if tables and extend.size else 0
-        if total == 0:
-            return
-        if self.compiled_cpu and out.device.type == "cpu":
-            cpu_kernels.extend_locs(tables, page_sizes, np.asarray(prefix_lens, dtype=np.int64), extend,
-                                    out[: len(tables), :total])
-        else:
+        if tables and extend.size and int(extend.sum()):
             vectorized_extend_locs(tables, page_sizes, prefix_lens, extend, out)
 
     def replay_fill(self, packed: torch.Tensor, meta: torch.Tensor, dst: torch.Tensor, bs: int,
                     actual_bs: int, tail_pad: int) -> None:
+        """See ``Kernels.replay_fill``: each group's rows by a few strided ops (a copy at ratio 1, the
+        branch-free expansion otherwise), the same ops on every device. ``meta`` is read on the host: these
+        kernels declare ``host_meta``, so the graph runner hands them a CPU ``meta`` (a device one is read back).
+        A ``meta`` naming rows outside ``packed`` is refused, never read past."""
         groups, width = meta.shape[0], dst.shape[2]
         if groups == 0 or bs == 0 or width == 0:
             return
-        plan = _host_plan(packed, meta, dst, bs, actual_bs, tail_pad)
-        if plan is not None:
-            rows = max(0, min(actual_bs, bs))
-            if self.compiled_cpu and dst.device.type == "cpu" and meta.dtype in (torch.int32, torch.int64):
-                cpu_kernels.replay_fill(packed, meta, dst, bs, rows, tail_pad)
-                return
-            for g, (offset, cols, ratio) in enumerate(plan):
-                src = packed[offset: offset + rows * cols].view(rows, cols)
-                _fill_group(dst[g], src, ratio, bs, tail_pad)
-            return
-        device = dst.device
-        info = meta.to(device=device, dtype=torch.int64)
-        offset, cols, ratio = (info[:, k].view(groups, 1, 1) for k in range(3))
-        b = torch.arange(bs, device=device).view(1, bs, 1)
-        w = torch.arange(width, device=device).view(1, 1, width)
-        src_col = w // ratio
-        live = b < actual_bs
-        copied = live & (src_col < cols)
-        source = packed if packed.numel() else packed.new_zeros(1)
-        index = torch.where(copied, offset + b * cols + src_col, torch.zeros_like(src_col))
-        value = source.to(device)[index.clamp(0, source.numel() - 1)].to(torch.int64)
-        value.masked_fill_((value + 1) * ratio > INT32_END, 0)  # sub-pages past int32 would wrap: a hole
-        expanded = torch.where(value > 0, value * ratio + w % ratio, value)
-        filled = torch.where(copied, expanded, torch.where(live, tail_pad, 0))
-        dst[:groups, :bs] = filled.to(torch.int32)
+        rows = max(0, min(actual_bs, bs))
+        for g, (offset, cols, ratio) in enumerate(_host_meta(packed, meta, dst, bs, rows, tail_pad)):
+            src = packed[offset: offset + rows * cols].view(rows, cols)
+            _fill_group(dst[g], src, ratio, bs, tail_pad)
 
 
-def _host_plan(packed: torch.Tensor, meta: torch.Tensor, dst: torch.Tensor, bs: int, actual_bs: int,
-               tail_pad: int) -> list[list[int]] | None:
-    """``meta`` as host ints when reading it costs no sync (a CPU tensor) and every group's source rows
-    lie inside ``packed``; else None (the vectorized path, which clamps what it reads)."""
-    if meta.device.type != "cpu" or meta.dim() != 2 or meta.shape[1] != 3 or packed.device != dst.device:
-        return None
-    if packed.dtype != torch.int32 or packed.dim() != 1 or dst.dtype != torch.int32:
-        return None
-    if not (meta.shape[0] <= dst.shape[0] and bs <= dst.shape[1] and -INT32_END <= tail_pad < INT32_END):
-        return None
-    rows = max(0, min(actual_bs, bs))
+def _host_meta(packed: torch.Tensor, meta: torch.Tensor, dst: torch.Tensor, bs: int, rows: int,
+               tail_pad: int) -> list[list[int]]:
+    """``meta`` as host ints, after checking that every group's ``rows`` source rows lie inside ``packed`` and
+    the shapes agree (``Kernels.replay_fill``'s precondition); a ValueError naming the group otherwise."""
+    if meta.dim() != 2 or meta.shape[1] != 3 or packed.dim() != 1 or packed.dtype != torch.int32 \
+            or dst.dtype != torch.int32 or packed.device != dst.device:
+        raise ValueError(f"replay_fill: meta [G, 3], packed 1-D int32 and dst int32 on one device, got meta "
+                         f"{tuple(meta.shape)}, packed {tuple(packed.shape)} {packed.dtype} on {packed.device}, "
+                         f"dst {dst.dtype} on {dst.device}")
+    if meta.shape[0] > dst.shape[0] or bs > dst.shape[1] or not -INT32_END <= tail_pad < INT32_END:
+        raise ValueError(f"replay_fill: {meta.shape[0]} groups and bs {bs} into dst {tuple(dst.shape)}, tail pad "
+                         f"{tail_pad}")
     plan = meta.tolist()
-    if all(ratio >= 1 and cols >= 0 and 0 <= offset and offset + rows * cols <= packed.numel()
-           for offset, cols, ratio in plan):
-        return plan
-    return None
+    for g, (offset, cols, ratio) in enumerate(plan):
+        if ratio < 1 or cols < 0 or offset < 0 or offset + rows * cols > packed.numel():
+            raise ValueError(f"replay_fill: group {g}'s meta (offset {offset}, columns {cols}, ratio {ratio}) "
+                             f"names rows outside packed ({packed.numel()} elements, {rows} rows)")
+    return plan
+
+
+class StackedTorchKernels(TorchKernels):
+    """The torch route with no grouped path: every eager call stacks the tables and runs ``stacked_locs`` /
+    ``stacked_extend_locs``, the formula the z3 obligations prove (prover/obligations/torch_ops.py) and the
+    graph replay runs; ``kvtable conform --backend torch-stacked`` judges it with the whole suite."""
+
+    name = "torch-stacked"
+    grouped_locs = None
+    grouped_extend_locs = None
 
 
 TORCH_KERNELS = TorchKernels()

@@ -46,7 +46,7 @@ DEFAULT = "torch"
 BUILTIN = {
     "reference": "kvtable.backends.reference_backend:ReferenceBackend",
     "torch": "kvtable.backends.torch_backend:TorchBackend",
-    "torch-ops": "kvtable.backends.torch_backend:TorchOpsBackend",
+    "torch-stacked": "kvtable.backends.torch_backend:TorchStackedBackend",
     "triton": "kvtable.backends.triton_backend:TritonBackend",
 }
 

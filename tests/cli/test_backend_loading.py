@@ -99,25 +99,16 @@ def test_a_file_path_and_a_module_in_the_current_directory_both_load(tmp_path: P
     assert "decode_locs" in result.stdout
 
 
-def test_torch_ops_is_the_torch_backend_through_torch_ops_on_a_cpu() -> None:
-    """``torch-ops``: the route CUDA tensors take (no compiled CPU loop), judged here on CPU tensors; same values."""
-    from kvtable.impl import cpu_kernels
-
-    backend = load("torch-ops")
-    assert (backend.name, spec_of(backend), backend.kernels.compiled_cpu) == ("torch-ops", "torch-ops", False)
-    calls = []
-    compiled = cpu_kernels.fixed_locs
-    cpu_kernels.fixed_locs = lambda *args: calls.append(args)  # would record any compiled call
-    try:
-        table = torch.tensor([[3, 7], [5, 9]], dtype=torch.int32)
-        locs = backend.verify_locs(table, torch.tensor([6, 3], dtype=torch.int32), 4, 2)
-    finally:
-        cpu_kernels.fixed_locs = compiled
-    assert (locs.tolist(), calls) == ([28, 29, 21, 22], [])
+def test_torch_stacked_is_the_torch_backend_through_the_proved_stacked_formula() -> None:
+    """``torch-stacked``: eager calls take ``stacked_locs`` / ``stacked_extend_locs`` (no grouped path); same values."""
+    backend = load("torch-stacked")
+    assert (backend.name, spec_of(backend), backend.kernels.grouped_locs) == ("torch-stacked", "torch-stacked", None)
+    table = torch.tensor([[3, 7], [5, 9]], dtype=torch.int32)
+    locs = backend.verify_locs(table, torch.tensor([6, 3], dtype=torch.int32), 4, 2)
+    assert locs.tolist() == [28, 29, 21, 22]
     assert load("torch").verify_locs(table, torch.tensor([6, 3], dtype=torch.int32), 4, 2).tolist() == [28, 29, 21, 22]
-    report = run_conformance(backend, properties=select(["kernels/grouped-locs", "kernels/grouped-extend-locs",
-                                                         "kernels/replay-fill", "group_locs/extend"]),
+    report = run_conformance(backend, properties=select(["kernels/grouped-locs", "kernels/replay-fill",
+                                                         "group_locs/extend"]),
                              examples=20, seed=0, isolate=False)
     assert sorted((r.property, r.status) for r in report.results) == [
-        ("group_locs/extend", "passed"), ("kernels/grouped-extend-locs", "passed"),
-        ("kernels/grouped-locs", "passed"), ("kernels/replay-fill", "passed")]
+        ("group_locs/extend", "passed"), ("kernels/grouped-locs", "not applicable"), ("kernels/replay-fill", "passed")]

@@ -15,6 +15,7 @@ from kvtable.backends.torch_backend import TorchBackend
 from kvtable.impl import (
     TORCH_KERNELS,
     GroupGraphBuffers,
+    StackedTorchKernels,
     TorchKernels,
     check_write_locs,
     decode_locs,
@@ -37,9 +38,9 @@ def i32(values: object) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32)
 
 
-KERNELS = [TORCH_KERNELS, TorchKernels(compiled_cpu=False),
+KERNELS = [TORCH_KERNELS, StackedTorchKernels(),
            *([triton_kernels.TRITON_KERNELS] if triton_kernels.interpreting() else [])]
-"""The torch kernels both ways (the compiled CPU loops, and the torch ops CUDA tensors take), and Triton's."""
+"""The torch kernels both ways (grouped paths, and every call stacked: impl/routes.py), and Triton's."""
 """The kernels a CPU graph runner can use: the torch ones, and the Triton ones when they run interpreted."""
 
 

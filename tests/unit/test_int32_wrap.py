@@ -17,13 +17,13 @@ from kvtable.conformance.levels import SAFETY
 from kvtable.conformance.properties import select
 from kvtable.conformance.runner import run_conformance
 from kvtable.impl import triton_kernels
-from kvtable.impl.torch_kernels import TORCH_KERNELS, TorchKernels, vectorized_extend_locs, vectorized_locs
+from kvtable.impl.torch_kernels import TORCH_KERNELS, StackedTorchKernels
 from kvtable.reference import Batch, GroupSpec, batch_locs
 from kvtable.reference.model import write_positions
 from kvtable.strategies.unsafe import UNSAFE_KINDS, unsafe_cases, wrapping_pages
 
 E = 2**31
-KERNELS = [TORCH_KERNELS, TorchKernels(compiled_cpu=False)] + (
+KERNELS = [TORCH_KERNELS, StackedTorchKernels()] + (
     [triton_kernels.TRITON_KERNELS] if triton_kernels.triton_available() else [])
 BUILT_IN = ["torch"] + (["triton"] if triton_kernels.triton_available() else [])
 
@@ -62,9 +62,8 @@ def test_a_page_that_would_wrap_onto_a_live_page_sinks(kernels: object) -> None:
     assert out.tolist() == [[1, 25]]
 
 
-@pytest.mark.parametrize("fixed_locs, extend_locs", [(TORCH_KERNELS.grouped_locs, TORCH_KERNELS.grouped_extend_locs),
-                                                     (vectorized_locs, vectorized_extend_locs)],
-                         ids=["compiled-cpu", "torch-ops"])
+@pytest.mark.parametrize("fixed_locs, extend_locs", [(TORCH_KERNELS.grouped_locs, TORCH_KERNELS.grouped_extend_locs)],
+                         ids=["torch"])
 def test_torch_fast_paths_sink_a_page_past_w5(fixed_locs: object, extend_locs: object) -> None:
     tables = [i32([[2**30 - 1, 2**30], [5, E - 1]]), i32([[2**28 + 1], [2**28 - 1]])]
     out = torch.full((2, 2), -7, dtype=torch.int32)

@@ -1,4 +1,4 @@
-"""The torch kernels' cached read plans (and the compiled loops' cached spans) and group_locs' cached spec
+"""The torch kernels' cached read plans and group_locs' cached spec
 checks: what is kept across calls is only what the tables' metadata and the spec objects decide, so a changed
 table or spec is read or checked anew; and the W5 sink of pages past int32 (power-of-two page sizes take the
 wrap-and-mask route, others the compare)."""
@@ -12,17 +12,12 @@ from kvtable import ContractViolation
 from kvtable.contract import Batch, GroupSpec
 from kvtable.impl import TORCH_KERNELS, group_locs
 from kvtable.impl.read_plan import INT32_END, read_plan
-from kvtable.impl.torch_kernels import vectorized_extend_locs, vectorized_locs
 
 ROUTES = pytest.mark.parametrize("fixed_locs, extend_locs",
-                                 [(TORCH_KERNELS.grouped_locs, TORCH_KERNELS.grouped_extend_locs),
-                                  (vectorized_locs, vectorized_extend_locs)], ids=["compiled-cpu", "torch-ops"])
-"""Both ways the torch kernels write locations: the compiled loops CPU tensors take, the torch ops of every other
-device (run here on CPU tensors too)."""
-EXTEND_ROUTES = pytest.mark.parametrize("extend_locs", [TORCH_KERNELS.grouped_extend_locs, vectorized_extend_locs],
-                                        ids=["compiled-cpu", "torch-ops"])
-FIXED_ROUTES = pytest.mark.parametrize("fixed_locs", [TORCH_KERNELS.grouped_locs, vectorized_locs],
-                                       ids=["compiled-cpu", "torch-ops"])
+                                 [(TORCH_KERNELS.grouped_locs, TORCH_KERNELS.grouped_extend_locs)], ids=["torch"])
+"""The torch kernels' grouped paths (the route of every device, impl/routes.py)."""
+EXTEND_ROUTES = pytest.mark.parametrize("extend_locs", [TORCH_KERNELS.grouped_extend_locs], ids=["torch"])
+FIXED_ROUTES = pytest.mark.parametrize("fixed_locs", [TORCH_KERNELS.grouped_locs], ids=["torch"])
 
 INT32_MAX = INT32_END - 1
 
@@ -190,11 +185,13 @@ def test_lengths_outside_the_bounds_are_still_refused_row_by_row() -> None:
 
 
 def test_kernels_that_override_grouped_locs_get_int32_lengths_and_no_host_bound() -> None:
-    """Only the torch kernels' own grouped_locs takes ``longest`` (and int64 lengths); an override keeps the
-    protocol's six arguments and int32 lengths."""
+    """Only kernels that declare ``host_bounds`` get ``longest`` (and int64 lengths); an override that declares
+    none keeps the protocol's six arguments and int32 lengths."""
     seen = []
 
     class Overriding(type(TORCH_KERNELS)):
+        host_bounds = False
+
         def grouped_locs(self, tables, page_sizes, seq_lens, out, bs, n):  # noqa: ANN001, ANN202
             seen.append(seq_lens.dtype)
             super().grouped_locs(tables, page_sizes, seq_lens, out, bs, n)
