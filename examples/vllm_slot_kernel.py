@@ -9,7 +9,7 @@ column with the table's width and writes the pad there, as vLLM's fix does. ``re
 vLLM V1's real shape: one program per request looping over that request's tokens (``for first in range(start,
 end, BLOCK)`` with bounds loaded from ``query_start_loc``), bound by ``examples/vllm_request_binding.toml``.
 
-    kvtable prove --binding examples/vllm_slot_binding.toml                       # the bounded kernel: proved
+    kvtable prove --binding examples/vllm_slot_binding.toml                       # bounded: holds under its assumption
     kvtable prove --binding examples/vllm_slot_binding.toml \\
         --kernel examples/vllm_slot_kernel.py:slot_mapping_kernel                 # the #53982 counterexample
 """
