@@ -98,31 +98,35 @@ class GroupGraphBuffers:
                                   tokens_per_req)
 
     def stale_guard(self, bs: int, tables: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
-        """G5 stale-guard: every buffered group delivered, no uncaptured ones, none empty; raises before writes.
+        """G5 stale-guard: the delivered attention groups are exactly the captured ones, none empty; raises before
+        any write. A step that delivers what was captured costs one set comparison; the reason is worked out only
+        for a refusal.
 
-        Written apart from ``reference.GraphModel``'s guard on purpose: the reference judges this one, and
-        a shared guard would make the differential G5 properties blind to a bug in it.
+        impl's own check, apart from ``reference.GraphModel``'s guard on purpose: the reference judges this one,
+        and a shared guard would make the differential G5 properties blind to a bug in it.
         """
-        if not self.group_ids:
-            raise StaleGraphState("G5", "the runner published no cache groups; nothing to replay")
-        if not tables:
-            raise StaleGraphState("G5", f"buffers exist for groups {list(self.group_ids)} but block_tables is "
-                                  f"missing or empty at bs={bs}; the graph would read stale page tables")
-        delivered = {gid for gid in tables if gid not in self.state_ids}
-        missing = sorted(set(self.group_ids) - delivered)
-        if missing:
-            raise StaleGraphState("G5", f"replay is missing captured groups {missing} (delivered: "
-                                  f"{sorted(delivered)})")
-        extra = sorted(delivered - set(self.group_ids))
-        if extra:
-            raise StaleGraphState("G5", f"replay delivered uncaptured groups {extra}; their writes would "
-                                  "have no buffers")
-        for gid in self.group_ids:
-            validate.check_table(tables[gid], 0, group=gid)
-        for gid in self.group_ids:
-            if tables[gid].numel() == 0:
-                raise StaleGraphState("G5", "empty table at replay", group=gid)
-        return {gid: tables[gid] for gid in self.group_ids}
+        captured = set(self.group_ids)
+        delivered = {gid for gid in tables or () if gid not in self.state_ids}
+        if not captured or delivered != captured:
+            raise StaleGraphState("G5", self._stale_groups(bs, captured, delivered, bool(tables)))
+        live = {gid: tables[gid] for gid in self.group_ids}
+        for gid, table in live.items():
+            validate.check_table(table, 0, group=gid)
+        empty = [gid for gid, table in live.items() if table.numel() == 0]
+        if empty:
+            raise StaleGraphState("G5", "empty table at replay", group=empty[0])
+        return live
+
+    def _stale_groups(self, bs: int, captured: set[str], delivered: set[str], any_table: bool) -> str:
+        """Why a replay's delivered groups are not the captured ones: G5's message."""
+        if not captured:
+            return "the runner published no cache groups; nothing to replay"
+        if not any_table:
+            return (f"buffers exist for groups {list(self.group_ids)} but block_tables is missing or empty at "
+                    f"bs={bs}; the graph would read stale page tables")
+        if captured - delivered:
+            return f"replay is missing captured groups {sorted(captured - delivered)} (delivered: {sorted(delivered)})"
+        return f"replay delivered uncaptured groups {sorted(delivered - captured)}; their writes would have no buffers"
 
     def _check_step(self, bs: int, tokens_per_req: int, clause: str) -> None:
         if not 1 <= bs <= self.max_bs:
