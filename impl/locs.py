@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from kvtable.contract import DEFAULT_TAIL_PAD, Batch, GroupSpec, Mode
+from kvtable.contract import DEFAULT_TAIL_PAD, Batch, GroupSpec, Mode, Specs
 from kvtable.impl import validate
 from kvtable.impl.debug import debug_check, debug_check_device
 from kvtable.impl.groups import check_group_ids, shed_state_groups, specs_by_id
@@ -23,7 +23,6 @@ from kvtable.impl.kernels import Kernels
 from kvtable.impl.tokens import extend_tokens, host_ints, int32_mirror, int64_mirror, upload
 from kvtable.impl.torch_kernels import INT32_END, TORCH_KERNELS
 
-Specs = Sequence[GroupSpec] | Mapping[str, GroupSpec]
 NUMPY_BOUNDS_FROM = 32
 """Rows from which the length bounds are taken by numpy (below it Python's ``min``/``max`` are cheaper)."""
 LONE = "table"
