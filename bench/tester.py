@@ -28,7 +28,7 @@ def run(settings: Settings) -> Section:
         "fuzz runs without an example database (nothing replayed), so every example is a fresh draw",
         "examples = examples hypothesis actually ran, summed over properties; examples/s = examples / wall_s",
         "checks = properties fuzzed or obligations discharged; prove runs every obligation at the default z3 "
-        "timeout, each in its own process, as `kvtable prove` does; passed = proved, or refuted as expected",
+        "resource limit, each in its own process, as `kvtable prove` does; passed = proved, or refuted as expected",
     ]
     if "reference" in FUZZ_BACKENDS[settings.size]:
         section.notes.append("the reference backend (pure Python) fuzzed beside torch shows what the tester "
@@ -82,11 +82,11 @@ def _workers_rows(section: Section, settings: Settings) -> None:
 
 def _prove_row(section: Section, settings: Settings) -> None:
     from kvtable.prover.obligations.registry import OBLIGATIONS
-    from kvtable.prover.prove import DEFAULT_TIMEOUT_S, prove, select
+    from kvtable.prover.prove import prove, select
 
     chosen = select(SMOKE_OBLIGATIONS if settings.size == "smoke" else None)
     start = time.perf_counter()
-    results = prove(chosen, DEFAULT_TIMEOUT_S)
+    results = prove(chosen)
     wall = time.perf_counter() - start
     slowest = max(results, key=lambda r: r.seconds)
     section.add(command=f"prove ({len(chosen)} of {len(OBLIGATIONS)} obligations)", backend="z3",

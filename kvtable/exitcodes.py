@@ -3,7 +3,8 @@
 0 every check passed; 1 the backend (or the spec) broke the contract; 2 a bad invocation or unusable
 infrastructure (an unknown backend or property, a malformed or unreachable database, an unwritable
 path), reported in one line before any work starts; 3 skipped, a dependency the run needs is missing
-here; 130 interrupted (Ctrl-C), after reporting what finished.
+here; 4 inconclusive, a limit was reached (``kvtable prove``'s z3 resource limit): not a verdict about the
+contract; 130 interrupted (Ctrl-C), after reporting what finished.
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ EXIT_PASSED = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_SKIPPED = 3
+EXIT_INCONCLUSIVE = 4
 EXIT_INTERRUPTED = 130
+
+SERIOUSNESS = (EXIT_PASSED, EXIT_SKIPPED, EXIT_INCONCLUSIVE, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED)
+"""From least to most serious: what a command running several steps reports when they differ."""
+
+
+def most_serious(*codes: int) -> int:
+    """The status of a run made of steps that ended with ``codes`` (a broken contract outweighs an unknown)."""
+    return max(codes, key=lambda code: SERIOUSNESS.index(code) if code in SERIOUSNESS else len(SERIOUSNESS))
 
 
 class UsageError(Exception):

@@ -1,7 +1,10 @@
 """``kvtable prove``: discharge every proof obligation with z3 and print one table row as each finishes.
 
 Exit status 0 only if every obligation passed: proved where it must be proved, refuted with a concrete
-counterexample where it drops a precondition on purpose. A z3 timeout is "unknown", and fails.
+counterexample where it drops a precondition on purpose; 1 if any got the other verdict; otherwise 4
+(``EXIT_INCONCLUSIVE``) if z3 reached its resource limit on any ("unknown": no verdict about the contract).
+Limits are z3 resource counts (``--rlimit``), so a run gives the same verdicts on any machine at any load;
+a wall-clock cap (``--timeout``) guards only against a hang.
 """
 
 from __future__ import annotations
@@ -17,23 +20,31 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any, TextIO
 
-from kvtable.argtypes import positive_float
-from kvtable.exitcodes import UsageError
+from kvtable.argtypes import positive_float, positive_int
+from kvtable.exitcodes import EXIT_FAILED, EXIT_INCONCLUSIVE, EXIT_PASSED, UsageError
 from kvtable.prover.bindings.binding import load_binding, load_object
 from kvtable.prover.obligations.kernels import KernelObligation, kernel_obligations, kernel_outcome, preload
 from kvtable.prover.obligations.registry import OBLIGATIONS, Obligation
-from kvtable.prover.solver.discharge import Outcome, discharge
+from kvtable.prover.solver.discharge import DEFAULT_RLIMIT, HANG_GUARD_MS, Outcome, discharge
 from kvtable.prover.solver.intblast import UnsupportedOperation
 from kvtable.prover.symexec.values import KernelNotSupported
 from kvtable.spec.clauses import clause_label
 
-DEFAULT_TIMEOUT_S = 20.0
+HANG_GUARD_S = HANG_GUARD_MS / 1000
 SMALL_VALUES = 64
 """Expected counterexamples are looked for among values in [-64, 64] first, to read easily."""
 ASSUMED = "holds under the stated assumptions"
 """The verdict of a proof that needs the binding's ``assumes`` (prover/bindings/assumptions.py)."""
 GRACE_S = 10.0
-"""Beyond its z3 timeout, how long an isolated obligation may take (building, checking) before it is killed."""
+"""Beyond its hang guard, how long an isolated obligation may take (building, checking) before it is killed."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What an obligation may spend: z3 resource units (the deterministic limit) and a wall-clock hang guard."""
+
+    rlimit: int = DEFAULT_RLIMIT
+    guard_s: float = HANG_GUARD_S
 
 
 @dataclass(frozen=True)
@@ -60,37 +71,39 @@ class Result:
         return status
 
 
-def _outcome(obligation: Obligation, timeout_s: float) -> Outcome:
+def _outcome(obligation: Obligation, limits: Limits) -> Outcome:
     small = SMALL_VALUES if obligation.expect == "counterexample" else None
+    guard_ms = int(limits.guard_s * 1000)
     try:
         if isinstance(obligation, KernelObligation):
-            return kernel_outcome(obligation, int(timeout_s * 1000), SMALL_VALUES)
-        return discharge(obligation.build(), int(timeout_s * 1000), small=small)
+            return kernel_outcome(obligation, guard_ms, SMALL_VALUES, rlimit=limits.rlimit)
+        return discharge(obligation.build(), guard_ms, rlimit=limits.rlimit, small=small)
     except (UnsupportedOperation, KernelNotSupported) as exc:
         return Outcome("unknown", 0.0, detail=str(exc))
 
 
-def _child(obligation: Obligation, timeout_s: float, conn: Connection) -> None:
+def _child(obligation: Obligation, limits: Limits, conn: Connection) -> None:
     try:
-        conn.send(_outcome(obligation, timeout_s))
+        conn.send(_outcome(obligation, limits))
     except Exception as exc:  # report the builder's bug in the table rather than lose it
         conn.send(Outcome("unknown", 0.0, detail=f"error: {type(exc).__name__}: {exc}"))
     finally:
         conn.close()
 
 
-def _isolated(obligation: Obligation, timeout_s: float) -> Outcome:
+def _isolated(obligation: Obligation, limits: Limits) -> Outcome:
     """Discharge in a forked process: a fresh z3 term table (the answer cannot depend on which obligations
-    ran before) and a hard stop if z3 overruns its own timeout."""
+    ran before) and a hard stop if it overruns its hang guard."""
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_child, args=(obligation, timeout_s, send), daemon=True)
+    process = context.Process(target=_child, args=(obligation, limits, send), daemon=True)
     process.start()
     send.close()
+    cap = limits.guard_s + GRACE_S
     try:
-        if receive.poll(timeout_s + GRACE_S):
+        if receive.poll(cap):
             return receive.recv()
-        return Outcome("unknown", timeout_s + GRACE_S, detail=f"killed after {timeout_s + GRACE_S:g}s")
+        return Outcome("unknown", cap, detail=f"hang guard: killed after {cap:g} s of wall clock (not a verdict)")
     except EOFError:
         return Outcome("unknown", 0.0, detail=f"the prover process died (exit code {process.exitcode})")
     finally:
@@ -100,26 +113,26 @@ def _isolated(obligation: Obligation, timeout_s: float) -> Outcome:
         process.join()
 
 
-def prove_one(obligation: Obligation, timeout_s: float, *, isolate: bool | None = None) -> Result:
-    """Build the obligation's query and discharge it within ``timeout_s``.
+def prove_one(obligation: Obligation, limits: Limits = Limits(), *, isolate: bool | None = None) -> Result:
+    """Build the obligation's query and discharge it within ``limits``.
 
     ``isolate`` (default: wherever ``fork`` exists) runs it in a forked process.
     """
     if isolate is None:
         isolate = "fork" in multiprocessing.get_all_start_methods()
     start = time.perf_counter()
-    outcome = _isolated(obligation, timeout_s) if isolate else _outcome(obligation, timeout_s)
+    outcome = _isolated(obligation, limits) if isolate else _outcome(obligation, limits)
     return Result(obligation, outcome, time.perf_counter() - start)
 
 
-def prove(obligations: Iterable[Obligation], timeout_s: float = DEFAULT_TIMEOUT_S,
+def prove(obligations: Iterable[Obligation], limits: Limits = Limits(),
           on_result: Callable[[Result], None] | None = None, *, isolate: bool | None = None) -> list[Result]:
     """Discharge ``obligations`` in order, calling ``on_result`` as each finishes."""
     obligations = list(obligations)
     preload(obligations)
     results = []
     for obligation in obligations:
-        result = prove_one(obligation, timeout_s, isolate=isolate)
+        result = prove_one(obligation, limits, isolate=isolate)
         if on_result is not None:
             on_result(result)
         results.append(result)
@@ -168,19 +181,24 @@ class Table:
         self.out.flush()
 
     def summary(self, results: Sequence[Result], seconds: float) -> None:
-        failed = [r.obligation.name for r in results if not r.passed]
+        unknown = [r.obligation.name for r in results if r.outcome.status == "unknown"]
+        failed = [r.obligation.name for r in results if not r.passed and r.outcome.status != "unknown"]
         expected = sum(r.passed and r.obligation.expect == "counterexample" for r in results)
         proved = sum(r.passed and r.obligation.expect == "proved" for r in results)
         line = (f"{len(results)} obligations: {proved} proved, {expected} counterexamples found as expected, "
-                f"{len(failed)} failed ({seconds:.2f}s)")
-        self.out.write(line + ("\nfailed: " + ", ".join(failed) if failed else "") + "\n")
+                f"{len(failed)} failed, {len(unknown)} unknown ({seconds:.2f}s)")
+        if failed:
+            line += "\nfailed: " + ", ".join(failed)
+        if unknown:
+            line += "\nunknown (a limit was reached: no verdict about the contract): " + ", ".join(unknown)
+        self.out.write(line + "\n")
 
     def _line(self, name: str, clause: str, result: str, seconds: str) -> None:
         self.out.write(f"{name:<{self.name_width}}  {clause:<{self.clause_width}}  "
                        f"{result:<{self.result_width}}  {seconds:>7}\n")
 
 
-def to_json(results: Sequence[Result], seconds: float, timeout_s: float) -> dict[str, Any]:
+def to_json(results: Sequence[Result], seconds: float, limits: Limits) -> dict[str, Any]:
     """The machine-readable report of ``--json``."""
     rows = [{
         "name": r.obligation.name,
@@ -191,13 +209,15 @@ def to_json(results: Sequence[Result], seconds: float, timeout_s: float) -> dict
         "result": r.verdict,
         "passed": r.passed,
         "seconds": round(r.seconds, 4),
+        "work": r.outcome.work,
         "detail": r.outcome.detail,
         "assumed": list(r.outcome.assumed),
         "counterexample": dict(r.outcome.model) if r.outcome.status == "counterexample" else None,
     } for r in results]
     failed = sum(not r.passed for r in results)
     summary = {"total": len(results), "passed": len(results) - failed, "failed": failed,
-               "seconds": round(seconds, 3), "timeout_s": timeout_s}
+               "unknown": sum(r.outcome.status == "unknown" for r in results), "seconds": round(seconds, 3),
+               "rlimit": limits.rlimit, "hang_guard_s": limits.guard_s}
     return {"obligations": rows, "summary": summary}
 
 
@@ -224,13 +244,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              " naming its tensors, lengths, page sizes, output and clause; only its obligations run")
     parser.add_argument("--kernel", metavar="MODULE:NAME",
                         help="with --binding: the @triton.jit kernel to prove, instead of the binding's own")
-    parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help=f"z3 time per obligation before it counts as unknown (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--rlimit", type=positive_int, default=DEFAULT_RLIMIT, metavar="UNITS",
+                        help="z3 resource units per query before its obligation is unknown (exit 4);"
+                             " deterministic, unlike time: the same verdicts on any machine and load"
+                             f" (default {DEFAULT_RLIMIT})")
+    parser.add_argument("--timeout", type=positive_float, default=HANG_GUARD_S, metavar="SECONDS",
+                        help="wall-clock cap per obligation, a guard against a hang only: past it the obligation is"
+                             f" unknown (default {HANG_GUARD_S:g})")
 
 
 def run(args: argparse.Namespace, obligations: Sequence[Obligation] = OBLIGATIONS) -> int:
-    """Discharge the selected obligations; 0 if all passed, 1 if any failed; ``--only`` matching none, or a
-    ``--binding`` that does not load, is a ``UsageError`` (exit 2)."""
+    """Discharge the selected obligations; 0 if all passed, 1 if any got the wrong verdict, else 4 if any is
+    unknown; ``--only`` matching none, or a ``--binding`` that does not load, is a ``UsageError`` (exit 2)."""
     if getattr(args, "binding", None) or getattr(args, "kernel", None):
         try:
             obligations = user_kernel_obligations(args.binding, args.kernel)
@@ -240,15 +265,23 @@ def run(args: argparse.Namespace, obligations: Sequence[Obligation] = OBLIGATION
         chosen = select(args.only, obligations)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
+    limits = Limits(args.rlimit, args.timeout)
     start = time.perf_counter()
     if args.json:
-        results = prove(chosen, args.timeout)
-        report = to_json(results, time.perf_counter() - start, args.timeout)
+        results = prove(chosen, limits)
+        report = to_json(results, time.perf_counter() - start, limits)
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         table = Table(chosen, sys.stdout, args.show_counterexamples)
         table.header()
-        results = prove(chosen, args.timeout, on_result=table.row)
+        results = prove(chosen, limits, on_result=table.row)
         table.summary(results, time.perf_counter() - start)
-    return 0 if all(r.passed for r in results) else 1
+    return exit_status(results)
+
+
+def exit_status(results: Sequence[Result]) -> int:
+    """1 if any obligation got a verdict other than its expected one, else 4 if any is unknown, else 0."""
+    if any(not r.passed and r.outcome.status != "unknown" for r in results):
+        return EXIT_FAILED
+    return EXIT_INCONCLUSIVE if any(not r.passed for r in results) else EXIT_PASSED

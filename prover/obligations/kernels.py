@@ -16,7 +16,7 @@ from kvtable.prover.bindings import queries as kq
 from kvtable.prover.bindings.binding import Binding
 from kvtable.prover.bindings.contracts import FILL_CLAUSES, LOCATION_CLAUSES
 from kvtable.prover.obligations.base import Expect, Obligation
-from kvtable.prover.solver.discharge import Outcome, Query, discharge
+from kvtable.prover.solver.discharge import DEFAULT_RLIMIT, Outcome, Query, discharge
 
 
 @dataclass(frozen=True)
@@ -126,33 +126,34 @@ def preload(obligations: Iterable[Obligation]) -> None:
             import kvtable.impl.torch_kernels  # noqa: F401
 
 
-def kernel_outcome(obligation: KernelObligation, timeout_ms: int, small: int | None) -> Outcome:
+def kernel_outcome(obligation: KernelObligation, guard_ms: int, small: int | None, *,
+                   rlimit: int = DEFAULT_RLIMIT) -> Outcome:
     """Discharge; for a counterexample, look again among launches small enough to replay (small tensors, else a
     small grid), then replay it."""
     from kvtable.prover.symexec.replay import replay
 
     query = obligation.build()
-    outcome = discharge(query, timeout_ms, small=small)
+    expected = small if obligation.expect == "counterexample" else None  # else small ones come from the replay pass
+    outcome = discharge(query, guard_ms, rlimit=rlimit, small=expected)
     if outcome.status == "proved" and query.stated:
-        return _assumed(query, outcome, timeout_ms, small)
+        return _assumed(query, outcome, guard_ms, small, rlimit)
     if outcome.status != "counterexample":
         return outcome
     binding = obligation.binding()
     for strides in (True, False):  # small tensors first; a wrap needs large strides, which a small grid can have
-        smaller = discharge(kq.replayable(binding, query, strides=strides), timeout_ms, small=small)
+        smaller = discharge(kq.replayable(binding, query, strides=strides), guard_ms, rlimit=rlimit, small=small)
         if smaller.status == "counterexample":
             outcome = smaller
             break
     report = replay(binding, dict(outcome.model))
     kept = [f"it satisfies every stated assumption ({'; '.join(t for t, _ in query.stated)})"] if query.stated else []
-    return Outcome(outcome.status, outcome.seconds, outcome.model,
-                   "\n".join([outcome.detail, *kept, str(report)]).strip())
+    return replace(outcome, detail="\n".join([outcome.detail, *kept, str(report)]).strip())
 
 
-def _assumed(query: Query, outcome: Outcome, timeout_ms: int, small: int | None) -> Outcome:
+def _assumed(query: Query, outcome: Outcome, guard_ms: int, small: int | None, rlimit: int) -> Outcome:
     """A proof under the binding's stated assumptions: plain if it holds without them too, else it names them
     (with the counterexample that breaks one of them, which is what they rule out)."""
-    bare = discharge(replace(query, stated=()), timeout_ms, small=small)
+    bare = discharge(replace(query, stated=()), guard_ms, rlimit=rlimit, small=small)
     if bare.status == "proved":
         return outcome
     names = tuple(text for text, _ in query.stated)

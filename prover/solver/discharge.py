@@ -5,6 +5,10 @@ None (unsat) means proved for every value of the free variables at their widths.
 in its exact integer reading (prover/solver/intblast.py); a model found there is then evaluated in the
 original bit-vector query, so a counterexample is reported only if z3's own bit-vector semantics
 confirm it.
+
+z3's limit is its resource count (``rlimit``), not time: the same query gets the same verdict on any machine
+at any load. A wall-clock cap stays only as a guard against a hang; reaching either limit is ``unknown``,
+never a verdict about the query.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ class Outcome:
     detail: str = ""
     assumed: tuple[str, ...] = ()
     """The stated assumptions a proof holds under (it fails without them); empty for a plain proof."""
+    work: int = 0
+    """z3's resource count spent on it (``rlimit count``): what ``DEFAULT_RLIMIT`` is calibrated against."""
 
 
 def _nonlinear() -> z3.Solver:
@@ -66,36 +72,87 @@ STRATEGIES: tuple[tuple[str, Callable[[], z3.Solver]], ...] = (
     ("nia", _nonlinear), ("normalized", _normalized), ("simplified", _simplified))
 """z3 configurations tried in turn; nonlinear integer search is sensitive to the formula's shape."""
 
-SLICES_MS: tuple[int, ...] = (500, 2000)
-"""Time slices per strategy before the last round, which shares whatever budget is left."""
+DEFAULT_RLIMIT = 16_000_000
+"""z3 resource units per query (every check it makes, together): over 5x the most any obligation of the
+registry spends (``kvtable prove --json`` reports each one's ``work``)."""
 
-SMALL_MS = 500
-"""Time for the search among small values that ``small=`` asks for, before the unrestricted one."""
+ROUNDS: tuple[int, ...] = (64, 16)
+"""Each strategy first gets 1/64 of the budget, then 1/16, before the last round shares whatever is left."""
+
+SMALL_SHARE = 64
+"""The search among small values that ``small=`` asks for gets 1/64 of the budget, before the unrestricted one."""
+
+HANG_GUARD_MS = 600_000
+"""The wall-clock cap on one obligation's z3 calls: a guard against a hang only, never reached by a query that
+keeps within its resource limit on a working machine."""
+
+RLIMIT_REACHED = "resource limit reached"
 
 
-def discharge(query: Query, timeout_ms: int, *, small: int | None = None) -> Outcome:
+class Budget:
+    """One obligation's z3 resources (deterministic) and its wall-clock hang guard, spent check by check."""
+
+    def __init__(self, rlimit: int, guard_ms: int) -> None:
+        self.rlimit, self.guard_ms = rlimit, guard_ms
+        self.start = _count()
+        self.deadline = time.perf_counter() + guard_ms / 1000
+
+    @property
+    def spent(self) -> int:
+        return _count() - self.start
+
+    def left(self) -> int:
+        return self.rlimit - self.spent
+
+    def check(self, solver: z3.Solver, share: int | None) -> z3.CheckSatResult:
+        """``solver.check()`` within ``1/share`` of the budget (all that is left for None)."""
+        left = self.left()
+        solver.set("rlimit", max(1, left if share is None else min(self.rlimit // share, left)))
+        solver.set("timeout", max(1, int((self.deadline - time.perf_counter()) * 1000)))
+        return solver.check()
+
+    def why(self, solver: z3.Solver) -> str:
+        """Why a check gave up: the resource limit, the hang guard, or z3's own reason."""
+        if time.perf_counter() >= self.deadline:
+            return f"hang guard: past the {self.guard_ms / 1000:g} s wall-clock cap (not a verdict)"
+        reason = solver.reason_unknown()
+        return RLIMIT_REACHED if reason in ("canceled", "max. resource limit exceeded") else reason
+
+    def spent_all(self) -> bool:
+        return self.left() <= 0 or time.perf_counter() >= self.deadline
+
+
+def _count() -> int:
+    """z3's resource count so far in this process (a trivial check reads it)."""
+    solver = z3.Solver()
+    solver.check()
+    return int(solver.statistics().get_key_value("rlimit count"))
+
+
+def discharge(query: Query, guard_ms: int = HANG_GUARD_MS, *, rlimit: int = DEFAULT_RLIMIT,
+              small: int | None = None) -> Outcome:
     """Prove ``query`` or refute it with a checked counterexample; ``unknown`` when z3 gives up.
 
-    Steps first, then the goal; each runs the strategies in rounds of growing time slices until one
-    decides or the shared ``timeout_ms`` is spent. With ``small``, a counterexample to the goal whose
-    values all lie in ``[-small, small]`` is looked for first, so an expected one reads easily; finding
-    none there proves nothing and the search goes on.
+    Steps first, then the goal; each runs the strategies in rounds of growing shares of ``rlimit`` until one
+    decides or the budget is spent (``guard_ms`` of wall clock stops a hang). With ``small``, a counterexample
+    to the goal whose values all lie in ``[-small, small]`` is looked for first, so an expected one reads
+    easily; finding none there proves nothing and the search goes on.
     """
-    deadline = time.perf_counter() + timeout_ms / 1000
+    budget = Budget(rlimit, guard_ms)
     start = time.perf_counter()
     known = [*query.assumptions, *(fact for _, fact in query.stated)]
     for number, step in enumerate(query.steps, 1):
-        outcome = _decide(known, step, (), deadline, None)
+        outcome = _decide(known, step, (), budget, None)
         if outcome.status != "proved":
             detail = f"step {number} ({step}) not proved: {outcome.status} {outcome.detail}".strip()
-            return Outcome("unknown", time.perf_counter() - start, outcome.model, detail)
+            return Outcome("unknown", time.perf_counter() - start, outcome.model, detail, work=budget.spent)
         known.append(step)
-    outcome = _decide(known, query.goal, query.show, deadline, small)
-    return replace(outcome, seconds=time.perf_counter() - start)
+    outcome = _decide(known, query.goal, query.show, budget, small)
+    return replace(outcome, seconds=time.perf_counter() - start, work=budget.spent)
 
 
 def _decide(assumptions: list[z3.BoolRef], goal: z3.BoolRef, show: tuple[tuple[str, z3.ExprRef], ...],
-            deadline: float, small: int | None) -> Outcome:
+            budget: Budget, small: int | None) -> Outcome:
     negated = z3.And(*assumptions, z3.Not(goal))
     blaster = IntBlaster(assumptions)
     image = blaster.translate(negated)
@@ -111,33 +168,26 @@ def _decide(assumptions: list[z3.BoolRef], goal: z3.BoolRef, show: tuple[tuple[s
 
     if small is not None:
         solver = _nonlinear()
-        solver.set("timeout", max(1, min(SMALL_MS, _left_ms(deadline))))
         bounded = [img for _, img in blaster.variables.values()] + [img for _, img in blaster.applications]
         solver.add(*blaster.side, image, *(z3.And(-small <= x, x <= small) for x in bounded))
-        if solver.check() == z3.sat:
+        if budget.check(solver, SMALL_SHARE) == z3.sat:
             found = counterexample(solver.model(), "nia, small values")
             if found.status == "counterexample":
                 return found
     reasons: list[str] = []
-    for slice_ms in (*SLICES_MS, None):
+    for share in (*ROUNDS, None):
         for name, make in STRATEGIES:
-            left_ms = _left_ms(deadline)
-            if left_ms <= 0:
-                return Outcome("unknown", time.perf_counter() - start, detail="timeout: " + "; ".join(reasons))
+            if budget.spent_all():
+                return Outcome("unknown", time.perf_counter() - start, detail="; ".join(reasons))
             solver = make()
-            solver.set("timeout", left_ms if slice_ms is None else min(slice_ms, left_ms))
             solver.add(*blaster.side, image)
-            answer = solver.check()
+            answer = budget.check(solver, share)
             if answer == z3.unsat:
                 return Outcome("proved", time.perf_counter() - start, detail=name)
             if answer == z3.sat:
                 return counterexample(solver.model(), name)
-            reasons.append(f"{name}: {solver.reason_unknown()}")
+            reasons.append(f"{name}: {budget.why(solver)}")
     return Outcome("unknown", time.perf_counter() - start, detail="; ".join(reasons))
-
-
-def _left_ms(deadline: float) -> int:
-    return int((deadline - time.perf_counter()) * 1000)
 
 
 def _value(model: z3.ModelRef, term: z3.ExprRef) -> int | bool:

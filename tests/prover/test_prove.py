@@ -12,7 +12,7 @@ import z3
 
 import kvtable.cli
 from kvtable.errors import ContractViolation
-from kvtable.exitcodes import UsageError
+from kvtable.exitcodes import EXIT_FAILED, EXIT_INCONCLUSIVE, EXIT_PASSED, UsageError, most_serious
 from kvtable.prover import prove
 from kvtable.prover.obligations.registry import OBLIGATIONS, Obligation, obligation
 from kvtable.prover.solver.discharge import Query, discharge
@@ -157,7 +157,8 @@ def test_table_shows_progress_and_counterexamples(capsys: pytest.CaptureFixture[
     assert lines[1].startswith("W1.in-bounds") and "W1 decode-loc" in lines[1] and "proved" in lines[1]
     assert "T9.decode-needs-seq-len-1" in out and "counterexample (expected)" in out
     assert "counterexample: " in out and "seq_len=0" in out
-    assert "5 obligations: 1 proved, 4 counterexamples found as expected, 0 failed" in lines[-1]  # T9.kernel-* too
+    # T9.kernel-* too
+    assert "5 obligations: 1 proved, 4 counterexamples found as expected, 0 failed, 0 unknown" in lines[-1]
 
 
 @pytest.mark.slow
@@ -206,19 +207,40 @@ def test_a_false_claim_fails_with_its_counterexample(capsys: pytest.CaptureFixtu
     assert "failed: W5.fake-increment, W5.fake-expected" in out
 
 
-def test_a_timeout_is_unknown_and_fails() -> None:
-    def nested_divisions() -> Query:  # E3's identity without its proof steps: far beyond a 0.2 s budget
-        k, r, b = (widen(int32(n)) for n in ("k", "r", "b"))
-        pos = int64("pos")
-        big = r * k
-        pre = (k >= 1, r >= 1, b >= 1, pos >= 0, big <= INT32_MAX, (b + 1) * big <= 2**31)
-        j = (pos % big) / k
-        return Query(pre, (b * r + j) * k + pos % k == b * big + pos % big)
+def _nested_divisions() -> Query:
+    """E3's identity without its proof steps: far beyond a tiny resource limit."""
+    k, r, b = (widen(int32(n)) for n in ("k", "r", "b"))
+    pos = int64("pos")
+    big = r * k
+    pre = (k >= 1, r >= 1, b >= 1, pos >= 0, big <= INT32_MAX, (b + 1) * big <= 2**31)
+    j = (pos % big) / k
+    return Query(pre, (b * r + j) * k + pos % k == b * big + pos % big)
 
+
+def test_the_resource_limit_is_unknown_not_a_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    hard = _fake("W5.fake-hard", _nested_divisions)
     for isolate in (True, False):
-        result = prove.prove_one(_fake("W5.fake-hard", nested_divisions), 0.2, isolate=isolate)
+        result = prove.prove_one(hard, prove.Limits(rlimit=2000), isolate=isolate)
         assert result.outcome.status == "unknown" and not result.passed and result.verdict == "unknown"
-        assert "timeout" in result.outcome.detail
+        assert "nia: resource limit reached" in result.outcome.detail
+        assert 2000 <= result.outcome.work < 2000 + 1000  # spent up to the limit, the same on any machine
+    rc = prove.run(parse("--rlimit", "2000", "--only", "W5.*"), obligations=[hard])
+    lines = capsys.readouterr().out.splitlines()
+    assert rc == EXIT_INCONCLUSIVE == 4  # no verdict about the contract: not 1
+    assert lines[1].split()[:4] == ["W5.fake-hard", "W5", "int32-locs", "unknown"]
+    assert lines[-2] == "1 obligations: 0 proved, 0 counterexamples found as expected, 0 failed, 1 unknown" \
+        + lines[-2][lines[-2].index(" ("):]
+    assert lines[-1] == "unknown (a limit was reached: no verdict about the contract): W5.fake-hard"
+
+
+def test_a_wrong_verdict_outweighs_an_unknown() -> None:
+    x = int32("x")
+    wraps = _fake("W5.fake-increment", lambda: Query((), x + 1 > x))
+    results = prove.prove([_fake("W5.fake-hard", _nested_divisions), wraps], prove.Limits(rlimit=2000))
+    assert [r.outcome.status for r in results] == ["unknown", "counterexample"]
+    assert prove.exit_status(results) == EXIT_FAILED and prove.exit_status(results[:1]) == EXIT_INCONCLUSIVE
+    assert most_serious(EXIT_PASSED, EXIT_INCONCLUSIVE) == EXIT_INCONCLUSIVE  # kvtable check's combination
+    assert most_serious(EXIT_INCONCLUSIVE, EXIT_FAILED) == most_serious(EXIT_FAILED, EXIT_PASSED) == EXIT_FAILED
 
 
 def test_an_overrunning_obligation_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -227,8 +249,9 @@ def test_an_overrunning_obligation_is_killed(monkeypatch: pytest.MonkeyPatch) ->
         raise AssertionError("not reached")
 
     monkeypatch.setattr(prove, "GRACE_S", 0.5)
-    result = prove.prove_one(_fake("W5.fake-stuck", stuck), 0.1, isolate=True)
-    assert result.outcome.status == "unknown" and "killed" in result.outcome.detail and result.seconds < 10
+    result = prove.prove_one(_fake("W5.fake-stuck", stuck), prove.Limits(guard_s=0.1), isolate=True)
+    assert result.outcome.status == "unknown" and result.seconds < 10
+    assert result.outcome.detail == "hang guard: killed after 0.6 s of wall clock (not a verdict)"
 
 
 # The bit-vector semantics ----------------------------------------------------------------------
