@@ -22,7 +22,7 @@ import torch
 
 from kvtable import reference
 from kvtable.reference import Batch, GroupSpec
-from kvtable.reference.graph import ShortRows
+from kvtable.reference.graph import GroupBuffers, ShortRows
 from kvtable.reference.model import Table
 from kvtable.reference.safety import Token, UnsafeWrite, unsafe_writes
 from kvtable.reference.tables import as_table, specs_by_id
@@ -79,6 +79,29 @@ ANY_DOMAIN = Domain()
 """Today's wide domain: -1 anywhere, both tail pads, stale rows with any page."""
 
 
+class OneOf(int):
+    """A modelled buffer entry the engine may hold as any of ``values`` (the first is the one shown): where two
+    of its code paths differ, both are the engine's behaviour. Equal to each of them, so buffers compare as lists."""
+
+    values: tuple[int, ...]
+
+    def __new__(cls, *values: int) -> OneOf:
+        entry = super().__new__(cls, values[0])
+        entry.values = tuple(dict.fromkeys(int(v) for v in values))
+        return entry
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int) and int(other) in self.values
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = int.__hash__
+
+    def __repr__(self) -> str:
+        return " or ".join(map(str, self.values))
+
+
 @dataclass(frozen=True)
 class Profile:
     """One engine's conventions, as a map from the reference's outputs to the engine's."""
@@ -99,6 +122,12 @@ class Profile:
     graph replay at ``r == 1`` keeps the tail pad)."""
     clamp_short_verify: bool = False
     """A real verify row with ``seq_len < N`` is clamped like a padded row instead of breaking W2."""
+    mha_verify_clamp: bool = False
+    """A graph verify replay may first clamp each seq_len to at least N (tokenspeed MHA's capture buffer), so a
+    row shorter than N may also write positions ``0 .. N-1`` (a dummy row: slots ``0 .. N-1`` of page 0)."""
+    packed_tail: bool = False
+    """At ratio ``r > 1`` a replayed live row's columns past its expanded source may hold the runner's tail pad
+    (tokenspeed's packed unpack) as well as 0 (its fallback fill)."""
     dummy_rows: Literal["page0", "unread"] = "page0"
     """T2: padded rows are all page 0 (``page0``), or are never read and never scrubbed (``unread``): their
     tokens get the pad slot whatever the rows hold."""
@@ -209,8 +238,8 @@ class Profile:
         return out
 
     # -- expansion ------------------------------------------------------------------------------
-    def subpages(self, expanded: Table, source: Table, ratio: int, live_rows: int, *, zero_tail: bool = False
-                 ) -> Table:
+    def subpages(self, expanded: Table, source: Table, ratio: int, live_rows: int, *, zero_tail: bool = False,
+                 tail_pad: int | None = None) -> Table:
         """Under ``subpage_holes``: at ``r > 1`` a hole or pad of ``source`` becomes sub-pages ``0 .. r-1`` and
         columns past the expanded source become 0 (at ``r == 1`` too with ``zero_tail``, as tokenspeed's
         ``expand_page_table`` copy leaves them); other profiles get ``expanded`` back unchanged."""
@@ -220,8 +249,8 @@ class Profile:
         for row in range(min(live_rows, len(source), len(out))):
             covered = len(source[row]) * ratio
             for col in range(len(out[row])):
-                if col >= covered:
-                    out[row][col] = 0
+                if col >= covered:  # a replay under ``packed_tail`` may leave the runner's tail pad there
+                    out[row][col] = 0 if tail_pad is None or not self.packed_tail else OneOf(0, tail_pad)
                 elif ratio > 1 and source[row][col // ratio] <= 0:
                     out[row][col] = col % ratio
         return out
@@ -252,19 +281,34 @@ class Profile:
         model.replay(bs, tables, seq_lens, tokens_per_req, actual_bs=actual_bs)
         plain = {gid: as_table(t, group=gid) for gid, t in (tables or {}).items()
                  if gid in model.groups}
-        self.after_replay(model, bs, plain, tokens_per_req, actual_bs)
+        self.after_replay(model, bs, plain, tokens_per_req, actual_bs, seq_lens)
 
     def after_replay(self, model: reference.GraphModel, bs: int, tables: Mapping[str, Table],
-                     tokens_per_req: int, actual_bs: int | None) -> None:
+                     tokens_per_req: int, actual_bs: int | None, seq_lens: Sequence[int] = ()) -> None:
         """Rewrite the model's buffers after ``model.replay`` into the engine's convention, in place."""
         for gid, buffers in model.groups.items():
             src = tables[gid]
             live = min(len(src), bs, bs if actual_bs is None else actual_bs)
-            buffers.table[:bs] = self.subpages(buffers.table[:bs], src, buffers.ratio, live)
+            buffers.table[:bs] = self.subpages(buffers.table[:bs], src, buffers.ratio, live, tail_pad=model.tail_pad)
             cut = bs * tokens_per_req
             buffers.locs[:cut] = self.pad_rows(buffers.locs[:cut], live, tokens_per_req)
+            if self.mha_verify_clamp and tokens_per_req > 1:
+                self._mha_clamped(buffers, seq_lens[:bs], tokens_per_req)
             if self.loc_buffer_tail is not None:
                 buffers.locs[cut:] = [self.loc_buffer_tail] * (len(buffers.locs) - cut)
+
+    @staticmethod
+    def _mha_clamped(buffers: GroupBuffers, seq_lens: Sequence[int], n: int) -> None:
+        """Rows shorter than ``n`` may also write positions ``0 .. n-1`` (their seq_len clamped to ``n`` first):
+        page ``max(entry, 0)`` of the row's column, as the location kernel reads it (a dummy row: ``0 .. n-1``)."""
+        ps = buffers.page_size
+        for row, seq in enumerate(seq_lens):
+            if seq >= n or row >= len(buffers.table):
+                continue
+            entries = buffers.table[row]
+            for t in range(n):
+                page = max(int(entries[t // ps]), 0) if t // ps < len(entries) else 0
+                buffers.locs[row * n + t] = OneOf(buffers.locs[row * n + t], page * ps + t % ps)
 
     def describe(self) -> str:
         """The profile's conventions, one per line (for ``--help`` texts and reports)."""
@@ -354,9 +398,18 @@ TOKENSPEED = Profile(
   ``expand_page_table``/``unpack_group_tables`` kernels: at ratio ``r > 1`` a hole or pad becomes the
   sub-pages ``0 .. r-1`` of dummy block 0 and the expanded tail is 0, not -1.
 - ``tokenspeed-kernel/.../ops/kvcache/triton.py`` (``compute_group_decode_locs``): clamped positions, a
-  clamped page, no column bound, int32 output; the location buffer's tail past ``bs*N`` is untouched.""",
+  clamped page, no column bound, int32 output; the location buffer's tail past ``bs*N`` is untouched.
+- ``.../attention/backends/mha.py`` (``MHAAttnBackend``, CUDA-graph capture): for target verify the captured
+  ``seq_lens`` buffer is seeded with ``clamp_min(seq, N)``, so a replayed row shorter than N (a dummy row at
+  seq_len 1) writes positions ``0 .. N-1``, slots ``0 .. N-1`` of page 0 for a dummy row
+  (``mha_verify_clamp``: both that and the mixin's clamped positions are accepted).
+- ``cache_groups.py`` (``_try_packed_group_unpack``) and ``ops/kvcache/triton.py`` (``unpack_group_tables``):
+  the packed path fills a live row's columns past its source with ``table_tail_pad`` even at ``r > 1``,
+  where the fallback ``_fill_group_graph_buffers`` writes 0 (``packed_tail``: either is accepted). It
+  builds ``meta`` fresh and contiguous each step (``Domain.contiguous_args``).""",
     subpage_holes=True, clamp_short_verify=True, buffers_at="first-capture", replay_bs0="noop",
-    extra_groups="ignore", domain=Domain(contiguous_args=("packed", "meta", "dst")),
+    extra_groups="ignore", domain=Domain(contiguous_args=("packed", "meta", "dst")), mha_verify_clamp=True,
+    packed_tail=True,
 )
 
 TRTLLM = Profile(
