@@ -345,3 +345,38 @@ def test_a_runner_keeping_stale_tables_fails_safety_with_the_write_shown() -> No
     assert result.status == "failed" and result.tier == "safety", report.details()
     assert re.search(r"group '\w+' row \d+ token \d+ position \d+ loc \d+: another page", result.message), \
         result.message
+
+
+# -- tokenspeed's other replay paths: MHA's seq_len >= N clamp, the packed unpack's tail pad at r > 1 ----------
+
+
+class MhaClampsSeqLens(ts.LazyGroupGraphBuffers):
+    """tokenspeed MHA's capture buffer: a verify replay's seq_lens are clamped to at least N first."""
+
+    def replay(self, bs, tables, seq_lens, tokens_per_req=1, *, actual_bs=None):
+        if tokens_per_req > 1:
+            seq_lens = seq_lens.clamp_min(tokens_per_req)
+        super().replay(bs, tables, seq_lens, tokens_per_req, actual_bs=actual_bs)
+
+
+class PackedTail(ts.LazyGroupGraphBuffers):
+    """tokenspeed's packed unpack: at r > 1 a live row's columns past its source hold the tail pad, not 0."""
+
+    def _staged(self, gid, src, bs, live):
+        out = super()._staged(gid, src, bs, live)
+        source_width, ratio, _, _ = self.layout[gid]
+        if ratio > 1:
+            out[: min(src.shape[0], bs, live), min(src.shape[1], source_width) * ratio:] = self.tail_pad
+        return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runner_cls", [MhaClampsSeqLens, PackedTail])
+def test_tokenspeeds_other_replay_paths_pass_under_its_profile(runner_cls: type) -> None:
+    props = select(["graph/replay-fill", "graph/replay-locs", "graph/protocol"])
+    report = run_conformance(_with_runner(runner_cls), examples=60, seed=0, profile="tokenspeed", properties=props)
+    assert report.passed, report.details()
+    one_path = replace(PROFILES["tokenspeed"], name="tokenspeed-one-path", mha_verify_clamp=False, packed_tail=False)
+    strict = run_conformance(_with_runner(runner_cls), examples=60, seed=0, profile=one_path, properties=props,
+                             shrink=False)
+    assert not strict.passed  # the paths do differ: only the profile's two fields model them
