@@ -1,13 +1,16 @@
 """impl/ in torch on the CPU: hand-derived vectors, graph buffers, every cheap ContractViolation, and
-equality with the pure-Python reference on seeded random valid batches."""
+equality with the pure-Python reference on the strategies' valid batches."""
 
 from __future__ import annotations
 
-import random
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
 
 import pytest
 import torch
 from hand_vectors import FULL, SLIDING, SPECS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kvtable import ContractViolation, StaleGraphState
 from kvtable.backends.protocol import Backend, GraphRunner
@@ -28,10 +31,12 @@ from kvtable.impl import (
     triton_kernels,
     verify_locs,
 )
-from kvtable.reference import Batch, GraphModel, GroupSpec, batch_locs, check_tables
+from kvtable.reference import Batch, GraphModel, GroupSpec, batch_locs
 from kvtable.reference import check_write_locs as ref_check_write_locs
 from kvtable.reference import expand_table as ref_expand_table
-from kvtable.reference.model import read_start, write_positions
+from kvtable.reference.model import write_positions
+from kvtable.strategies import Case, as_tensor, cases
+from kvtable.strategies.graph import GraphSetup, graph_setups, replays
 
 
 def i32(values: object) -> torch.Tensor:
@@ -360,116 +365,72 @@ def assert_same_verdict(table: list[list[int]], locs: list[int], batch: Batch, p
         check_write_locs(i32(table), i32(locs), batch, ps, group="g")
 
 
-# Random valid batches against the reference ----------------------------------------------------------------
-def random_specs(rng: random.Random) -> list[GroupSpec]:
-    specs = [GroupSpec("full", "full", rng.choice([1, 2, 4])), GroupSpec("state", "state", 1)]
-    for i in range(rng.randint(0, 2)):
-        specs.append(GroupSpec(f"swa{i}", "sliding", rng.choice([2, 4]), window=rng.randint(1, 9)))
-    return specs
+# The strategies' valid batches against the reference ------------------------------------------------------
+DRAWN = settings(max_examples=40, database=None, deadline=None, derandomize=True,
+                 suppress_health_check=[HealthCheck.too_slow])
+"""The project's strategies, derandomized: the same examples on every run, as the seeds before gave."""
 
 
-def random_batch(rng: random.Random) -> Batch:
-    mode = rng.choice(["decode", "verify", "reanchor", "extend"])
-    bs = rng.randint(1, 5)
-    if mode == "extend":
-        return Batch.extend([rng.randint(0, 12) for _ in range(bs)], [rng.randint(0, 8) for _ in range(bs)])
-    n = 1 if mode == "decode" else rng.randint(1, 4)
-    live = rng.randint(0, bs) if mode != "reanchor" else bs
-    low = n if mode == "verify" else 1
-    seq = [rng.randint(low, 20) for _ in range(live)] + [1] * (bs - live)
-    return Batch(tuple(seq), mode=mode, n=n, actual_bs=live if live < bs else None)
-
-
-def random_tables(rng: random.Random, specs: list[GroupSpec], batch: Batch) -> dict[str, list[list[int]]]:
-    out = {"state": [[0, rng.randint(1, 9)] for _ in range(batch.bs)]}
-    for spec in specs:
-        if spec.is_state:
-            continue
-        ps = spec.block_granularity
-        width = max(-(-max(batch.seq_lens) // ps), 1) + rng.randint(0, 2)
-        pages = rng.sample(range(1, 300), width * batch.bs)
-        rows = []
-        for r, seq in enumerate(batch.seq_lens):
-            if batch.is_dummy(r):
-                rows.append([0] * width)
-                continue
-            used = -(-seq // ps)
-            holes = read_start(batch, r, spec.window) // ps if spec.family == "sliding" else 0
-            rows.append([0 if c < holes else pages[r * width + c] if c < used else -1 for c in range(width)])
-        out[spec.group_id] = rows
-    check_tables(specs, out, batch)
-    return out
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_random_batches_match_the_reference(seed: int) -> None:
-    rng = random.Random(seed)
-    specs = random_specs(rng)
-    batch = random_batch(rng)
-    plain = random_tables(rng, specs, batch)
-    live = {g: i32(t) for g, t in plain.items()}
-    got = group_locs(specs, live, batch, debug=True)
-    by_id = {s.group_id: s for s in specs}
-    want = {g: batch_locs(t, batch, by_id[g].block_granularity) for g, t in plain.items() if g != "state"}
+@DRAWN
+@given(cases(), st.data())
+def test_drawn_batches_match_the_reference(case: Case, data: st.DataObject) -> None:
+    """``group_locs`` (debug mode), the lone-table calls and the expansion equal the reference's values."""
+    batch, by_id, live = case.batch, {s.group_id: s for s in case.specs}, case.tensors()
+    got = group_locs(list(case.specs), live, batch, debug=True, tail_pad=case.tail_pad)
+    want = {g: batch_locs(t, batch, by_id[g].block_granularity) for g, t in case.tables.items()
+            if not by_id[g].is_state}
     assert {g: t.tolist() for g, t in got.items()} == want
     assert all(t.dtype == torch.int32 for t in got.values())
-    # decode_locs has no notion of dummy rows, so the debug check would rightly see their writes to page 0
-    backend = TorchBackend(debug=batch.mode != "decode" or batch.actual_bs is None)
-    full, ps = live["full"], by_id["full"].block_granularity
+    # the lone calls check the default pad -1 only; decode_locs has no notion of dummy rows, so the debug check
+    # would rightly see their writes to page 0
+    backend = TorchBackend(debug=case.tail_pad == -1 and (batch.mode != "decode" or batch.actual_bs is None))
+    first = case.attention[0]
+    table, ps = live[first.group_id], first.block_granularity
     seq = i32(list(batch.seq_lens))
     if batch.mode == "extend":
         assert batch.prefix_lens is not None
         extend = [s - p for s, p in zip(batch.seq_lens, batch.prefix_lens, strict=True)]
-        lone = backend.extend_locs(full, batch.prefix_lens, extend, ps)
+        lone = backend.extend_locs(table, batch.prefix_lens, extend, ps)
     elif batch.mode == "decode":
-        lone = backend.decode_locs(full, seq, ps)
+        lone = backend.decode_locs(table, seq, ps)
     elif batch.mode == "verify":
-        lone = backend.verify_locs(full, seq, ps, batch.n, actual_bs=batch.actual_bs)
+        lone = backend.verify_locs(table, seq, ps, batch.n, actual_bs=batch.actual_bs)
     else:
-        lone = backend.reanchor_locs(full, seq, ps, batch.n)
-    assert lone.tolist() == want["full"]
-    for gid, table in plain.items():
-        ratio, cols, actual = rng.randint(1, 3), rng.randint(0, 12), rng.randint(0, batch.bs)
+        lone = backend.reanchor_locs(table, seq, ps, batch.n)
+    assert lone.tolist() == want[first.group_id]
+    for gid, plain in case.tables.items():
+        ratio, cols, actual = data.draw(st.tuples(st.integers(1, 3), st.integers(0, 12), st.integers(0, batch.bs)))
         assert backend.expand_table(live[gid], ratio, max_kernel_pages=cols, actual_bs=actual).tolist() == \
-            ref_expand_table(table, ratio, max_kernel_pages=cols, actual_bs=actual)
+            ref_expand_table(plain, ratio, max_kernel_pages=cols, actual_bs=actual)
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_random_graph_replays_match_the_model(seed: int) -> None:
-    rng = random.Random(1000 + seed)
-    specs = random_specs(rng)
-    blocks = [s.block_granularity for s in specs if not s.is_state]
-    kernel = rng.choice([k for k in (1, 2) if all(b % k == 0 for b in blocks)])
-    max_bs, spec_n = rng.randint(2, 5), rng.randint(1, 3)
-    kw = {"max_bs": max_bs, "max_kernel_pages": 24, "kernel_page_size": kernel, "spec_n": spec_n,
-          "tail_pad": rng.choice([-1, 0]), "expand": rng.random() < 0.7}
-    model = GraphModel(specs, **kw)
-    runner, pool_runner = TorchBackend().graph(specs, **kw), TorchBackend().graph(specs, **kw)
+@settings(DRAWN, max_examples=20)
+@given(graph_setups(), st.data())
+def test_drawn_graph_replays_match_the_model(setup: GraphSetup, data: st.DataObject) -> None:
+    """Up to three replays on fresh runners equal the reference model's, tables apart or in one pool."""
+    kw = {f.name: getattr(setup, f.name) for f in fields(setup) if f.name != "specs"}
+    model = GraphModel(setup.specs, **kw)
+    runner, pool_runner = TorchBackend().graph(setup.specs, **kw), TorchBackend().graph(setup.specs, **kw)
     assert isinstance(runner, GraphRunner)
-    for _ in range(3):
-        bs, n = rng.randint(1, max_bs), rng.randint(1, spec_n)
-        live = rng.randint(0, bs)
-        seq = tuple([rng.randint(n, 20) for _ in range(live)] + [1] * (bs - live))
-        batch = Batch(seq, mode="verify", n=n, actual_bs=live if live < bs else None)
-        plain = random_tables(rng, specs, batch)
-        rows = rng.choice([bs, max(live, 1)])
-        sources = {g: t[:rows] for g, t in plain.items()}
-        model.replay(bs, sources, list(seq), n, actual_bs=batch.actual_bs)
-        runner.replay(bs, {g: i32(t) for g, t in sources.items()}, i32(list(seq)), n, actual_bs=batch.actual_bs)
+    for step in data.draw(st.lists(replays(setup), min_size=1, max_size=3)):
+        seq, n = i32(list(step.seq_lens)), step.tokens_per_req
+        model.replay(step.bs, step.tables, list(step.seq_lens), n, actual_bs=step.actual_bs)
+        runner.replay(step.bs, {g: as_tensor(t) for g, t in step.tables.items()}, seq, n, actual_bs=step.actual_bs)
         assert_same_graph(model, runner)
-        pool_runner.replay(bs, pooled(sources, rng), i32(list(seq)), n, actual_bs=batch.actual_bs)
+        order = data.draw(st.permutations(sorted(step.tables)))
+        gaps = data.draw(st.lists(st.integers(0, 3), min_size=len(order), max_size=len(order)))
+        pool_runner.replay(step.bs, pooled(step.tables, order, gaps), seq, n, actual_bs=step.actual_bs)
         assert_same_graph(model, pool_runner)
 
 
-def pooled(tables: dict[str, list[list[int]]], rng: random.Random) -> dict[str, torch.Tensor]:
+def pooled(tables: Mapping[str, list[list[int]]], order: Sequence[str], gaps: Sequence[int]
+           ) -> dict[str, torch.Tensor]:
     """The tables as row-major views of one int32 pool (as an engine allocating every group's table from one
-    pool hands them over), in a random order with poison between them: replay reads them where they lie."""
-    order = rng.sample(sorted(tables), len(tables))
-    gaps = [rng.randint(0, 3) for _ in order]
-    pool = torch.full((sum(len(t) * len(t[0]) for t in tables.values()) + sum(gaps),), 999, dtype=torch.int32)
+    pool hands them over), in ``order`` with ``gaps`` of poison before each: replay reads them where they lie."""
+    pool = torch.full((sum(len(t) * len(t[0]) for t in tables.values() if t) + sum(gaps),), 999, dtype=torch.int32)
     views, at = {}, 0
     for gid, gap in zip(order, gaps, strict=True):
-        table = i32(tables[gid])
+        table = as_tensor(tables[gid])
         at += gap
         views[gid] = pool[at: at + table.numel()].view(table.shape)
         views[gid].copy_(table)
@@ -488,7 +449,7 @@ def test_replay_reads_pooled_tables_in_place_and_never_its_own_stack(kernels: ob
     model.replay(3, live, [8, 12, 1])
     runner = GroupGraphBuffers(specs, max_bs=3, max_kernel_pages=6, kernel_page_size=2, kernels=kernels)
     runner._packed.fill_(-5)
-    runner.replay(3, pooled(live, random.Random(0)), i32([8, 12, 1]))
+    runner.replay(3, pooled(live, ["g", "f"], [2, 1]), i32([8, 12, 1]))
     assert_same_graph(model, runner)
     assert runner._packed.eq(-5).all()
     # f's table over f's own row 0 of the stack (which the fill rewrites, expanded), g's over g's rows 0-1
@@ -500,21 +461,18 @@ def test_replay_reads_pooled_tables_in_place_and_never_its_own_stack(kernels: ob
     assert_same_graph(model, runner)
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_random_checker_verdicts_match_the_reference(seed: int) -> None:
-    rng = random.Random(2000 + seed)
-    specs = random_specs(rng)
-    batch = random_batch(rng)
-    if batch.mode == "reanchor":
-        batch = Batch(batch.seq_lens, mode="verify", n=1)
-    plain = random_tables(rng, specs, batch)
-    table, ps = plain["full"], specs[0].block_granularity
+@DRAWN
+@given(cases(modes=("decode", "verify", "extend"), tail_pads=(-1,)), st.data())
+def test_drawn_checker_verdicts_match_the_reference(case: Case, data: st.DataObject) -> None:
+    """The write checker's verdict equals the reference's on a batch's own locations and on one changed."""
+    first, batch = case.attention[0], case.batch
+    table, ps = case.tables[first.group_id], first.block_granularity
     locs = batch_locs(table, batch, ps)[: sum(len(write_positions(batch, r)) for r in range(batch.live_rows))]
     assert_same_verdict(table, locs, batch, ps)
     if not locs:
         return
-    k = rng.randrange(len(locs))
-    for bad in (0, locs[k] + 1, locs[k] - 1, rng.choice(locs), rng.randint(0, 300 * ps)):
+    k = data.draw(st.integers(0, len(locs) - 1))
+    for bad in (0, locs[k] + 1, locs[k] - 1, data.draw(st.sampled_from(locs)), data.draw(st.integers(0, 300 * ps))):
         assert_same_verdict(table, locs[:k] + [bad] + locs[k + 1:], batch, ps)
 
 
