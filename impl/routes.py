@@ -34,6 +34,25 @@ class Route:
     proved_by: tuple[str, ...] = ()
     """The z3 obligations on this route's own code (``kvtable prove``)."""
 
+    @property
+    def call(self) -> str:
+        """The ``Kernels`` method the route is called through (impl/kernels.py)."""
+        stacked = {"fixed-locs": "stacked_locs", "extend-locs": "stacked_extend_locs", "replay-fill": "replay_fill"}
+        return GROUPED[self.operation] if self.name == "torch" and self.operation in GROUPED \
+            else stacked[self.operation]
+
+    def kernels(self, device: str) -> object | None:
+        """A kernels object that takes this route on ``device`` tensors, or None where it cannot run (Triton
+        without triton, compiled Triton on a CPU, interpreted Triton on a GPU)."""
+        from kvtable.impl import triton_kernels
+        from kvtable.impl.torch_kernels import TORCH_KERNELS
+
+        if self.name != "triton":
+            return TORCH_KERNELS
+        if not triton_kernels.triton_available() or triton_kernels.interpreting() != (device == "cpu"):
+            return None
+        return triton_kernels.TritonKernels()
+
 
 _TORCH_WHY = "default on CPU and CUDA: each group's own table read where it lies, a fixed op count for any G"
 _STACKED_WHY = "the graph replay's persistent [G, R, W] stack; the torch formula the z3 obligations run"

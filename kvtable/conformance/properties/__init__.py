@@ -26,6 +26,7 @@ from kvtable.conformance.properties import (
     kernels,
     lone_locs,
     rejects,
+    routes,
     safety,
 )
 
@@ -36,6 +37,7 @@ PROPERTIES: tuple[Property, ...] = (
     *checker.PROPERTIES,
     *graph.PROPERTIES,
     *kernels.PROPERTIES,
+    *routes.PROPERTIES,
     *rejects.PROPERTIES,
     *safety.PROPERTIES,
     *edges.PROPERTIES,
