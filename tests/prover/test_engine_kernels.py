@@ -262,3 +262,53 @@ def test_sglang_alloc_extend_writes_before_its_buffer_when_a_prefix_exceeds_its_
     stated = dataclasses.replace(binding, assumes=(*binding.assumes, *(f"pre_lens_ptr[{j}] <= seq_lens_ptr[{j}]"
                                                                        for j in range(4))))
     assert discharge(before_the_buffer(stated), TIMEOUT_MS).status == "proved"
+
+
+@pytest.mark.slow
+def test_v2_context_parallel_branch_is_modelled() -> None:
+    """CP_SIZE 2 takes V2's other constexpr branch (cp_rank an argument): in bounds fails there only through
+    the int32 `block_size * CP_SIZE`, which wraps negative for a block size of 2^30 and reads column -1."""
+    binding = load_binding(V2)
+    binding = dataclasses.replace(binding, constexprs={**binding.constexprs, "CP_SIZE": 2, "CP_INTERLEAVE": 4},
+                                  scalars={**binding.scalars, "cp_rank": "1"})
+    model = dict(discharge(kq.in_bounds(binding), TIMEOUT_MS, small=prove.SMALL_VALUES).model)
+    (label,) = [k.removesuffix(" mask") for k, v in model.items() if k.endswith(" mask") and v
+                and " table_g" in k and model[k.replace("mask", "index[1]")] < 0]
+    group = int(label.split(" table_g")[1][0])
+    assert model[f"block_sizes[{group}]"] * 2 >= 2**31  # the product that wrapped
+
+
+def test_a_loop_may_assign_a_name_in_both_branches_of_an_if() -> None:
+    import triton
+    import triton.language as tl
+
+    import kvtable.impl.triton_kernels  # noqa: F401 (interpreter mode, set before triton decorates)
+
+    @triton.jit
+    def both(x_ptr, n, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+        for i in range(0, n, BLOCK):
+            offs = i + tl.arange(0, BLOCK)
+            if WIDE:
+                v = offs * 2
+            else:
+                v = offs
+                v = tl.where(offs > 0, v, 0)  # reads the v this iteration assigned
+            tl.store(x_ptr + offs, v, mask=offs < n)
+
+    @triton.jit
+    def one(x_ptr, n, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+        for i in range(0, n, BLOCK):
+            offs = i + tl.arange(0, BLOCK)
+            if WIDE:
+                v = offs
+            tl.store(x_ptr + offs, v, mask=offs < n)  # the last iteration's v when WIDE is off
+
+    def binding(kernel: object, wide: int) -> Binding:
+        return Binding(kernel=kernel, clause="W3", params={"N": (1, 100)}, grid=("1",), scalars={"n": "N"},
+                       tensors={"x_ptr": TensorSpec("int32", ("N",), (1,))}, constexprs={"BLOCK": 16, "WIDE": wide},
+                       roles={"table": "x_ptr"})
+
+    for wide in (0, 1):
+        assert discharge(kq.in_bounds(binding(both, wide)), TIMEOUT_MS).status == "proved"
+    with pytest.raises(KernelNotSupported, match=r"carries \['v'\]"):
+        kq.in_bounds(binding(one, 1))
