@@ -106,10 +106,12 @@ class Binding:
 
 
 def load_object(reference: str) -> Any:
-    """``"pkg.mod:attr"`` or ``"path/to/file.py:attr"``: the attribute, imported."""
+    """``"pkg.mod:attr"`` or ``"path/to/file.py:attr"``: the attribute, imported (where no GPU is present, after
+    impl/triton_kernels.py has set ``TRITON_INTERPRET``, so the module's kernels replay in the interpreter)."""
     module_name, _, attr = reference.partition(":")
     if not attr:
         raise ValueError(f"{reference!r}: expected MODULE:NAME or FILE.py:NAME")
+    import kvtable.impl.triton_kernels  # noqa: F401 (its import sets TRITON_INTERPRET where CUDA is absent)
     if module_name.endswith(".py"):
         path = Path(module_name)
         spec = importlib.util.spec_from_file_location(f"_kvtable_binding_{path.stem}", path)

@@ -3,16 +3,21 @@
 The function's code object is rebuilt with new globals: ``triton.language`` (whatever name the module
 imported it as) becomes the recording stand-in of prover/symexec/tl.py, ``triton`` a stand-in with
 ``cdiv``, and every other ``@triton.jit`` function it calls is rebuilt the same way, so nested calls are
-inlined the way the Triton compiler inlines them. Nothing is compiled and no GPU or interpreter runs;
-a kernel module without triton installed (``@jit`` as the identity) works the same.
+inlined the way the Triton compiler inlines them. Nothing is compiled and no GPU or interpreter runs.
+Triton need not be installed: the names a kernel's module binds by importing ``triton`` or
+``triton.language`` are read from its source and bound to the stand-ins, and where that import failed
+(``@jit`` as the identity) the module's plain functions a kernel calls are inlined as its jit helpers.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import inspect
 import linecache
+import sys
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -46,14 +51,35 @@ def _is_triton(value: Any) -> bool:
     return isinstance(value, types.ModuleType) and value.__name__ == "triton"
 
 
+@functools.cache
+def _triton_imports(module_name: str) -> dict[str, str]:
+    """The names module ``module_name`` binds by its imports of ``triton`` (-> ``"triton"``) and
+    ``triton.language`` (-> ``"triton.language"``), read from its source (try/except imports included)."""
+    module = sys.modules.get(module_name)
+    try:
+        tree = ast.parse(inspect.getsource(module)) if module is not None else None
+    except (OSError, TypeError, SyntaxError):
+        tree = None
+    names: dict[str, str] = {}
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in ("triton", "triton.language"):
+                    names[alias.asname or "triton"] = alias.name if alias.asname else "triton"
+        elif isinstance(node, ast.ImportFrom) and node.module == "triton":
+            names.update({a.asname or a.name: "triton.language" for a in node.names if a.name == "language"})
+    return names
+
+
 class _Rebinder:
     """Rebuilds functions with the stand-in namespaces, once each (nested jit functions included)."""
 
-    def __init__(self, language: Language, jitted: set[int]) -> None:
+    def __init__(self, language: Language) -> None:
         self.language = language
         self.triton = TritonStandIn(language)
-        self.jitted = jitted
         self.done: dict[int, types.FunctionType] = {}
+        self.inlined: set[str] = set()
+        """Modules whose import of triton failed: their plain functions are the kernels' jit helpers."""
 
     def rebuild(self, fn: types.FunctionType) -> types.FunctionType:
         hit = self.done.get(id(fn))
@@ -63,6 +89,11 @@ class _Rebinder:
         cells = [types.CellType() for _ in fn.__closure__ or ()]  # a kernel defined in a function: its free names
         rebuilt = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, tuple(cells) or None)
         self.done[id(fn)] = rebuilt
+        imported = _triton_imports(fn.__module__)
+        for name, what in imported.items():
+            if not isinstance(scope.get(name), types.ModuleType):  # the import failed: triton is not installed
+                self.inlined.add(fn.__module__)
+                scope[name] = self.language if what == "triton.language" else self.triton
         for name in fn.__code__.co_names:
             if name in scope:
                 scope[name] = self.stand_in(scope[name])
@@ -85,7 +116,7 @@ class _Rebinder:
             return self.language
         if _is_triton(value):
             return self.triton
-        if _is_jit(value) or (isinstance(value, types.FunctionType) and id(value) in self.jitted):
+        if _is_jit(value) or (isinstance(value, types.FunctionType) and value.__module__ in self.inlined):
             return self.rebuild(python_function(value))
         return value
 
@@ -131,11 +162,9 @@ class _Path:
         return z3.And(*[c if choice else z3.Not(c) for c, choice in self.taken])
 
 
-def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace,
-                 jit_helpers: tuple[Callable, ...] = ()) -> Trace:
+def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace) -> Trace:
     """Run ``kernel`` with ``arguments`` (symbolic values, pointers, constexpr ints), recording into ``trace``:
-    once per path through its Python ``if``s on symbolic scalars, each access guarded by its path's condition.
-    ``jit_helpers`` names plain functions to inline when triton is absent (``@jit`` = identity)."""
+    once per path through its Python ``if``s on symbolic scalars, each access guarded by its path's condition."""
     fn = python_function(kernel)
     names = list(inspect.signature(fn).parameters)
     missing = [n for n in names if n not in arguments]
@@ -148,7 +177,7 @@ def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace,
             raise KernelNotSupported(f"{fn.__name__}: more than {MAX_PATHS} paths through Python branches")
         path = _Path(pending.pop())
         run = replace(trace, accesses=[], path=[])
-        _run_once(fn, names, arguments, run, path, jit_helpers)
+        _run_once(fn, names, arguments, run, path)
         guard = path.condition()
         trace.accesses += [replace(a, path=paths, mask=z3.And(guard, a.mask) if path.taken else a.mask)
                            for a in run.accesses]
@@ -159,8 +188,8 @@ def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace,
 
 
 def _run_once(fn: types.FunctionType, names: list[str], arguments: Mapping[str, Any], trace: Trace,
-              path: _Path, jit_helpers: tuple[Callable, ...]) -> None:
-    rebinder = _Rebinder(Language(trace), {id(python_function(h)) for h in jit_helpers})
+              path: _Path) -> None:
+    rebinder = _Rebinder(Language(trace))
     tokens = DIVISIONS.set(trace.divisions), BRANCHES.set(path)
     try:
         rebinder.rebuild(fn)(**{n: arguments[n] for n in names})
