@@ -298,7 +298,8 @@ def check_swa_slots(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]:
 
 
 def judge_allocation(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]:
-    """Every fault of one allocator step against A1-A5 (unsafe ones first, then in clause order)."""
-    faults = [*check_out_buffer(step, outcome), *check_rows_kept(step, outcome), *check_free_slots(step, outcome),
-              *check_recorded(step, outcome), *check_swa_slots(step, outcome)]
+    """Every fault of one allocator step against A1-A5: unsafe ones first, then A4, A1, A2, A3, A5 (where the
+    output went, what was recorded at the token's own cell, what else changed, which slot, the SWA side)."""
+    faults = [*check_out_buffer(step, outcome), *check_recorded(step, outcome), *check_rows_kept(step, outcome),
+              *check_free_slots(step, outcome), *check_swa_slots(step, outcome)]
     return sorted(faults, key=lambda f: not f.unsafe)

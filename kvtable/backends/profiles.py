@@ -27,7 +27,8 @@ from kvtable.reference.model import Table
 from kvtable.reference.safety import Token, UnsafeWrite, unsafe_writes
 from kvtable.reference.tables import as_table, specs_by_id
 
-__all__ = ["ALIASES", "ANY_DOMAIN", "DOMAIN_ANY", "PAD_SLOT_ID", "PROFILES", "Domain", "Profile", "get_profile"]
+__all__ = ["ALIASES", "ANY_DOMAIN", "DOMAIN_ANY", "PAD_SLOT_ID", "PROFILES", "Allocator", "Domain", "Profile",
+           "get_profile"]
 
 PAD_SLOT_ID = -1
 """vLLM's slot for tokens that must not be written (its KV writers skip every slot < 0)."""
@@ -42,6 +43,7 @@ CHOICES = {
     "extra_groups": ("refuse", "ignore"),
     "validates": ("backend", "scheduler"),
     "writer": ("skips-negative", "skips-pad", "writes-all"),
+    "loc_buffer_tail_on": ("every", "padded"),
 }
 DOMAIN_ANY = "+any"
 """Suffix of a profile name (``vllm+any``): the profile with the wide input domain (``--domain any``)."""
@@ -103,6 +105,18 @@ class OneOf(int):
 
 
 @dataclass(frozen=True)
+class Allocator:
+    """An allocator-driven engine (spec section 6a, A1-A5): its allocator picks the write slots, then records them."""
+
+    loc_dtype: Literal["int32", "int64"] = "int64"
+    """The dtype of the slots the allocator hands out (``out_cache_loc``)."""
+    swa_loc_dtype: Literal["int32", "int64"] = "int32"
+    """The dtype of translated SWA locations; the ``alloc/swa-*`` properties check it."""
+    debug_env: str = ""
+    """The switch of the engine's own allocator debug asserts, if it has one."""
+
+
+@dataclass(frozen=True)
 class Profile:
     """One engine's conventions, as a map from the reference's outputs to the engine's."""
 
@@ -140,6 +154,10 @@ class Profile:
     loc_buffer_tail: int | None = None
     """G4: the value the engine rewrites a location buffer's tail ``[bs*N:]`` with on every replay (None:
     the tail is left untouched, as kvtable's contract says)."""
+    loc_buffer_tail_on: Literal["every", "padded"] = "every"
+    """G4: whether ``loc_buffer_tail`` is written on every replay or only on padded ones (``actual_bs < bs``)."""
+    allocator: Allocator | None = None
+    """The engine chooses its write slots in an allocator (A1-A5); None: locations are computed from tables."""
     validates: Literal["backend", "scheduler"] = "backend"
     """Who refuses broken input: the backend itself, or the engine's scheduler before the backend runs
     (then refusals are a strictness matter only: a missing one is reported, never a safety failure)."""
@@ -294,7 +312,8 @@ class Profile:
             buffers.locs[:cut] = self.pad_rows(buffers.locs[:cut], live, tokens_per_req)
             if self.mha_verify_clamp and tokens_per_req > 1:
                 self._mha_clamped(buffers, seq_lens[:bs], tokens_per_req)
-            if self.loc_buffer_tail is not None:
+            padded = actual_bs is not None and actual_bs < bs
+            if self.loc_buffer_tail is not None and (self.loc_buffer_tail_on == "every" or padded):
                 buffers.locs[cut:] = [self.loc_buffer_tail] * (len(buffers.locs) - cut)
 
     @staticmethod
@@ -313,7 +332,8 @@ class Profile:
     def describe(self) -> str:
         """The profile's conventions, one per line (for ``--help`` texts and reports)."""
         fields = ("loc_dtype", "tail_pad", "pad_slot", "subpage_holes", "clamp_short_verify", "dummy_rows",
-                  "buffers_at", "replay_bs0", "extra_groups", "loc_buffer_tail", "validates", "domain", "writer")
+                  "buffers_at", "replay_bs0", "extra_groups", "loc_buffer_tail", "loc_buffer_tail_on", "validates",
+                  "domain", "writer", "allocator")
         return "\n".join([f"{self.name}: {self.summary}"] + [f"  {f} = {getattr(self, f)!r}" for f in fields])
 
 
@@ -359,22 +379,40 @@ kvtable's (a vLLM-style backend simply has no ``graph``).""",
 )
 
 SGLANG = Profile(
-    "sglang", "SGLang token pools: int64 locations, 0 tails, padded tokens write the reserved slot 0, "
-    "location buffer zeroed on padded replays, no validation (the scheduler's job)",
-    details="""Read from SGLang's public code:
+    "sglang", "SGLang token pools: the allocator chooses int64 locations (page size 1 by default), SWA "
+    "locations int32, 0 tails, padded tokens write the reserved slot 0, location buffer zeroed only on padded "
+    "replays, no validation (the scheduler's job)",
+    details="""Read from SGLang's public code, point by point:
 
-- ``python/sglang/srt/mem_cache/memory_pool.py`` (``ReqToTokenPool``) and the paged allocators in
-  ``python/sglang/srt/mem_cache/allocator.py``: tables are token-level (``req_to_token``, zero-initialised,
-  so tails read 0); a page table is ``req_to_token[:, ::page_size] // page_size``. The allocators hand out
-  pages from 1: slot 0 is the reserved padding sink, the same role as kvtable's dummy page 0. The
-  sliding-window translation (``full_to_swa_index_mapping``) sends evicted or absent slots to 0. Locations
-  are int64 tensors.
-- ``python/sglang/srt/model_executor/cuda_graph_runner.py``: the persistent ``out_cache_loc`` buffer is
-  int64 (``_cache_loc_dtype``) and is zero-filled before a padded replay, so padded tokens, and the
-  buffer's tail, write slot 0 (the KV store kernels now skip slot 0). Padded requests' ``seq_lens`` are
-  the fill value 1; their rows are never read for writes.
+- The allocator chooses the locations (``allocator``; spec section 6a, A1-A5). ``alloc_decode_kernel`` and
+  ``alloc_extend_kernel`` (``python/sglang/kernels/ops/memory/allocator.py``) compute ``out_cache_loc`` from
+  each request's last location and the free pages; ``alloc_for_decode``, ``alloc_for_extend`` and
+  ``alloc_for_spec_decode`` (``python/sglang/srt/mem_cache/allocation.py``) then record it in
+  ``req_to_token`` at the request's positions (``ReqToTokenPool.write``, ``write_cache_indices`` with
+  ``write_req_to_token_pool_triton``, ``assign_req_to_token_pool``). The slots are int64.
+- Page size 1 is the default: ``python/sglang/srt/mem_cache/allocator/token.py`` hands out slots,
+  ``allocator/paged.py`` (``PagedTokenToKVPoolAllocator``) whole pages, ``free_pages`` starting at 1 in both
+  (``clear``): slot 0 (page 0) is the reserved padding sink, kvtable's dummy page 0.
+- Tables are token-level: ``ReqToTokenPool`` (``python/sglang/srt/mem_cache/memory_pool.py``) keeps an int32
+  ``req_to_token`` of ``torch.zeros`` with row 0 reserved for padding; a page table is
+  ``req_to_token[:, ::page_size] // page_size``. ``ReqToTokenPool.free`` only returns the row index to
+  ``free_slots``: a reused row keeps the previous request's slots past its length (never read below
+  ``seq_len``), so "tails read 0" holds only for rows never used (``domain.stale = "earlier-ids"``).
+- SWA (``python/sglang/srt/mem_cache/allocator/swa.py``, ``SWATokenToKVPoolAllocator``):
+  ``full_to_swa_index_mapping`` is int64 with one extra entry, the sentinel -1, so that translating
+  ``last_loc = -1`` gives -1; evicted or absent slots map to 0; ``translate_loc_from_full_to_swa`` returns
+  int32 locations (``allocator.swa_loc_dtype``).
+- ``SGLANG_DEBUG_MEMORY_POOL`` switches on the paged allocator's asserts (``alloc_extend``/``alloc_decode``:
+  ``last_loc`` agrees with the prefix length modulo the page size, the output slots are unique; ``free``: no
+  duplicate free pages): SGLang's own debug mode (``allocator.debug_env``).
+- ``python/sglang/srt/model_executor/cuda_graph_runner.py``: the persistent ``out_cache_loc`` buffer (and,
+  in newer code, ``out_cache_loc_swa``) is zero-filled only when the batch is padded (``bs != raw_bs``), so
+  padded tokens and the buffer's tail write slot 0 (the KV store kernels skip slot 0); an unpadded replay
+  leaves the tail as an earlier replay left it (``loc_buffer_tail_on = "padded"``). Padded requests'
+  ``seq_lens`` are the fill value 1; their rows are never read for writes.
 - Validation lives in the scheduler; the attention backends trust what they get.""",
-    loc_dtype="int64", tail_pad=0, dummy_rows="unread", loc_buffer_tail=0, validates="scheduler",
+    loc_dtype="int64", tail_pad=0, dummy_rows="unread", loc_buffer_tail=0, loc_buffer_tail_on="padded",
+    validates="scheduler", allocator=Allocator(debug_env="SGLANG_DEBUG_MEMORY_POOL"),
     domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids"),
 )
 

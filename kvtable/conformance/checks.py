@@ -19,7 +19,8 @@ Where = tuple[str | None, int | None, int | None]
 """An offending entry (group, row, col) a refusal should name; None where any value will do."""
 
 BACKEND_CALLS = frozenset({"decode_locs", "verify_locs", "reanchor_locs", "extend_locs", "group_locs",
-                           "expand_table", "check_write_locs", "graph"})
+                           "expand_table", "check_write_locs", "graph", "alloc_decode", "alloc_verify",
+                           "alloc_extend"})
 RUNNER_CALLS = frozenset({"capture", "replay"})
 KERNEL_CALLS = frozenset({"stacked_locs", "stacked_extend_locs", "replay_fill", "grouped_locs",
                           "grouped_extend_locs"})

@@ -277,6 +277,7 @@ def make_context(backend: BackendLike, profile: str | Profile | None = None,
 def _header(spec: str, debug: bool) -> str:
     lines = ["import torch", "from kvtable.backends import load",
              "from kvtable.reference import Batch, GroupSpec",
+             "from kvtable.backends.protocol import AllocState, SwaPool",
              f"backend = load({spec!r}, debug=False)"]
     if debug:
         lines.append(f"debug_backend = load({spec!r}, debug=True)")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.properties import (
+    allocator,
     checker,
     edges,
     expansion,
@@ -42,6 +43,7 @@ PROPERTIES: tuple[Property, ...] = (
     *safety.PROPERTIES,
     *edges.PROPERTIES,
     *groups.PROPERTIES,
+    *allocator.PROPERTIES,
 )
 
 BY_NAME = {p.name: p for p in PROPERTIES}

@@ -1,0 +1,245 @@
+"""A backend written in SGLang's style (our own code, modelled on SGLang's memory pools and allocators).
+
+What it models (read from SGLang's ``python/sglang/srt/mem_cache/`` and ``python/sglang/kernels/ops/memory/``):
+
+- the allocator chooses the write slots before any table holds them: per request (one "program" each, as
+  ``alloc_extend_kernel`` runs one per request) the slots of ``[prefix, seq)`` come first from the request's
+  partially filled last page (``last_loc + 1 ..``), then from whole free pages, then from one more free page
+  for the tail; decode and speculative verify are the same with one and N tokens (page size 1, the default,
+  is the same kernel with no partial pages);
+- the chosen slots are then recorded in ``req_to_token`` (``ReqToTokenPool``: int32, row 0 the padding row)
+  at each request's positions, as ``alloc_for_extend``/``alloc_for_decode``/``alloc_for_spec_decode`` do
+  with ``write_req_to_token_pool_triton`` and ``assign_req_to_token_pool``;
+- with a sliding-window pool, the SWA allocator runs the same kernel over the SWA free pages from the
+  translated last location (``translate_loc_from_full_to_swa``: ``mapping[loc]``, the sentinel -1 for
+  ``last_loc = -1``), records ``mapping[full] = swa`` and returns int32 SWA locations;
+- the location route (decode/verify/re-anchor/extend, per group) reads slots through the token table a page
+  table stands for, ``req_to_token[row, pos] = page * ps + pos % ps`` (so a page table is
+  ``req_to_token[:, ::ps] // ps``); padded rows' tokens write the reserved slot 0;
+- ``debug=True`` is ``SGLANG_DEBUG_MEMORY_POOL``: the paged allocator asserts that ``last_loc`` agrees with
+  the prefix length and that the chosen slots are unique. No other validation: SGLang's scheduler owns it.
+
+Run it with its profile, from a clone's root::
+
+    kvtable conform --backend examples/sglang_style.py:backend --profile sglang
+
+Seeded variants, each one of SGLang's bug classes: ``backend_prefix_past_length`` starts each request's output
+at the signed sum of the extend lengths before it, so a request whose prefix exceeds its length makes the
+next one write before the output buffer (``alloc_extend_kernel``); ``backend_short_verify`` records a verify
+row shorter than N from its negative start, into the row before it (``assign_req_to_token_pool``);
+``backend_int32_pool`` keeps ``req_to_token`` int32 whatever the pool, so slots ``>= 2^31`` wrap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from kvtable.backends.protocol import Allocation, AllocState
+
+INT32_SLOTS = 2**31
+
+
+def _pages(tokens: torch.Tensor, page_size: int) -> torch.Tensor:
+    return torch.div(tokens + page_size - 1, page_size, rounding_mode="floor")
+
+
+def _store(buffer: torch.Tensor, offset: int, values: torch.Tensor) -> None:
+    """Store ``values`` at ``buffer + offset`` as a kernel's pointer does: the storage around a view is memory too."""
+    if values.numel():
+        buffer.as_strided((values.numel(),), (1,), buffer.storage_offset() + offset).copy_(values)
+
+
+def _load(buffer: torch.Tensor, offset: int, count: int) -> torch.Tensor:
+    return buffer.as_strided((count,), (1,), buffer.storage_offset() + offset).clone()
+
+
+def alloc_extend(prefix_lens: torch.Tensor, seq_lens: torch.Tensor, last_loc: torch.Tensor,
+                 free_pages: torch.Tensor, out: torch.Tensor, page_size: int, *, signed_starts: bool = False) -> int:
+    """Fill ``out`` with the slots of every request's ``[prefix, seq)``; returns the free pages taken.
+
+    Request ``i`` writes from the sum of the extend lengths before it. ``signed_starts`` keeps a negative
+    extend length (a prefix past its length) in that sum, as SGLang's kernel does; otherwise it counts 0.
+    """
+    extend = seq_lens - prefix_lens
+    counted = extend if signed_starts else extend.clamp_min(0)
+    starts = torch.cumsum(counted, 0) - counted
+    new_pages = (_pages(seq_lens, page_size) - _pages(prefix_lens, page_size)).clamp_min(0)
+    page_starts = torch.cumsum(new_pages, 0) - new_pages
+    for i in range(len(seq_lens)):  # one program per request
+        prefix, seq, start = int(prefix_lens[i]), int(seq_lens[i]), int(starts[i])
+        if seq <= prefix:
+            continue
+        part1 = min(seq, int(_pages(prefix_lens[i], page_size)) * page_size) - prefix
+        _store(out, start, int(last_loc[i]) + 1 + torch.arange(part1))
+        tail = torch.arange(seq - prefix - part1)
+        pages = _load(free_pages, int(page_starts[i]), int(new_pages[i]))
+        _store(out, start + part1, pages[torch.div(tail, page_size, rounding_mode="floor")] * page_size
+               + tail % page_size)
+    return int(new_pages.sum())
+
+
+def last_locs(req_to_token: torch.Tensor, rows: torch.Tensor, prefix_lens: torch.Tensor) -> torch.Tensor:
+    """Each request's slot at ``prefix - 1``, or -1 for an empty prefix (``get_last_loc``)."""
+    cols = (prefix_lens - 1).clamp(0, req_to_token.shape[1] - 1)
+    return torch.where(prefix_lens > 0, req_to_token[rows, cols].long(), -1)
+
+
+class ReqToTokenPool:
+    """The token table: ``req_to_token[row, pos]`` is the slot of position ``pos`` of the request in ``row``."""
+
+    def __init__(self, req_to_token: torch.Tensor, dtype: torch.dtype) -> None:
+        self.req_to_token = req_to_token.to(dtype)
+
+    def write(self, rows: torch.Tensor, prefix_lens: torch.Tensor, seq_lens: torch.Tensor, locs: torch.Tensor,
+              starts: torch.Tensor, *, clamp_start: bool = True) -> None:
+        """Record ``locs[starts[i] ..]`` at positions ``[prefix, seq)`` of ``rows[i]`` (``assign_req_to_token_pool``):
+        one flat store per request, from its row's start plus the first position. ``clamp_start`` stores only
+        positions ``>= 0``; without it a negative start reaches into the row before."""
+        flat, width = self.req_to_token.reshape(-1), self.req_to_token.shape[1]
+        for i in range(len(rows)):
+            first = max(int(prefix_lens[i]), 0) if clamp_start else int(prefix_lens[i])
+            count = int(seq_lens[i]) - first
+            if count > 0:
+                values = _load(locs, int(starts[i]) + first - int(prefix_lens[i]), count)
+                _store(flat, int(rows[i]) * width + first, values.to(flat.dtype))
+
+
+class SglangStyleBackend:
+    """An allocator-driven backend with a token pool (page size 1 and paged), SWA translation and slot lookups."""
+
+    name = "sglang-style"
+
+    def __init__(self, device: str = "cpu", debug: bool | None = None, *, signed_starts: bool = False,
+                 clamp_start: bool = True, int32_always: bool = False) -> None:
+        self.device = device
+        self.debug = bool(debug)
+        self.signed_starts = signed_starts
+        self.clamp_start = clamp_start
+        self.int32_always = int32_always
+
+    # -- the allocator route (A1-A5) ------------------------------------------------------------
+    def _allocate(self, state: AllocState) -> Allocation:
+        ps = state.page_size
+        rows, prefix = torch.tensor(list(state.rows)), torch.tensor(list(state.prefix_lens))
+        seq = torch.tensor(list(state.seq_lens))
+        fits = (state.pool_pages + 1) * ps <= INT32_SLOTS
+        pool = ReqToTokenPool(state.req_to_token, torch.int32 if fits or self.int32_always else torch.int64)
+        last = last_locs(state.req_to_token, rows, prefix)
+        if self.debug and ps > 1:  # SGLANG_DEBUG_MEMORY_POOL
+            bad = (prefix > 0) & ((last + 1) % ps != prefix % ps)
+            assert not bool(bad.any()), f"last_loc {last.tolist()} disagrees with prefix_lens {prefix.tolist()}"
+        alloc_extend(prefix, seq, last, state.free_pages, state.out, ps, signed_starts=self.signed_starts)
+        if self.debug:
+            assert state.out.unique().numel() == state.out.numel(), "duplicate slots in out_cache_loc"
+        counted = (seq - prefix) if self.signed_starts else (seq - prefix).clamp_min(0)
+        pool.write(rows, prefix, seq, state.out, torch.cumsum(counted, 0) - counted, clamp_start=self.clamp_start)
+        if state.swa is None:
+            return Allocation(state.out, pool.req_to_token)
+        mapping = state.swa.mapping.clone()
+        swa_out = torch.zeros_like(state.out)
+        alloc_extend(prefix, seq, mapping[last], state.swa.free_pages, swa_out, ps, signed_starts=self.signed_starts)
+        mapping[state.out] = swa_out
+        return Allocation(state.out, pool.req_to_token, swa_out.to(torch.int32), mapping)
+
+    def alloc_decode(self, state: AllocState) -> Allocation:
+        return self._allocate(state)
+
+    def alloc_verify(self, state: AllocState) -> Allocation:
+        return self._allocate(state)
+
+    def alloc_extend(self, state: AllocState) -> Allocation:
+        return self._allocate(state)
+
+    # -- the location route: slots read through the token table a page table stands for ----------
+    @staticmethod
+    def _slots(table: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, page_size: int) -> torch.Tensor:
+        """``req_to_token[row, pos]`` of a page table's token table; a position outside its row is refused."""
+        width = table.shape[1] * page_size
+        outside = (positions < 0) | (positions >= width) | (rows >= table.shape[0])
+        if bool(outside.any()):
+            raise RuntimeError(f"position {positions[outside][0].item()} outside req_to_token's {width} columns")
+        pages = table[rows, torch.div(positions, page_size, rounding_mode="floor")].long().clamp_min(0)
+        return pages * page_size + positions % page_size
+
+    def _fixed(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
+               live: int | None) -> torch.Tensor:
+        """N tokens per request at ``max(seq - N + t, 0)``; padded requests' tokens write slot 0."""
+        bs = seq_lens.shape[0]
+        live = bs if live is None else live
+        rows = torch.arange(live).repeat_interleave(n)
+        pos = (seq_lens[:live].long().repeat_interleave(n) - n + torch.arange(n).repeat(live)).clamp_min(0)
+        return torch.cat([self._slots(table, rows, pos, page_size), torch.zeros((bs - live) * n, dtype=torch.long)])
+
+    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
+        return self._slots(table, torch.arange(seq_lens.shape[0]), seq_lens.long() - 1, page_size)
+
+    def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
+                    *, actual_bs: int | None = None) -> torch.Tensor:
+        return self._fixed(table, seq_lens, page_size, n, actual_bs)
+
+    def reanchor_locs(self, table: torch.Tensor, frontier: torch.Tensor, page_size: int, n: int) -> torch.Tensor:
+        return self._fixed(table, frontier, page_size, n, None)
+
+    def extend_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int],
+                    page_size: int) -> torch.Tensor:
+        counts = torch.tensor(list(extend_lens), dtype=torch.long)
+        rows = torch.arange(len(counts)).repeat_interleave(counts)
+        pos = [torch.arange(p, p + e) for p, e in zip(prefix_lens, extend_lens, strict=True)]
+        return self._slots(table, rows, torch.cat([torch.zeros(0, dtype=torch.long), *pos]), page_size)
+
+    def group_locs(self, specs: Sequence[Any], tables: Mapping[str, torch.Tensor], batch: Any,
+                   *, tail_pad: int = 0) -> dict[str, torch.Tensor]:
+        """Every attention group's slots at its own page size (state groups own no slots)."""
+        out = {}
+        for spec in specs:
+            if spec.family == "state" or spec.group_id not in tables:
+                continue
+            table, size = tables[spec.group_id], spec.block_granularity
+            if batch.mode == "extend":
+                extend = [s - p for s, p in zip(batch.seq_lens, batch.prefix_lens, strict=True)]
+                out[spec.group_id] = self.extend_locs(table, batch.prefix_lens, extend, size)
+            else:
+                seq = torch.tensor(list(batch.seq_lens), dtype=torch.long)
+                out[spec.group_id] = self._fixed(table, seq, size, batch.tokens_per_row, batch.live_rows)
+        return dict(sorted(out.items()))
+
+    def expand_table(self, table: torch.Tensor, ratio: int, *, max_kernel_pages: int | None = None,
+                     tail_pad: int = 0, actual_bs: int | None = None) -> torch.Tensor:
+        """The page table at a page size ``ratio`` times smaller: page ``b > 0`` becomes ``b*r .. b*r+r-1``; holes
+        stay holes; columns past the row are ``tail_pad``; padded rows are the padding row's zeros."""
+        if ratio < 1:
+            raise ValueError(f"page sizes must divide (ratio {ratio})")
+        rows, width = table.shape
+        out_width = width * ratio if max_kernel_pages is None else max_kernel_pages
+        if out_width < 0:
+            raise ValueError(f"max_kernel_pages must be >= 0, got {max_kernel_pages}")
+        pages = table.long().repeat_interleave(ratio, dim=1)
+        sub = torch.where(pages > 0, pages * ratio + torch.arange(ratio).repeat(width), pages)
+        out = torch.full((rows, out_width), tail_pad, dtype=torch.int32)
+        keep = min(out_width, sub.shape[1])
+        out[:, :keep] = sub[:, :keep].to(torch.int32)
+        out[rows if actual_bs is None else actual_bs:] = 0
+        return out
+
+
+def backend(debug: bool | None = None) -> SglangStyleBackend:
+    """The SGLang-style backend; ``debug=True`` turns on its ``SGLANG_DEBUG_MEMORY_POOL`` asserts."""
+    return SglangStyleBackend(debug=debug)
+
+
+def backend_prefix_past_length(debug: bool | None = None) -> SglangStyleBackend:
+    """Seeded: output starts are signed sums of extend lengths (``alloc_extend_kernel``'s write before its buffer)."""
+    return SglangStyleBackend(debug=debug, signed_starts=True)
+
+
+def backend_short_verify(debug: bool | None = None) -> SglangStyleBackend:
+    """Seeded: a verify row shorter than N is recorded from its negative start (``assign_req_to_token_pool``)."""
+    return SglangStyleBackend(debug=debug, clamp_start=False)
+
+
+def backend_int32_pool(debug: bool | None = None) -> SglangStyleBackend:
+    """Seeded: ``req_to_token`` stays int32 whatever the pool holds, so slots ``>= 2^31`` wrap."""
+    return SglangStyleBackend(debug=debug, int32_always=True)

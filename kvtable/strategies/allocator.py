@@ -1,0 +1,155 @@
+"""Allocator-driven steps (A1-A5): an SGLang-style pool state, the batch's rows and lengths, and one bug class each.
+
+A drawn state is one an engine's bookkeeping can hold: row 0 is the padding row; each request's row holds
+its prefix's slots (shared prefix pages allowed, a partially filled last page at page size > 1) and, past
+them, 0 or stale slots of an earlier occupant (``ReqToTokenPool.free`` leaves rows uncleared); idle rows hold
+pages that are neither free nor in the batch; the free list (pages ``>= 1``, slot 0 is the sink) has room
+for the step and comes in any order; a SWA pool maps the live full slots (evicted ones to 0) and keeps the
+``-1`` sentinel last. Page size 1, SGLang's default, is drawn half the time.
+
+The broken kinds are SGLang's bug classes: a prefix past its request's length (extend), a verify row
+shorter than N, and free pages whose slots pass ``2^31 - 1``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+from hypothesis.strategies import SearchStrategy
+
+from kvtable.reference.allocation import AllocMode, AllocStep, SwaState
+from kvtable.strategies.draws import digits, rng
+
+ALLOC_KINDS = ("valid", "prefix past length", "short verify", "int32 slots")
+PAGE_SIZES = (1, 1, 2, 4)
+"""Page size 1 (SGLang's default allocator) half the time."""
+INT32_SLOTS = 2**31
+
+
+@dataclass(frozen=True)
+class AllocCase:
+    """One allocator step to hand a backend, and what kind of input it is."""
+
+    step: AllocStep
+    kind: str
+    how: str = ""
+
+
+def _pages(n_tokens: int, ps: int) -> int:
+    return -(-max(n_tokens, 0) // ps)
+
+
+def _lengths(mode: AllocMode, kind: str, shape: list[int], r: random.Random) -> tuple[list[int], list[int], str]:
+    """Per-request (prefix, seq) for the mode, with the broken kind's one bad request."""
+    n_req, n = shape[0] + 1, shape[1] + 1
+    if kind == "short verify":
+        n = max(n, 2)
+    prefixes, seqs = [], []
+    for _ in range(n_req):
+        if mode == "extend":
+            prefix = r.randrange(0, 9)
+            seqs.append(prefix + r.randrange(0, 6))
+        else:
+            prefix = r.randrange(1, 9)
+            seqs.append(prefix + (1 if mode == "decode" else n))
+        prefixes.append(prefix)
+    if mode == "extend" and all(s == p for p, s in zip(prefixes, seqs, strict=True)):
+        seqs[-1] += 1
+    how = ""
+    if kind == "prefix past length":  # the first request, so a kernel summing extend lengths starts the next at -1/-2
+        if n_req == 1:
+            prefixes.append(r.randrange(0, 4))
+            seqs.append(prefixes[-1] + 1 + r.randrange(0, 4))
+        seqs[0] = max(prefixes[0] - 1 - r.randrange(0, 2), 0)
+        prefixes[0] = max(prefixes[0], seqs[0] + 1)
+        seqs[1] = max(seqs[1], prefixes[1] + 1)
+        how = f"request 0: prefix {prefixes[0]} past its length {seqs[0]}"
+    elif kind == "short verify":
+        bad = r.randrange(0, len(seqs))
+        seqs[bad] = r.randrange(1, n)
+        prefixes[bad] = seqs[bad] - n
+        how = f"request {bad}: seq_len {seqs[bad]} < N = {n}"
+    return prefixes, seqs, how
+
+
+def _step(draw: st.DrawFn, mode: AllocMode, kind: str, swa: bool | None) -> AllocCase:
+    shape = digits(draw, (4, 4, len(PAGE_SIZES), 3, 2))
+    r = rng(draw)
+    ps = PAGE_SIZES[shape[2]]
+    prefixes, seqs, how = _lengths(mode, kind, shape, r)
+    n_req = len(seqs)
+    width = max(max(seqs), max(prefixes), 1) + r.randrange(0, 4)
+    n_rows = n_req + 1 + shape[3]
+    rows = r.sample(range(1, n_rows), n_req)
+    idle = [row for row in range(1, n_rows) if row not in rows]
+    own = [_pages(max(p, 0), ps) for p in prefixes]
+    # pages the step takes, counted as an allocator kernel does (a negative prefix still gets its tokens' slots)
+    new = sum(max((s + ps - 1) // ps - (p + ps - 1) // ps, 0) for p, s in zip(prefixes, seqs, strict=True))
+    idle_pages = [r.randrange(0, 3) for _ in idle]
+    held = r.randrange(0, 3)
+    spare = r.randrange(0, 3)
+    total = sum(own) + sum(idle_pages) + held + new + spare
+    base = INT32_SLOTS // ps if kind == "int32 slots" else 0  # every page's slots past 2^31 - 1
+    ids = [base + p for p in r.sample(range(1, total + 1), total)]
+    table = [[0] * width for _ in range(n_rows)]
+    taken = 0
+    page_of: dict[tuple[int, int], int] = {}
+    for i, (row, prefix) in enumerate(zip(rows, prefixes, strict=True)):
+        share = i > 0 and ps * (own[0] - 1) > 0 and r.random() < 0.3
+        for col in range(own[i]):
+            if share and col < own[0] - 1 and col < own[i] - 1:
+                page = page_of[(0, col)]  # a full page of request 0's prefix (a radix-cache hit)
+            else:
+                page, taken = ids[taken], taken + 1
+            page_of[(i, col)] = page
+            for pos in range(col * ps, min((col + 1) * ps, max(prefix, 0))):
+                table[row][pos] = page * ps + pos % ps
+    for row, count in zip(idle, idle_pages, strict=True):
+        for col in range(min(count, _pages(width, ps))):
+            page, taken = ids[taken], taken + 1
+            for pos in range(col * ps, min((col + 1) * ps, width)):
+                table[row][pos] = page * ps + pos % ps
+    free = ids[taken + held:]  # the ``held`` pages before them: neither free nor in a row (a cache holds them)
+    stale = [p for p in ids if r.random() < 0.5] or ids[:1]
+    for row, prefix in zip(rows, prefixes, strict=True):
+        if shape[4]:  # an uncleared row: past the prefix, an earlier occupant's slots
+            for pos in range(max(prefix, 0), width):
+                table[row][pos] = r.choice(stale) * ps + pos % ps
+    pool_pages = base + total + r.randrange(0, 2)
+    swa_state = None
+    if swa or (swa is None and kind == "valid" and r.random() < 0.25):
+        swa_state = _swa(table, rows, prefixes, ps, pool_pages, new, r)
+    step = AllocStep(mode, table, rows, prefixes, seqs, free, ps, pool_pages, swa_state)
+    return AllocCase(step, kind, how or f"{mode}, page size {ps}" + (", SWA" if swa_state else ""))
+
+
+def _swa(table: list[list[int]], rows: list[int], prefixes: list[int], ps: int, pool_pages: int, new: int,
+         r: random.Random) -> SwaState:
+    """A SWA pool over the batch's live full pages: each mapped to its own SWA page, a front page evicted (0)."""
+    full_pages: list[int] = []
+    for row, prefix in zip(rows, prefixes, strict=True):
+        for pos in range(0, max(prefix, 0), ps):
+            if table[row][pos] // ps not in full_pages:
+                full_pages.append(table[row][pos] // ps)
+    last = {table[row][prefix - 1] // ps for row, prefix in zip(rows, prefixes, strict=True) if prefix > 0}
+    total = len(full_pages) + new + r.randrange(0, 3)
+    swa_ids = r.sample(range(1, total + 1), total)
+    mapping = [0] * ((pool_pages + 1) * ps) + [-1]
+    taken = 0
+    for page in full_pages:
+        if page not in last and r.random() < 0.2:
+            continue  # out of the window: evicted, the mapping reads 0
+        for off in range(ps):
+            mapping[page * ps + off] = swa_ids[taken] * ps + off
+        taken += 1
+    return SwaState(mapping, swa_ids[taken:], total)
+
+
+def alloc_cases(mode: AllocMode, kind: str = "valid", *, swa: bool | None = None) -> SearchStrategy[AllocCase]:
+    """Allocator steps of ``mode`` and ``kind`` (``ALLOC_KINDS``); ``swa`` True always adds a SWA pool, None
+    sometimes (valid steps only), False never."""
+    if kind not in ALLOC_KINDS:
+        raise ValueError(f"unknown allocator case kind {kind!r}; expected one of {ALLOC_KINDS}")
+    return st.composite(lambda draw: _step(draw, mode, kind, swa))()
