@@ -13,7 +13,17 @@ Every strategy is built once at import (or once per range, ``draws.between``); n
 inside a draw.
 """
 
-from kvtable.strategies.batches import KERNEL_PAGE_SIZES, MAX_N, PAGE_LIMIT, RATIOS, Case, as_tensor, cases, draw_case
+from kvtable.strategies.batches import (
+    KERNEL_PAGE_SIZES,
+    MAX_N,
+    PAGE_LIMIT,
+    RATIOS,
+    Case,
+    CaseOptions,
+    as_tensor,
+    cases,
+    draw_case,
+)
 from kvtable.strategies.broken import (
     BROKEN_CLAUSES,
     CHEAP_CLAUSES,
@@ -31,7 +41,7 @@ from kvtable.strategies.graph import GraphCase, GraphSetup, Replay, graph_cases,
 
 __all__ = [
     "BROKEN_CLAUSES", "CHEAP_CLAUSES", "CORRUPTIONS", "KERNEL_PAGE_SIZES", "MAX_N", "PAGE_LIMIT", "RATIOS",
-    "VARIANTS", "Broken", "Case", "ExpandCase", "GraphCase", "GraphSetup", "Replay", "Variant", "Where",
+    "VARIANTS", "Broken", "Case", "CaseOptions", "ExpandCase", "GraphCase", "GraphSetup", "Replay", "Variant", "Where",
     "WriteLocCase", "as_tensor", "broken_case", "broken_cases", "cases", "draw_case", "expand_cases", "graph_cases",
     "graph_setups", "live_locs", "repage", "repaged", "replays", "variants", "write_loc_cases",
 ]

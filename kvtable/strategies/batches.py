@@ -1,4 +1,4 @@
-"""Contract-valid batches: :func:`cases` (and :func:`draw_case` for use inside other draws).
+"""Contract-valid batches: :func:`cases` (and :func:`draw_case` for use inside other draws, with :class:`CaseOptions`).
 
 Every draw passes ``kvtable.reference.check_tables``: several groups (full, sliding with front holes
 inside the T5 window condition, state), per-group block granularities ``B = r * K``, ragged lengths,
@@ -220,40 +220,67 @@ def _state_table(rand: random.Random, rows: int) -> Table:
     return [[rand.choice(values) for _ in range(width)] for _ in range(rows)]
 
 
-def draw_case(draw: st.DrawFn, *, modes: Sequence[Mode] = MODES, specs: tuple[GroupSpec, ...] | None = None,
-              kernel_page_size: int | None = None, kernel_page_sizes: Sequence[int] = KERNEL_PAGE_SIZES,
-              bs: int | None = None, max_bs: int = 5, min_live: int = 0, min_pad: int = 0, n: int | None = None,
-              tail_pads: Sequence[int] = TAIL_PADS, padding: bool = True, max_seq: int | None = None,
-              widths: Mapping[str, int] | None = None, big_pages: bool | None = None, extra_rows: bool = True,
-              max_cols: int = 6, require: str | None = None, writes: bool = False) -> Case:
-    """A contract-valid batch (passes ``check_tables`` at its ``tail_pad``), drawn inside another draw.
+@dataclass(frozen=True)
+class CaseOptions:
+    """What :func:`draw_case` may draw: the defaults draw every valid batch; a field narrows or pins one part."""
 
-    Fixed ``specs``/``kernel_page_size``/``bs``/``n``/``max_seq``/``widths`` pin those parts (the graph
-    strategies use them); ``padding`` allows dummy rows (not in extend); ``big_pages`` forces pages near
-    the int32 limit (None: sometimes); ``writes``: some live row writes a token (an extend batch is not all
-    empty rows). Tail pads outside the running domain's are not drawn (its first one stands in).
-    """
-    low_bs = max(1, min_live + min_pad)
-    top_bs = bs or max_bs
+    # the batch
+    modes: Sequence[Mode] = MODES
+    bs: int | None = None
+    """Pins the batch size; else one in ``[max(1, min_live + min_pad), max_bs]``."""
+    max_bs: int = 5
+    min_live: int = 0
+    min_pad: int = 0
+    padding: bool = True
+    """Dummy rows (never in extend)."""
+    n: int | None = None
+    """Pins N (verify and re-anchor); else drawn up to ``MAX_N``."""
+    max_seq: int | None = None
+    """Pins the longest length; else drawn up to ``max_cols`` pages of the widest group."""
+    max_cols: int = 6
+    writes: bool = False
+    """Some live row writes a token (an extend batch is not all empty rows)."""
+    # the groups and their tables
+    specs: tuple[GroupSpec, ...] | None = None
+    kernel_page_size: int | None = None
+    kernel_page_sizes: Sequence[int] = KERNEL_PAGE_SIZES
+    require: str | None = None
+    """A family the drawn groups must include."""
+    widths: Mapping[str, int] | None = None
+    """Pins each attention group's table width."""
+    tail_pads: Sequence[int] = TAIL_PADS
+    """Those outside the running domain's are not drawn (its first one stands in)."""
+    big_pages: bool | None = None
+    """Pages near the int32 limit: always, never, or (None) sometimes."""
+    extra_rows: bool = True
+    """Rows past ``bs`` (ignored by the contract)."""
+
+
+def draw_case(draw: st.DrawFn, options: CaseOptions = CaseOptions()) -> Case:
+    """A contract-valid batch (passes ``check_tables`` at its ``tail_pad``) within ``options``, drawn inside
+    another draw."""
+    o = options
+    low_bs = max(1, o.min_live + o.min_pad)
+    top_bs = o.bs or o.max_bs
     domain_pads = current().tail_pads
-    pads = (tuple(p for p in tail_pads if p in domain_pads) or domain_pads[:1], range(3 if extra_rows else 1))
+    pads = (tuple(p for p in o.tail_pads if p in domain_pads) or domain_pads[:1], range(3 if o.extra_rows else 1))
     # the batch's shape in packed draws (a choice costs the engine more than a digit): shrinks to the first
     # kernel page size and mode, N 1, no padding, one column, tail pad first, no extra rows. The rows come in a
     # draw of their own, so that the engine drops a row's length draws with the row as it shrinks
     k_at, mode_at, n_at, actual_at, pad_at, cols_at, tail_at = digits(draw, [
-        1 if kernel_page_size else len(kernel_page_sizes), len(modes), 1 if n else MAX_N,
-        2 if "verify" in modes else 1, top_bs - min_live - min_pad + 1 if padding else 1,
-        1 if max_seq else max_cols, len(pads[0]) * len(pads[1])])
-    k = kernel_page_size or kernel_page_sizes[k_at]
-    specs = specs or draw_group_specs(draw, k, require=require)
+        1 if o.kernel_page_size else len(o.kernel_page_sizes), len(o.modes), 1 if o.n else MAX_N,
+        2 if "verify" in o.modes else 1, top_bs - o.min_live - o.min_pad + 1 if o.padding else 1,
+        1 if o.max_seq else o.max_cols, len(pads[0]) * len(pads[1])])
+    k = o.kernel_page_size or o.kernel_page_sizes[k_at]
+    specs = o.specs or draw_group_specs(draw, k, require=o.require)
     attention = [s for s in specs if not s.is_state]
-    mode = modes[mode_at]
-    n = 1 if mode == "decode" else (n or 1 + n_at)
-    bs = bs or draw(between(low_bs, max_bs))
-    pad_rows = within(pad_at, min_pad, bs - min_live) if padding and mode != "extend" else 0
+    mode = o.modes[mode_at]
+    n = 1 if mode == "decode" else (o.n or 1 + n_at)
+    bs = o.bs or draw(between(low_bs, o.max_bs))
+    pad_rows = within(pad_at, o.min_pad, bs - o.min_live) if o.padding and mode != "extend" else 0
     live = bs - pad_rows
-    limit = max_seq or (1 + cols_at) * max(s.block_granularity for s in attention)
-    seq, prefix = _lengths(draw, mode, n, live, limit, writes)
+    limit = o.max_seq or (1 + cols_at) * max(s.block_granularity for s in attention)
+    seq, prefix = _lengths(draw, mode, n, live, limit, o.writes)
     seq += [1] * pad_rows
     actual_bs = live if pad_rows or (mode == "verify" and actual_at) else None
     batch = Batch(tuple(seq), mode=mode, n=n, prefix_lens=None if prefix is None else tuple(prefix),
@@ -262,8 +289,8 @@ def draw_case(draw: st.DrawFn, *, modes: Sequence[Mode] = MODES, specs: tuple[Gr
     rand = rng(draw)
     tables: dict[str, Table] = {}
     for spec in attention:
-        width = widths[spec.group_id] if widths is not None else None
-        tables[spec.group_id] = _group_table(draw, rand, spec, batch, tail_pad, width, big_pages, extra, top_bs)
+        width = o.widths[spec.group_id] if o.widths is not None else None
+        tables[spec.group_id] = _group_table(draw, rand, spec, batch, tail_pad, width, o.big_pages, extra, top_bs)
     for spec in specs:
         if spec.is_state:
             tables[spec.group_id] = _state_table(rand, bs + extra)
@@ -272,5 +299,5 @@ def draw_case(draw: st.DrawFn, *, modes: Sequence[Mode] = MODES, specs: tuple[Gr
 
 @st.composite
 def cases(draw: st.DrawFn, **pins: Any) -> Case:
-    """A contract-valid batch; ``pins`` are :func:`draw_case`'s keyword arguments. Build it once, draw it often."""
-    return draw_case(draw, **pins)
+    """A contract-valid batch; ``pins`` are :class:`CaseOptions`' fields. Build it once, draw it often."""
+    return draw_case(draw, CaseOptions(**pins))

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from kvtable.reference import NULL_PAGE
 from kvtable.reference.model import Table, write_positions
 from kvtable.reference.tables import needed_columns
-from kvtable.strategies.batches import MAX_N, PAGE_LIMIT, Case, as_tensor, ceil_div, draw_case
+from kvtable.strategies.batches import MAX_N, PAGE_LIMIT, Case, CaseOptions, as_tensor, ceil_div, draw_case
 from kvtable.strategies.draws import BOOLEANS, TAIL_PADS, between, pick
 
 Where = tuple[str | None, int | None, int | None]
@@ -368,7 +368,7 @@ class Variant:
     mutate: Mutation
     cheap: bool
     base: Mapping[str, Any] = field(default_factory=dict)
-    """Keyword arguments of :func:`draw_case` for a base case the mutation can apply to."""
+    """Fields of :class:`CaseOptions` for a base case the mutation can apply to."""
 
 
 _FIXED = ("decode", "verify", "reanchor")
@@ -432,7 +432,7 @@ def variants(clauses: Sequence[str] | None = None, *, cheap: bool | None = None,
 def draw_broken(draw: st.DrawFn, variant: Variant, *, tail_pads: Sequence[int] = TAIL_PADS,
                 padding: bool = True) -> Broken:
     """A near-valid batch made by ``variant`` inside another draw, labelled with the clause the reference raises."""
-    base = draw_case(draw, **{"padding": padding, **_base_kwargs(variant, tail_pads)})
+    base = draw_case(draw, CaseOptions(**{"padding": padding, **_base_kwargs(variant, tail_pads)}))
     case, how, where = variant.mutate(draw, base)
     return Broken(case, variant.clause, f"{variant.name}: {how}", variant.cheap, where)
 

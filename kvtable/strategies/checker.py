@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kvtable.errors import ContractViolation
 from kvtable.reference import NULL_PAGE, Batch, batch_locs, check_write_locs
 from kvtable.reference.model import Table, write_positions
-from kvtable.strategies.batches import MAX_N, Case, draw_case
+from kvtable.strategies.batches import MAX_N, Case, CaseOptions, draw_case
 from kvtable.strategies.broken import copy_tables, rebuild_row
 from kvtable.strategies.draws import BOOLEANS, between, pick
 
@@ -67,7 +67,7 @@ def write_loc_cases(draw: st.DrawFn, *, corrupt: bool | None = None,
     how = pick(draw, tuple(corruptions)) if corrupt or (corrupt is None and draw(BOOLEANS)) \
         else "correct locations"
     if how == "clamped re-anchor":
-        case = draw_case(draw, min_live=1, modes=("reanchor",), n=MAX_N)
+        case = draw_case(draw, CaseOptions(min_live=1, modes=("reanchor",), n=MAX_N))
         tables = copy_tables(case)
         row = draw(between(0, case.batch.live_rows - 1))
         frontier = draw(between(1, min(MAX_N - 1, case.batch.seq_lens[row])))  # inside the row: no widening
@@ -76,7 +76,7 @@ def write_loc_cases(draw: st.DrawFn, *, corrupt: bool | None = None,
         seq[row] = frontier
         case = replace(case, tables=tables, batch=replace(case.batch, seq_lens=tuple(seq)))
     else:  # no clamped re-anchor rows: their repeated slots would be reported (D2) before the corruption
-        case = draw_case(draw, min_live=_MIN_LIVE.get(how, 1), writes=how != "correct locations")
+        case = draw_case(draw, CaseOptions(min_live=_MIN_LIVE.get(how, 1), writes=how != "correct locations"))
         assume(case.batch.mode != "reanchor" or min(case.batch.seq_lens[: case.batch.live_rows]) >= case.batch.n)
     gid = pick(draw, [s.group_id for s in case.attention])
     block = case.spec(gid).block_granularity

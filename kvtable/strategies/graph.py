@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from kvtable.reference import GraphModel, GroupSpec
 from kvtable.reference.model import Table
-from kvtable.strategies.batches import KERNEL_PAGE_SIZES, MAX_N, as_tensor, ceil_div, draw_case, draw_group_specs
+from kvtable.strategies.batches import (
+    KERNEL_PAGE_SIZES,
+    MAX_N,
+    CaseOptions,
+    as_tensor,
+    ceil_div,
+    draw_case,
+    draw_group_specs,
+)
 from kvtable.strategies.domain import current
 from kvtable.strategies.draws import between, digits, pick, rng, within
 
@@ -132,8 +140,9 @@ def draw_replay(draw: st.DrawFn, setup: GraphSetup, *, bs: int | None = None, mi
     limit = min(limit, *(w * s.block_granularity for s, w in zip(attention, widths.values(), strict=True)))
     n = within(n_at, 1, min(setup.spec_n, limit))
     delivery = _DELIVERIES[delivery_at]
-    case = draw_case(draw, modes=("verify",), specs=setup.specs, kernel_page_size=setup.kernel_page_size, bs=bs,
-                     n=n, max_seq=limit, widths=widths, min_live=max(min_live, int(delivery == "live rows only")))
+    case = draw_case(draw, CaseOptions(
+        modes=("verify",), specs=setup.specs, kernel_page_size=setup.kernel_page_size, bs=bs, n=n, max_seq=limit,
+        widths=widths, min_live=max(min_live, int(delivery == "live rows only"))))
     live = case.batch.live_rows
     tables: dict[str, Table] = {gid: [list(r) for r in t] for gid, t in case.tables.items()}
     actual_bs = case.batch.actual_bs

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from kvtable.reference.model import Table, write_positions
 from kvtable.reference.tables import needed_columns
-from kvtable.strategies.batches import KERNEL_PAGE_SIZES, PAGE_LIMIT, Case, ceil_div, draw_case
+from kvtable.strategies.batches import KERNEL_PAGE_SIZES, PAGE_LIMIT, Case, CaseOptions, ceil_div, draw_case
 from kvtable.strategies.broken import copy_tables, writing_rows
 from kvtable.strategies.domain import current
 from kvtable.strategies.draws import BOOLEANS, between, pick
@@ -40,7 +40,7 @@ class UnsafeCase:
 
 
 def _stale_tail(draw: st.DrawFn) -> UnsafeCase:
-    case = draw_case(draw, modes=_FIXED, min_live=1, tail_pads=(-1,))
+    case = draw_case(draw, CaseOptions(modes=_FIXED, min_live=1, tail_pads=(-1,)))
     row = draw(between(0, case.batch.live_rows - 1))
     seq = list(case.batch.seq_lens)
     seq[row] += draw(between(1, 8))
@@ -56,7 +56,7 @@ def _stale_tail(draw: st.DrawFn) -> UnsafeCase:
 
 
 def _pad_inside(draw: st.DrawFn) -> UnsafeCase:
-    case = draw_case(draw, modes=("decode", "verify", "extend"), min_live=1)
+    case = draw_case(draw, CaseOptions(modes=("decode", "verify", "extend"), min_live=1))
     tables = copy_tables(case)
     gid = pick(draw, [s.group_id for s in case.attention])
     row = pick(draw, writing_rows(case))
@@ -67,7 +67,7 @@ def _pad_inside(draw: st.DrawFn) -> UnsafeCase:
 
 
 def _garbage_dummy(draw: st.DrawFn) -> UnsafeCase:
-    case = draw_case(draw, modes=_FIXED, min_live=1, min_pad=1)
+    case = draw_case(draw, CaseOptions(modes=_FIXED, min_live=1, min_pad=1))
     tables = copy_tables(case)
     domain = current()
     for spec in case.attention:
@@ -85,7 +85,7 @@ def _garbage_dummy(draw: st.DrawFn) -> UnsafeCase:
 
 
 def _narrow(draw: st.DrawFn) -> UnsafeCase:
-    case = draw_case(draw, min_live=1, max_cols=6)
+    case = draw_case(draw, CaseOptions(min_live=1, max_cols=6))
     tables = copy_tables(case)
     needs = {s.group_id: max([needed_columns(case.batch, r, s).stop for r in writing_rows(case)], default=0)
              for s in case.attention}
@@ -110,8 +110,8 @@ def wrapping_pages(block: int, live_page: int) -> tuple[int, ...]:
 
 def _int32_wrap(draw: st.DrawFn) -> UnsafeCase:
     # kernel page sizes >= 2: at page size 1 every int32 page is inside W5
-    case = draw_case(draw, modes=("decode", "verify", "reanchor", "extend"), min_live=1,
-                     kernel_page_sizes=KERNEL_PAGE_SIZES[1:])
+    case = draw_case(draw, CaseOptions(modes=("decode", "verify", "reanchor", "extend"), min_live=1,
+                                         kernel_page_sizes=KERNEL_PAGE_SIZES[1:]))
     tables = copy_tables(case)
     gid = pick(draw, [s.group_id for s in case.attention])
     block = case.spec(gid).block_granularity

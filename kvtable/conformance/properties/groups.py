@@ -21,7 +21,7 @@ from kvtable.conformance.checks import Mismatch
 from kvtable.conformance.core import Context, Property
 from kvtable.reference import expand_table, reanchor_locs, select_group, select_locs
 from kvtable.reference.expand import page_ratio
-from kvtable.strategies import Case, draw_case
+from kvtable.strategies import Case, CaseOptions, draw_case
 from kvtable.strategies.draws import BOOLEANS, between, pick
 
 CALLER = object()
@@ -99,7 +99,7 @@ def _steps(draw: st.DrawFn) -> Step:
     """A valid step; the draft chain's ``spec_num_tokens`` stays within what every row writes, so its
     re-anchored positions lie in pages the row owns (a longer chain would write into shared prefix pages,
     which a valid draft never does)."""
-    case = draw_case(draw, modes=("decode", "verify", "extend"), padding=False, extra_rows=False)
+    case = draw_case(draw, CaseOptions(modes=("decode", "verify", "extend"), padding=False, extra_rows=False))
     k = case.kernel_page_size
     widths = [len(case.tables[s.group_id][0]) * (s.block_granularity // k) for s in case.attention]
     return Step(case, max(widths) + draw(between(0, 2)), draw(BOOLEANS), draw(BOOLEANS),

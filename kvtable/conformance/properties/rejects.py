@@ -18,7 +18,7 @@ from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import STRICTNESS
 from kvtable.conformance.properties.applies import LOCS, LONE, NeedsAny, calls
 from kvtable.reference import GroupSpec
-from kvtable.strategies import Broken, Case, broken_cases, draw_case
+from kvtable.strategies import Broken, Case, CaseOptions, broken_cases, draw_case
 from kvtable.strategies.draws import BOOLEANS, between
 
 
@@ -74,7 +74,7 @@ def _rejects_lone(ctx: Context, b: Broken) -> None:
 
 @st.composite
 def _bad_n(draw: st.DrawFn) -> tuple[Case, int]:
-    return draw_case(draw, modes=("verify", "reanchor")), draw(between(-2, 0))
+    return draw_case(draw, CaseOptions(modes=("verify", "reanchor"))), draw(between(-2, 0))
 
 
 def _rejects_n(ctx: Context, arg: tuple[Case, int]) -> None:
@@ -88,7 +88,7 @@ def _rejects_n(ctx: Context, arg: tuple[Case, int]) -> None:
 
 @st.composite
 def _bad_actual_bs(draw: st.DrawFn) -> tuple[Case, int]:
-    case = draw_case(draw, modes=("verify",))
+    case = draw_case(draw, CaseOptions(modes=("verify",)))
     bs = case.batch.bs
     return case, draw(between(bs + 1, bs + 3)) if draw(BOOLEANS) else draw(between(-3, -1))
 
