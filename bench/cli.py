@@ -41,6 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "that gets descheduled stalls every large op, which skews the ratios)")
 
 
+def command_line(args: argparse.Namespace) -> str:
+    """The ``kvtable bench`` command that reproduces this run's settings."""
+    flags = ["--smoke"] if args.smoke else ["--quick"] if args.quick else []
+    flags += [f"--only {name}" for name in args.only or ()]
+    flags += [f"--threads {args.threads}"] if args.threads != 1 else []
+    return " ".join(["kvtable bench", *flags, f"--json {args.json}"])
+
+
 def run(args: argparse.Namespace) -> int:
     writable_file(args.json, "--json")
     torch.set_num_threads(args.threads)
@@ -59,6 +67,6 @@ def run(args: argparse.Namespace) -> int:
         print(section.render())
         print(f"({name}: {time.perf_counter() - start:.1f} s)")
         sections.append(section)
-    write_json(args.json, sections, settings)
+    write_json(args.json, sections, settings, command=command_line(args), started=host)
     print(f"\nresults: {args.json}")
     return 0

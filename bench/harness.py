@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -307,11 +308,32 @@ def host_info() -> dict[str, Any]:
     return info
 
 
-def write_json(path: Path, sections: Sequence[Section], settings: Settings) -> None:
-    """One JSON document for the whole run: host, settings and every section."""
-    doc = {"schema": 1, "created": datetime.now(UTC).isoformat(timespec="seconds"),
+def source_commit() -> dict[str, Any]:
+    """The commit measured, and whether impl/ or bench/ differed from it (None outside a git checkout)."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    dirty = git("status", "--porcelain", "--", "impl", "bench")
+    return {"commit": git("rev-parse", "--short=12", "HEAD"), "dirty": bool(dirty) if dirty is not None else None}
+
+
+def write_json(path: Path, sections: Sequence[Section], settings: Settings, *, command: str = "",
+               started: dict[str, Any] | None = None) -> None:
+    """One JSON document for the whole run: the command, the commit, host (load at the start and the end),
+    settings and every section."""
+    host = host_info()
+    if started is not None and "loadavg" in started:
+        host["loadavg_start"] = started["loadavg"]
+    doc = {"schema": 1, "created": datetime.now(UTC).isoformat(timespec="seconds"), "command": command,
+           **source_commit(),
            "settings": {"size": settings.size, "repeats": settings.repeats,
                         "min_sample_s": settings.min_sample_s},
-           "host": host_info(), "sections": {s.name: s.to_json() for s in sections}}
+           "host": host, "sections": {s.name: s.to_json() for s in sections}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")
