@@ -4,8 +4,9 @@ Steps, each a subprocess with its own time cap inside one overall budget (8 minu
 is recorded as timed out and the rest still run: the Triton unit tests compiled; a large compiled-Triton vs
 torch comparison of the three fused operations (equality, time per call); ``kvtable conform`` on CUDA tensors
 for each GPU route (torch, torch-stacked, compiled Triton; the graph runner's properties included) at a small
-budget; then the bench's ops, decode and replay sections with their GPU rows. Nothing here needs CUDA to be
-parsed, planned or written, so tests/cli/test_gpu_check.py runs all of that on a CPU.
+budget, in-process (kvtable's own backends need no crash isolation); then the bench's ops, decode and replay
+sections with their GPU rows. Nothing here needs CUDA to be parsed, planned or written, so
+tests/cli/test_gpu_check.py runs all of that on a CPU.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def plan(python: str, examples: int = CONFORM_EXAMPLES, out_dir: str = "bench/re
     conform = [Step(f"conform {route} on cuda", (python, "-m", "kvtable.cli", "conform", "--backend",
                                                  f"kvtable.bench.gpu_check:{route.replace('-', '_')}_cuda",
                                                  "--examples", str(examples), "--level", "strict", "--json",
-                                                 "--no-progress"), 100, json_stdout=True)
+                                                 "--no-progress", "--no-isolate"), 100, json_stdout=True)
                for route in GPU_ROUTES]
     return [Step("triton unit tests, compiled", (python, "-m", "pytest", "tests/unit/test_triton_kernels.py", "-q",
                                                  "-p", "no:cacheprovider"), 60),
