@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from kvtable.conformance.watch import watched
 from kvtable.errors import ContractViolation, Unsupported
 
 Where = tuple[str | None, int | None, int | None]
@@ -166,7 +167,8 @@ class Recorded:
                 statement = f"{'views' if attr == 'capture' else 'out'} = {statement}"
             self._transcript.calling(statement)
             try:
-                result = value(*args, **kwargs)
+                with watched(f"{self._name}.{attr}", value, args, kwargs, self._own_buffers()):
+                    result = value(*args, **kwargs)
             except Exception as err:
                 self._transcript.note(f"{statement}\n#   raised {type(err).__name__}: {err}")
                 raise
@@ -178,6 +180,11 @@ class Recorded:
             return result
 
         return call
+
+    def _own_buffers(self) -> list[torch.Tensor]:
+        """A graph runner's persistent buffers: its replay refills them by design, even through a caller's view."""
+        buffers = [getattr(self._target, name, None) for name in ("table_buffers", "loc_buffers")]
+        return [t for b in buffers if isinstance(b, dict) for t in b.values() if isinstance(t, torch.Tensor)]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ from hypothesis.strategies import SearchStrategy
 from kvtable.backends.profiles import Profile
 from kvtable.conformance.checks import Mismatch, Transcript
 from kvtable.conformance.levels import CORRECTNESS
-from kvtable.conformance.sanitize import out_of_bounds
+from kvtable.conformance.sanitize import unsafe_found
+from kvtable.conformance.watch import FOUND
 from kvtable.errors import Unsupported
 
 
@@ -36,9 +37,10 @@ class Context:
     @contextmanager
     def example(self, clause: str = "G3") -> Iterator[None]:
         """Run one example (or one state-machine step): an ``Unsupported`` configuration or a failure of a
-        kind already reported discards it (hypothesis never shrinks toward it). Under ``--sanitize`` an
-        out-of-bounds Triton access in it fails it at the safety tier as ``clause`` (the property's; the graph
-        protocol's G3 by default), whatever the property made of the guard's exception."""
+        kind already reported discards it (hypothesis never shrinks toward it). An out-of-bounds indexing op, a
+        backend call that changed its inputs or (under ``--sanitize``) an out-of-bounds Triton access in it fails
+        it at the safety tier as ``clause`` (the property's; the graph protocol's G3 by default), whatever the
+        property made of the call's exception."""
         try:
             with _sanitized(clause):
                 yield
@@ -90,14 +92,16 @@ class Property:
 
 @contextmanager
 def _sanitized(clause: str) -> Iterator[None]:
-    """Raise the safety failure for what ``--sanitize`` blocked inside, in place of any other outcome."""
+    """Raise the safety failure for what the watched calls found inside (an out-of-bounds index, a changed input,
+    an access ``--sanitize`` blocked), in place of any other outcome."""
+    FOUND.clear()
     try:
         yield
     except BaseException as err:
-        blocked = out_of_bounds(clause)
+        blocked = unsafe_found(clause)
         if blocked is None:
             raise
         raise blocked from err
-    blocked = out_of_bounds(clause)
+    blocked = unsafe_found(clause)
     if blocked is not None:
         raise blocked

@@ -90,3 +90,53 @@ class ReanchorOneRowOn(TorchBackend):
         if table.dim() == 2 and table.shape[0] and spare >= table.stride(0):
             table = torch.as_strided(table, table.shape, table.stride(), table.storage_offset() + table.stride(0))
         return super().reanchor_locs(table, frontier, page_size, n)
+
+
+class EagerGatherDecode(TorchBackend):
+    """An eager decode (torch ops, as an engine's Python fallback): ``table[row, pos // page_size]`` with no column
+    bound, so a table narrower than its sequence is read past its width (IndexError on CPU, garbage on CUDA)."""
+
+    def decode_locs(self, table, seq_lens, page_size):
+        if not isinstance(table, torch.Tensor) or table.dim() != 2 or len(seq_lens) != table.shape[0]:
+            return super().decode_locs(table, seq_lens, page_size)
+        pos = seq_lens.to(torch.int64) - 1
+        pages = table[torch.arange(table.shape[0]), pos.clamp(min=0) // page_size]
+        return (pages.clamp(min=0).to(torch.int64) * page_size + pos % page_size).to(torch.int32)
+
+
+class EagerGatherDecodeChecked(EagerGatherDecode):
+    """The same eager decode, refusing a column past the table's width with its own check first (no read)."""
+
+    def decode_locs(self, table, seq_lens, page_size):
+        if isinstance(table, torch.Tensor) and table.dim() == 2 and len(seq_lens) == table.shape[0] and len(seq_lens):
+            if int(((seq_lens.to(torch.int64) - 1).clamp(min=0) // page_size).max()) >= table.shape[1]:
+                raise ValueError("a sequence is longer than its table row")
+        return super().decode_locs(table, seq_lens, page_size)
+
+
+class ZeroesTheTable(TorchBackend):
+    """Right locations, then the caller's block table zeroed (a buffer reused as scratch)."""
+
+    def decode_locs(self, table, seq_lens, page_size):
+        out = super().decode_locs(table, seq_lens, page_size)
+        table.zero_()
+        return out
+
+
+class BumpsSeqLens(TorchBackend):
+    """Right locations, then the caller's seq_lens bumped in place (a step's advance done on the input)."""
+
+    def decode_locs(self, table, seq_lens, page_size):
+        out = super().decode_locs(table, seq_lens, page_size)
+        seq_lens += 1
+        return out
+
+
+class WritesPageIntoTable(TorchBackend):
+    """Right locations, then a page id written into the caller's table (an allocation recorded in the input)."""
+
+    def decode_locs(self, table, seq_lens, page_size):
+        out = super().decode_locs(table, seq_lens, page_size)
+        if table.numel():
+            table.view(-1)[-1] = 7
+        return out

@@ -1,0 +1,145 @@
+"""Out-of-bounds reads and writes of eager torch indexing ops, caught at torch's dispatch level before they run.
+
+An eager backend that gathers past a table's width gets an ``IndexError`` on CPU, a device-side assert or a
+silent garbage read on CUDA; a property must never take that for a refusal. ``IndexGuard`` sees every aten op
+a backend call runs; for the ops that take indices (``index``, ``gather``, ``index_select``, ``take``,
+``embedding``, ``select``, the ``index_put``/``scatter``/``index_copy`` family) it compares the indices with
+the indexed tensor's size (one min and max per index tensor) and, for an index outside ``[0, size)`` (or
+``[-size, size)`` where the op wraps negative indices), reports an ``OutOfBoundsIndex`` to ``on_hit`` and
+raises it instead of running the op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["IndexGuard", "OutOfBoundsIndex"]
+
+aten = torch.ops.aten
+_DIM_INDEX = {aten.gather: "read", aten.index_select: "read", aten.scatter: "write", aten.scatter_: "write",
+              aten.scatter_add: "write", aten.scatter_add_: "write", aten.scatter_reduce: "write",
+              aten.scatter_reduce_: "write", aten.index_add: "write", aten.index_add_: "write",
+              aten.index_copy: "write", aten.index_copy_: "write", aten.index_fill: "write",
+              aten.index_fill_: "write"}
+"""Ops called ``(self, dim, index, ...)``: the index tensor addresses ``self`` along ``dim``."""
+_INDICES = {aten.index: "read", aten._unsafe_index: "read", aten.index_put: "write", aten.index_put_: "write",
+            aten._index_put_impl_: "write", aten._unsafe_index_put: "write"}
+"""Ops called ``(self, indices, ...)``: advanced indexing, one optional index tensor per leading dimension."""
+_WRAPS = frozenset(op.__name__ for op in (aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_,
+                                          aten.take, aten.select, aten.index_fill, aten.index_fill_))
+"""Ops that read a negative index ``i`` as ``size + i`` (the others refuse any negative index)."""
+_WATCHED = frozenset(op.__name__ for op in (*_DIM_INDEX, *_INDICES, aten.take, aten.embedding, aten.select))
+"""Their names: a string lookup per op is the whole cost of every other op."""
+
+
+@dataclass(eq=False)
+class OutOfBoundsIndex(IndexError):
+    """An indexing op asked for an element its tensor does not have: the op, the access and the first bad index."""
+
+    op: str
+    access: str
+    """``read`` or ``write``."""
+    index: int
+    position: tuple[int, ...]
+    """Where the bad index sits in its index tensor."""
+    dim: int
+    size: int
+    shape: tuple[int, ...]
+
+    def __str__(self) -> str:
+        at = f" at index position {list(self.position)}" if self.position else ""
+        shape = f" (tensor of shape {list(self.shape)})" if self.shape else ""
+        return (f"out-of-bounds {self.access}: {self.op} with index {self.index}{at} into dimension {self.dim} of "
+                f"size {self.size}{shape}")
+
+
+class IndexGuard(TorchDispatchMode):
+    """Bounds-check the indices of every indexing op run inside; ``on_hit`` gets each ``OutOfBoundsIndex``."""
+
+    def __init__(self, on_hit: Callable[[OutOfBoundsIndex], None]) -> None:
+        super().__init__()
+        self.on_hit = on_hit
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """No dynamo wrapper around ``__torch_dispatch__``: it imports ``torch._dynamo`` (seconds) on first use and
+        costs a frame per op; nothing compiles this mode's code."""
+        return False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func._opname in _WATCHED:
+            hit = _check(func.overloadpacket, args, kwargs)
+            if hit is not None:
+                self.on_hit(hit)
+                raise hit
+        return func(*args, **kwargs)
+
+
+def _check(packet: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> OutOfBoundsIndex | None:
+    """The first out-of-bounds index of an indexing op's call, or None."""
+    name = f"aten.{packet.__name__}"
+    if packet in _DIM_INDEX:
+        self, dim, index = _arg(args, kwargs, 0, "self"), _arg(args, kwargs, 1, "dim"), _arg(args, kwargs, 2, "index")
+        return _bounds(name, _DIM_INDEX[packet], self, int(dim), index)
+    if packet in _INDICES:
+        return _advanced(name, _INDICES[packet], _arg(args, kwargs, 0, "self"), _arg(args, kwargs, 1, "indices"))
+    if packet is aten.take:
+        self, index = _arg(args, kwargs, 0, "self"), _arg(args, kwargs, 1, "index")
+        return _bounds(name, "read", self.reshape(-1) if self.dim() else self.reshape(1), 0, index)
+    if packet is aten.embedding:
+        return _bounds(name, "read", _arg(args, kwargs, 0, "weight"), 0, _arg(args, kwargs, 1, "indices"))
+    if packet is aten.select:
+        return _bounds(name, "read", _arg(args, kwargs, 0, "self"), int(_arg(args, kwargs, 1, "dim")),
+                       _arg(args, kwargs, 2, "index"))
+    return None
+
+
+def _arg(args: Sequence[Any], kwargs: dict[str, Any], i: int, name: str) -> Any:
+    return args[i] if i < len(args) else kwargs.get(name)
+
+
+def _advanced(op: str, access: str, self: torch.Tensor, indices: Sequence[torch.Tensor | None]
+              ) -> OutOfBoundsIndex | None:
+    """Advanced indexing: index k addresses dimension k (a boolean mask covers as many dimensions as it has)."""
+    dim = 0
+    for index in indices:
+        if index is None:
+            dim += 1
+            continue
+        if index.dtype in (torch.bool, torch.uint8):  # a mask: each of its sizes must fit the dimension it covers
+            for k, size in enumerate(index.shape):
+                if dim + k < self.dim() and size > self.shape[dim + k]:
+                    return OutOfBoundsIndex(op, access, size - 1, (), dim + k, self.shape[dim + k], tuple(self.shape))
+            dim += index.dim()
+            continue
+        hit = _bounds(op, access, self, dim, index)
+        if hit is not None:
+            return hit
+        dim += 1
+    return None
+
+
+def _bounds(op: str, access: str, self: Any, dim: int, index: Any) -> OutOfBoundsIndex | None:
+    """An index (a tensor or an int) against ``self``'s size along ``dim``: one min and max, then the first bad one."""
+    if not isinstance(self, torch.Tensor) or self.is_meta:
+        return None
+    dim = dim % max(self.dim(), 1)
+    size = self.shape[dim] if self.dim() else 1
+    least = -size if op.removeprefix("aten.") in _WRAPS else 0
+    if isinstance(index, int):
+        return None if least <= index < size else OutOfBoundsIndex(op, access, index, (), dim, size, tuple(self.shape))
+    if not isinstance(index, torch.Tensor) or index.numel() == 0 or index.is_meta or index.dtype.is_floating_point \
+            or index.dtype == torch.bool:
+        return None
+    low, high = torch.aminmax(index)
+    if least <= low.item() and high.item() < size:
+        return None
+    bad = ((index < least) | (index >= size)).nonzero()[0].tolist()
+    value = int(index[tuple(bad)]) if index.dim() else int(index)
+    return OutOfBoundsIndex(op, access, value, tuple(bad), dim, size, tuple(self.shape))

@@ -1,0 +1,44 @@
+"""Every backend call watched for what no result shows: out-of-bounds indexing and writes into its inputs.
+
+``watched`` runs one call under ``oob.IndexGuard`` and compares its inputs after it (``integrity.Inputs``);
+what it finds is kept in ``FOUND`` (as the Triton guard of ``--sanitize`` keeps its blocked accesses) for
+``Context.example`` to turn into a safety failure, whatever the property made of the call's exception: a
+property may take any exception for a refusal, and an out-of-bounds read is never one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from kvtable.conformance.integrity import Inputs
+from kvtable.conformance.oob import IndexGuard, OutOfBoundsIndex
+
+__all__ = ["FOUND", "watched"]
+
+FOUND: list[Exception] = []
+"""What the watched calls (and ``--sanitize``'s Triton guard) found since the example started."""
+_SELECT = re.compile(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)")
+"""torch's own message for ``tensor[i]`` with a Python int out of range (checked before any op is dispatched)."""
+
+
+@contextmanager
+def watched(call: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+            exempt: Iterable[torch.Tensor] = ()) -> Iterator[None]:
+    """Run one backend call: its indexing ops bounds-checked, its inputs compared with their copies after it."""
+    inputs = Inputs(call, fn, args, kwargs, exempt)
+    try:
+        with IndexGuard(FOUND.append):
+            yield
+    except IndexError as err:
+        if not isinstance(err, OutOfBoundsIndex) and (found := _SELECT.search(str(err))):
+            index, dim, size = (int(v) for v in found.groups())
+            FOUND.append(OutOfBoundsIndex("tensor[...] (aten.select)", "read", index, (), dim, size, ()))
+        raise
+    finally:
+        if (changed := inputs.changed()) is not None:
+            FOUND.append(changed)

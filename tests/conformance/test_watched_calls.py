@@ -1,0 +1,69 @@
+"""Every backend call is watched: an eager read past a table's width and a write into the caller's inputs are
+safety failures naming the op and index, or the tensor and element, whatever the property made of the call."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvtable.conformance.oob import IndexGuard, OutOfBoundsIndex
+from kvtable.conformance.properties import select
+from kvtable.conformance.runner import run_conformance
+
+NARROW = select(["safety/narrow-table"])
+
+
+def _one(backend: str, properties=NARROW, examples: int = 60):
+    """The one property's result at the safety tier, each failure as first found (no shrinking: faster)."""
+    report = run_conformance(f"runs_backends:{backend}", examples=examples, seed=0, level="safety",
+                             properties=properties, shrink=False)
+    return report.results[0]
+
+
+def test_an_eager_gather_past_the_width_is_an_unsafe_read_naming_the_op_and_index() -> None:
+    result = _one("EagerGatherDecode")
+    assert (result.status, result.tier, result.clause_id) == ("failed", "safety", "T8")
+    assert result.failures[0].kind == "out-of-bounds read (aten.index)"
+    assert "out-of-bounds read: aten.index with index " in result.message
+    assert "into dimension 1 of size " in result.message
+
+
+def test_the_same_decode_refusing_with_its_own_check_passes() -> None:
+    result = _one("EagerGatherDecodeChecked")
+    assert result.status == "passed" and result.examples > 0
+
+
+@pytest.mark.parametrize(("backend", "tensor", "kind"), [
+    ("ZeroesTheTable", "table", "input changed: table"),
+    ("BumpsSeqLens", "seq_lens", "input changed: seq_lens"),
+    ("WritesPageIntoTable", "table", "input changed: table"),
+])
+def test_a_backend_writing_into_its_inputs_fails_safety_naming_the_tensor(backend: str, tensor: str,
+                                                                          kind: str) -> None:
+    result = _one(backend, select(["decode_locs"]), examples=10)
+    assert (result.status, result.tier) == ("failed", "safety")
+    assert result.failures[0].kind == kind
+    assert f"backend.decode_locs changed the caller's {tensor}: element [" in result.message
+
+
+@pytest.mark.parametrize(("op", "message"), [
+    (lambda t: t.index_select(1, torch.tensor([0, 4])), "aten.index_select with index 4 at index position [1]"),
+    (lambda t: torch.gather(t, 1, torch.tensor([[1], [-1], [0]])), "aten.gather with index -1 at index position [1,"),
+    (lambda t: t[torch.tensor([3])], "aten.index with index 3 at index position [0] into dimension 0 of size 3"),
+    (lambda t: torch.take(t, torch.tensor([12])), "aten.take with index 12"),
+    (lambda t: t.clone().index_put_((torch.tensor([5]),), torch.tensor(1)), "out-of-bounds write: aten.index_put_"),
+])
+def test_the_guard_stops_each_indexing_op_before_it_runs(op, message: str) -> None:
+    hits: list[OutOfBoundsIndex] = []
+    table = torch.arange(12).reshape(3, 4)
+    with pytest.raises(OutOfBoundsIndex), IndexGuard(hits.append):
+        op(table)
+    assert len(hits) == 1 and message in str(hits[0])
+
+
+def test_the_guard_lets_in_bounds_indices_run_and_negative_ones_where_the_op_wraps() -> None:
+    table = torch.arange(12).reshape(3, 4)
+    with IndexGuard(lambda hit: pytest.fail(str(hit))):
+        assert table[:, torch.tensor([0, -1])].tolist() == [[0, 3], [4, 7], [8, 11]]
+        assert torch.gather(table, 1, torch.tensor([[3], [0], [1]])).tolist() == [[3], [4], [9]]
+        assert table[table > 9].tolist() == [10, 11]
