@@ -115,8 +115,16 @@ def in_bounds(binding: Binding) -> Query:
     launch, trace = symbolic_run(binding)
     goal = z3.And(*[z3.Implies(a.mask, access_inside(launch, a)) for a in trace.accesses])
     shown = [item for a in trace.accesses for item in _index_shown(launch, a)]
-    facts = [*_facts(launch, trace), *_layout(launch, trace), *trusted(launch, trace)]
-    return _query(trace, facts, goal, shown, stated(launch, trace))
+    facts = [*_facts(launch, trace), *_layout(launch, trace)]
+    return _query(trace, facts, goal, shown, _assumed(launch, trace))
+
+
+def _assumed(launch: Launch, trace: Trace) -> tuple[tuple[str, z3.BoolRef], ...]:
+    """The binding's stated assumptions, with the inputs it trusts the host for (role ``trusted``), so that a
+    verdict that needs them names them too."""
+    names = launch.binding.roles.get("trusted", "")
+    host = ((f"the host builds {', '.join(names.split())}", z3.And(*trusted(launch, trace))),) if names else ()
+    return (*host, *stated(launch, trace))
 
 
 def under(mask: z3.BoolRef, body: z3.BoolRef) -> z3.BoolRef:
@@ -198,7 +206,7 @@ def safety(binding: Binding, *, nonnegative_positions: bool = True) -> Query:
     launch, trace = symbolic_run(binding)
     c = contract(binding.clause, launch)
     out = launch.binding.roles["out"]
-    facts, goals = [*_facts(launch, trace), *trusted(launch, trace)], []
+    facts, goals = _facts(launch, trace), []
     shown = [item for load in trace.loads for item in _index_shown(launch, load)]
     positions = launch.binding.roles.get("positions")
     for load in trace.loads:
@@ -221,7 +229,7 @@ def safety(binding: Binding, *, nonnegative_positions: bool = True) -> Query:
         label = _label(store)
         shown += [*_index_shown(launch, store), (f"{label} value", store.value.term)]
         shown += [(f"{label} {name}", term) for name, term in element.show]
-    return _query(trace, facts, z3.And(*goals), shown, stated(launch, trace))
+    return _query(trace, facts, z3.And(*goals), shown, _assumed(launch, trace))
 
 
 REPLAY_LIMIT = 64
