@@ -18,6 +18,7 @@ from kvtable.backends.profiles import Profile, get_profile
 from kvtable.contract import GroupSpec
 from kvtable.errors import ContractViolation
 from kvtable.reference.graph import GraphModel
+from kvtable.trace.allocation import judge_allocator_step
 from kvtable.trace.history import GroupHistory
 from kvtable.trace.judge import Violation, dropped, judge_group, judge_strict, step_tokens
 from kvtable.trace.recorder import LOCATION_KINDS
@@ -49,6 +50,7 @@ class TraceJudge:
         self.history: dict[str, GroupHistory] = {}
         self.model: GraphModel | None = None
         self.saw_req_ids = False
+        self.saw_locations = False
 
     def _history(self, gid: str) -> GroupHistory:
         if gid not in self.history:
@@ -62,9 +64,12 @@ class TraceJudge:
 
     def _judge(self, step: Step) -> list[Violation]:
         if step.kind in LOCATION_KINDS:
+            self.saw_locations = True
             return self._locations(step, step.kind)
         if step.kind == "replay":
             return self._replay(step)
+        if step.kind == "allocate":
+            return judge_allocator_step(step)
         if step.kind == "graph":
             specs = [GroupSpec(**s) for s in step.meta["specs"]]
             self.families.update({s.group_id: s.family for s in specs})
@@ -193,7 +198,7 @@ def check_trace(path: str | Path, profile: str | Profile | None = None, level: s
             report.snippet = snippet(header, step, found[0], history)
             break
     report.end_note = reader.end_note
-    if not judge.saw_req_ids:
+    if judge.saw_locations and not judge.saw_req_ids:
         report.notes.append("no request ids recorded: the rules across steps (T7 across the run, "
                             "trace/pages-kept, trace/freed-page-write) were not judged")
     return report

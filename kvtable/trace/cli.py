@@ -25,6 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     record.add_argument("--faults", type=float, default=0.05, help="share of eager steps carrying a stale length "
                         "real engines publish (default 0.05; 0: valid input only)")
     record.add_argument("--out", type=Path, required=True, help="the new trace folder")
+    record.add_argument("--route", choices=("locations", "allocator"), default="locations",
+                        help="drive the backend's location calls (default), or its allocator (alloc_decode/verify/"
+                        "extend: the engine chooses the slots, as SGLang does)")
+    record.add_argument("--page-size", type=positive_int, default=1, help="the allocator route's page size")
+    record.add_argument("--pool-pages", type=positive_int, default=400, help="the allocator route's pool size in "
+                        "pages (its free pages are the top ones: past 2^31 slots, ids no int32 holds)")
     record.add_argument("--debug", action="store_true", help="the backend in debug mode (full contract checks): "
                         "what --level strict judges refusals against")
     check = sub.add_parser("check", help="judge every step of one or more traces")
@@ -42,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
 def _record(args: argparse.Namespace) -> int:
     from kvtable.backends import BackendNotFound, BackendUnavailable, NoDebugMode, load, spec_of
     from kvtable.backends.profiles import get_profile
+    from kvtable.trace.allocation import AllocSimulator
     from kvtable.trace.recorder import Recorder
     from kvtable.trace.simulate import SimConfig, simulate
 
@@ -56,9 +63,16 @@ def _record(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     name = args.backend or spec_of(backend)
     meta = {"seed": args.seed, "steps": args.steps, "faults": args.faults, "debug": args.debug}
-    with Recorder(args.out, profile=args.profile, groups=config.groups, backend=name, steps_per_chunk=16,
+    groups = config.groups if args.route == "locations" else ()
+    with Recorder(args.out, profile=args.profile, groups=groups, backend=name, steps_per_chunk=16,
                   meta=meta) as recorder:
-        simulate(backend, recorder, args.steps, seed=args.seed, config=config, profile=args.profile)
+        if args.route == "locations":
+            simulate(backend, recorder, args.steps, seed=args.seed, config=config, profile=args.profile)
+        else:
+            sim = AllocSimulator(backend, recorder, seed=args.seed, page_size=args.page_size,
+                                 pool_pages=args.pool_pages, faults=args.faults)
+            for _ in range(args.steps):
+                sim.step()
     print(f"recorded {recorder.steps} steps of {args.steps} scheduler iterations ({name}, seed {args.seed}) to "
           f"{args.out}: {recorder.writer.bytes_written / 1e3:.0f} kB, {time.perf_counter() - start:.1f} s")
     return EXIT_PASSED

@@ -118,6 +118,19 @@ class Recorder:
         return self._emit("replay", arrays, tables=tables, groups=self._page_sizes(list(tables), None), n=n,
                           actual_bs=actual_bs, error=error, meta={"bs": bs})
 
+    def allocation(self, mode: str, req_to_token: Any, rows: Any, prefix_lens: Any, seq_lens: Any, free_pages: Any,
+                   *, page_size: int, pool_pages: int, locs: Any, recorded: Any, guard_before: Any = (),
+                   guard_after: Any = (), canary: int = 0, req_ids: Any = None, error: str | None = None) -> int:
+        """An allocator-driven step (A1-A5, SGLang's route): the token table and free pages the allocator was
+        handed, the slots it chose (``locs``, request order), the table as it recorded them, and the cells
+        around its output buffer (``guard_before``/``guard_after``, which held ``canary`` before the step)."""
+        arrays = {"rows": rows, "prefix_lens": prefix_lens, "seq_lens": seq_lens, "free_pages": free_pages,
+                  "locs": locs, "guard_before": guard_before, "guard_after": guard_after, "req_ids": req_ids}
+        tables = {"req_to_token": req_to_token} if recorded is None else {"req_to_token": req_to_token,
+                                                                          "recorded": recorded}
+        return self._emit("allocate", arrays, tables=tables, groups={g: page_size for g in tables}, error=error,
+                          meta={"mode": mode, "pool_pages": pool_pages, "canary": canary})
+
     def free(self, group: str, pages: Any) -> int:
         """The engine returned these pages of ``group`` to its free list (their contents stay stale)."""
         return self._emit("free", {f"{group}/pages": pages}, groups=self._page_sizes([group], None))

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from kvtable.trace.allocation import OPERATION, alloc_step
 from kvtable.trace.judge import Violation
 from kvtable.trace.store import Step
 
@@ -61,6 +62,13 @@ def snippet(header: dict[str, Any], step: Step, violation: Violation, graph_step
     lines = [f"# trace step {step.index} ({step.kind}), {violation.clause}, group {violation.group!r}", *_load(header)]
     if step.kind in CALLS and violation.group in step.groups:
         lines.append(f"locs = {_call(step, violation.group)}")
+    elif step.kind == "allocate":
+        lines += ["from kvtable.conformance.properties.allocator import alloc_state",
+                  "from kvtable.reference.allocation import AllocStep", "",
+                  f"state, arena = alloc_state({alloc_step(step)!r})  # the output buffer between guard cells",
+                  f"got = backend.{OPERATION[step.meta['mode']]}(state)",
+                  f"print(arena, got.req_to_token[{violation.row}])  # {violation.reason}"]
+        return "\n".join(lines)
     elif step.kind == "replay":
         lines.append("# a replay reads buffers earlier replays left: the graph's events up to this step, in order")
         lines += _replays(graph_steps)

@@ -60,6 +60,8 @@ class Step:
     error_group: str | None = None
     """The group whose call raised ``error`` (None: the step as a whole)."""
     meta: dict[str, Any] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    """Allocator steps: their other arrays by name (rows, free_pages, locs, guards)."""
 
 
 def _fsync_write(path: Path, data: bytes, mode: str = "wb") -> None:
@@ -233,6 +235,8 @@ def _step(line: dict[str, Any], get: Callable[[str], np.ndarray | None], tables:
     step = Step(line["step"], line["kind"], line.get("n", 1), line.get("actual_bs"), get("seq_lens"),
                 get("prefix_lens"), get("req_ids"), error=line.get("error"), error_group=line.get("error_group"),
                 meta=line.get("meta", {}))
+    if step.kind == "allocate":
+        step.arrays = {k: get(k) for k in ("rows", "free_pages", "locs", "guard_before", "guard_after")}
     delta = set(line.get("delta", ()))
     for gid, page_size in line.get("groups", {}).items():
         if gid in delta:

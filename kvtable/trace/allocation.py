@@ -1,0 +1,144 @@
+"""Allocator-driven steps in a trace: judged by ``reference.allocation.judge_allocation`` (A1-A5) on what the
+engine chose and recorded, and driven by a serving-loop model of an allocator (SGLang's route).
+
+The loop keeps SGLang's state: a token table (``req_to_token``; row 0 the padding row), a free list of pages
+(page 0 the reserved sink), request rows handed out and returned without clearing (``ReqToTokenPool.free``
+leaves a row's old slots behind), chunked prefill (``alloc_extend``), decode (``alloc_decode``) and speculative
+verify (``alloc_verify``; at page size 1 the rejected drafts' slots go back to the free list). The free pages
+are the top ``rows * pages per row`` of ``pool_pages`` (a pool past 2^31 slots has its free pages there). With
+``faults > 0`` some steps carry one more request, on a free row, with the lengths a scheduler bug publishes: an
+extend whose cached prefix is past its length, or a verify row shorter than N; its slots are freed after.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kvtable.reference.allocation import AllocOutcome, AllocStep, judge_allocation
+from kvtable.trace.judge import Violation
+from kvtable.trace.recorder import Recorder
+from kvtable.trace.store import Step
+
+OPERATION = {"decode": "alloc_decode", "verify": "alloc_verify", "extend": "alloc_extend"}
+
+
+def alloc_step(step: Step) -> AllocStep:
+    """The ``AllocStep`` a trace's allocator step was handed."""
+    a = step.arrays
+    return AllocStep(step.meta["mode"], step.groups["req_to_token"].table.tolist(), a["rows"].tolist(),
+                     step.prefix_lens.tolist(), step.seq_lens.tolist(), a["free_pages"].tolist(),
+                     step.groups["req_to_token"].page_size, step.meta["pool_pages"])
+
+
+def judge_allocator_step(step: Step) -> list[Violation]:
+    """Every A1-A5 fault of a recorded allocator step (unsafe first); a refused step is judged safe."""
+    if step.error is not None or "recorded" not in step.groups:
+        return []
+    a = step.arrays
+    outcome = AllocOutcome(a["locs"].tolist(), step.groups["recorded"].table.tolist(), a["guard_before"].tolist(),
+                           a["guard_after"].tolist(), step.meta["canary"])
+    return [Violation(step.index, "safety" if f.unsafe else "correct", f.clause, "req_to_token", f.row, f.token,
+                      f.position, f.loc, f.reason if f.request is None else f"request {f.request}: {f.reason}")
+            for f in judge_allocation(alloc_step(step), outcome)]
+
+
+class AllocSimulator:
+    """The allocator's serving loop; ``step()`` runs one engine step through the backend and records it."""
+
+    def __init__(self, backend: Any, recorder: Recorder, *, seed: int = 0, page_size: int = 1, rows: int = 8,
+                 max_len: int = 40, pool_pages: int = 400, spec_n: int = 3, chunk: int = 8, faults: float = 0.0
+                 ) -> None:
+        self.backend, self.rec = backend, recorder
+        self.rng = np.random.default_rng(seed)
+        self.ps, self.max_len, self.spec_n, self.chunk = page_size, max_len, spec_n, chunk
+        self.pool_pages, self.faults = pool_pages, faults
+        self.table = np.zeros((rows, max_len + spec_n), np.int64)
+        free = rows * (-(-(max_len + spec_n) // page_size) + 2)
+        self.free_pages = list(range(pool_pages, max(pool_pages - free, 0), -1))
+        self.free_rows = list(range(rows - 1, 0, -1))
+        self.live: list[dict[str, Any]] = []
+        self.next_id = 0
+        self.ops = {op for op in OPERATION.values() if callable(getattr(backend, op, None))}
+
+    def step(self) -> None:
+        """Arrivals, then one prefill, decode or verify step, then finished requests leave."""
+        if self.free_rows and (not self.live or self.rng.random() < 0.35):
+            prompt = int(self.rng.integers(1, self.max_len // 2))
+            self.live.append({"id": self.next_id, "row": self.free_rows.pop(), "done": 0, "prompt": prompt,
+                              "target": int(self.rng.integers(prompt + 1, self.max_len + 1)), "pages": set()})
+            self.next_id += 1
+        prefilling = [r for r in self.live if r["done"] < r["prompt"]]
+        running = [r for r in self.live if r["done"] >= r["prompt"]]
+        if prefilling and (not running or self.rng.random() < 0.5):
+            self._run("extend", prefilling[:3], [min(self.chunk, r["prompt"] - r["done"]) for r in prefilling[:3]])
+        elif running and self.rng.random() < 0.35 and "alloc_verify" in self.ops:
+            self._run("verify", running, [self.spec_n] * len(running))
+        elif running:
+            self._run("decode", running, [1] * len(running))
+        for req in [r for r in self.live if r["done"] >= r["target"]]:
+            self._finish(req)
+
+    def _run(self, mode: str, batch: list[dict[str, Any]], counts: list[int]) -> None:
+        from kvtable.conformance.properties.allocator import alloc_outcome, alloc_state
+
+        if OPERATION[mode] not in self.ops:
+            return
+        pages = sum(-(-c // self.ps) + 1 for c in counts)
+        if pages > len(self.free_pages):
+            return
+        rows, prefix = [r["row"] for r in batch], [r["done"] for r in batch]
+        seq = [p + c for p, c in zip(prefix, counts, strict=True)]
+        phantom = mode != "decode" and bool(self.free_rows) and self.rng.random() < self.faults
+        cached: list[int] = []
+        if phantom:  # a cached prefix past the length (extend), a verify row shorter than N
+            rows, prefix, seq = ([self.free_rows[-1], *rows], [3 if mode == "extend" else 1 - self.spec_n, *prefix],
+                                 [2 if mode == "extend" else 1, *seq])
+            if mode == "extend":  # its cached prefix: slots of its own, taken for the step
+                cached = [self.free_pages.pop() for _ in range(-(-3 // self.ps))]
+                self.table[rows[0], :3] = [cached[q // self.ps] * self.ps + q % self.ps for q in range(3)]
+        step = AllocStep(mode, self.table.tolist(), rows, prefix, seq, list(reversed(self.free_pages)), self.ps,
+                         self.pool_pages)
+        state, arena = alloc_state(step)
+        error = outcome = None
+        try:
+            outcome = alloc_outcome(getattr(self.backend, OPERATION[mode])(state), arena)
+        except Exception as err:
+            error = f"{type(err).__name__}: {err}"
+        self.rec.allocation(mode, step.req_to_token, rows, prefix, seq, step.free_pages, page_size=self.ps,
+                            pool_pages=self.pool_pages, locs=None if outcome is None else outcome.locs,
+                            recorded=None if outcome is None else outcome.req_to_token,
+                            guard_before=None if outcome is None else outcome.guard_before,
+                            guard_after=None if outcome is None else outcome.guard_after,
+                            canary=0 if outcome is None else outcome.canary,
+                            req_ids=[-1] * phantom + [r["id"] for r in batch], error=error)
+        if outcome is not None:
+            skip = max(seq[0] - prefix[0], 0) if phantom else 0
+            self._advance(mode, batch, counts, outcome.locs[skip:], outcome.req_to_token)
+        self.free_pages += cached
+
+    def _advance(self, mode: str, batch: list[dict[str, Any]], counts: list[int], locs: list[int],
+                 recorded: list[list[int]]) -> None:
+        """Take the recorded table and the pages the batch's tokens used; accept drafts after a verify."""
+        table = np.array(recorded, np.int64)
+        if table.shape == self.table.shape:
+            self.table = table
+        used = {loc // self.ps for loc in locs if loc >= self.ps}
+        self.free_pages = [p for p in self.free_pages if p not in used]
+        starts = np.cumsum([0, *counts])
+        for i, (req, count) in enumerate(zip(batch, counts, strict=True)):
+            req["pages"] |= {loc // self.ps for loc in locs[starts[i]: starts[i + 1]] if loc >= self.ps}
+            keep = count if mode != "verify" else 1 + int(self.rng.integers(0, count))
+            if mode == "verify" and self.ps == 1:
+                rejected = {int(s) for s in self.table[req["row"], req["done"] + keep: req["done"] + count] if s > 0}
+                self.free_pages += sorted(rejected)
+                req["pages"] -= rejected
+            req["done"] = min(req["done"] + keep, req["target"])
+
+    def _finish(self, req: dict[str, Any]) -> None:
+        """The pages it was given go back to the free list; its row goes back without being cleared."""
+        self.free_pages += sorted(req["pages"], reverse=True)
+        self.free_rows.append(req["row"])
+        self.live.remove(req)
+        self.rec.finish([req["id"]])

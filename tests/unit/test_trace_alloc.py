@@ -1,0 +1,53 @@
+"""Allocator-driven traces (SGLang's route): the SGLang-style example records and checks clean, and each seeded
+variant fails at the first step it differs from the good backend, naming the row and token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvtable.backends import load
+from kvtable.trace import Recorder, TraceReader, check_trace
+from kvtable.trace.allocation import AllocSimulator
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(tmp_path: Path, variant: str, *, page_size: int = 1, pool_pages: int = 400) -> Path:
+    out = tmp_path / f"{variant}-{page_size}"
+    name = f"{ROOT}/examples/sglang_style.py:{variant}"
+    with Recorder(out, profile="sglang", backend=name) as rec:
+        sim = AllocSimulator(load(name), rec, seed=0, page_size=page_size, pool_pages=pool_pages, faults=0.3)
+        for _ in range(60):
+            sim.step()
+    return out
+
+
+def _first_difference(a: Path, b: Path) -> int:
+    for x, y in zip(TraceReader(a).steps(), TraceReader(b).steps(), strict=False):
+        got = [x.arrays.get("locs"), x.groups.get("recorded")]
+        want = [y.arrays.get("locs"), y.groups.get("recorded")]
+        if x.kind == "allocate" and not (np.array_equal(got[0], want[0])
+                                         and np.array_equal(got[1].table, want[1].table)):
+            return x.index
+    raise AssertionError("the traces agree")
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_the_sglang_style_allocator_records_and_checks_clean(tmp_path: Path, page_size: int) -> None:
+    report = check_trace(_run(tmp_path, "backend", page_size=page_size))
+    assert report.violation is None and report.steps > 60
+
+
+@pytest.mark.parametrize(("variant", "clause", "pool"), [("backend_prefix_past_length", "A4", 400),
+                                                        ("backend_short_verify", "A2", 400),
+                                                        ("backend_int32_pool", "A1", 3 * 10**9)])
+def test_each_seeded_sglang_bug_fails_at_its_step_naming_row_and_token(tmp_path: Path, variant: str, clause: str,
+                                                                       pool: int) -> None:
+    bad, good = _run(tmp_path, variant, pool_pages=pool), _run(tmp_path, "backend", pool_pages=pool)
+    v = check_trace(bad).violation
+    assert (v.tier, v.clause) == ("safety", clause)
+    assert v.step == _first_difference(bad, good)
+    assert v.row is not None and v.token is not None
