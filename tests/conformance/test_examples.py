@@ -194,3 +194,14 @@ def test_a_seeded_engine_bug_fails_safety_naming_clause_group_row_and_token(spec
 
 def test_the_readme_shows_the_minimal_adapter_as_tested() -> None:
     assert open("examples/minimal_adapter.py").read() in open("README.md").read()
+
+
+@pytest.mark.slow
+def test_strictness_notes_under_a_scheduler_validating_profile_are_one_line_per_clause() -> None:
+    props = select(["rejects-cheap/T9", "rejects/actual-bs", "lengths/numpy-ints"])
+    report = run_conformance(VLLM, examples=20, seed=0, profile="vllm", properties=props)
+    assert report.passed, report.details()
+    notes = [line for line in report.notes().splitlines() if line.startswith("note ")]
+    assert len(notes) == 1 and notes[0].startswith("note [strictness] T9 lengths: "), notes
+    assert "missing or unnamed refusal(s) in rejects/actual-bs, rejects-cheap/T9" in notes[0]
+    assert "numpy" not in report.notes()  # a bare or float length is no input vLLM's scheduler hands over
