@@ -30,6 +30,7 @@ from kvtable.conformance.checks import Mismatch, Recorded, Transcript
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.database import KeyedDatabase, database_prefix
 from kvtable.conformance.levels import CORRECTNESS, DEFAULT_LEVEL, LEVELS, STRICTNESS
+from kvtable.conformance.notes import note_lines
 from kvtable.conformance.properties import PROPERTIES
 from kvtable.conformance.reproduce import Blob, blob_of, verdict_lines
 from kvtable.exitcodes import UsageError
@@ -193,11 +194,10 @@ class Report:
 
     def notes(self) -> str:
         """Why each not-applicable property was not run, unsupported examples by reason, and failures of
-        tiers above the run's level, one line each."""
+        tiers above the run's level (``notes.note_lines``)."""
         lines = [f"N/A {r.property}: {r.message}" for r in self.not_applicable]
         lines += [f"unsupported: {n} examples: {reason}" for reason, n in sorted(self.unsupported.items())]
-        lines += [f"note [{f.tier}] {r.property} ({f.clause}): {f.kind}: {f.message.splitlines()[0]}"
-                  for r in self.results for f in r.notes]
+        lines += note_lines(self.results, self.profile)
         return "\n".join(lines)
 
     def details(self) -> str:
