@@ -22,6 +22,8 @@ from typing import Any, Literal
 import torch
 import torch.utils.benchmark as benchmark
 
+from kvtable.internals import private
+
 """Where results land by default; git-ignored."""
 
 
@@ -181,7 +183,7 @@ def _triton_launches(wrap: Callable[[Callable[..., object]], Callable[..., objec
     if not triton_available():
         yield
         return
-    from triton.runtime.jit import KernelInterface
+    KernelInterface = private("KernelInterface")
 
     take_grid = KernelInterface.__getitem__
     KernelInterface.__getitem__ = lambda kernel, grid: wrap(take_grid(kernel, grid))

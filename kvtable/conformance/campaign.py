@@ -28,12 +28,13 @@ from collections import Counter, defaultdict
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.internal.conjecture.data import ConjectureResult
 
 from kvtable.conformance.properties import PROPERTIES, Context, Property
+from kvtable.internals import private
 
 __all__ = ["CAMPAIGN_PROPERTIES", "test_property"]
 
+ConjectureResult = private("ConjectureResult")
 if not hasattr(ConjectureResult, "slice_comments"):
     # HypoFuzz (25.11.1) copies the explain phase's comments off the shrunk failure as it reports it; Hypothesis
     # 6.170 no longer keeps them there, so without this the fuzz worker dies on the very failure it found.

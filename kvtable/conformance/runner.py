@@ -24,6 +24,7 @@ from hypothesis.database import ExampleDatabase
 from hypothesis.errors import DidNotReproduce, HypothesisException, Unsatisfiable
 from hypothesis.stateful import run_state_machine_as_test
 
+import kvtable.internals
 from kvtable.backends import Backend, NoDebugMode, debug_twin, is_backend, load, missing_methods, spec_of
 from kvtable.backends.profiles import Profile, get_profile
 from kvtable.conformance.checks import Mismatch, Recorded, Transcript
@@ -416,7 +417,7 @@ def _search(prop: Property, ctx: Context, count: list[int], *, examples: int, se
 
     # settings outside @seed: @seed alone would also switch the example database off
     test = _settings(examples, database, shrink)(replay(hypothesis_seed(seed)(given(prop.strategy)(body))))
-    test._hypothesis_internal_database_key = f"kvtable:{prop.name}".encode()  # type: ignore[attr-defined]
+    kvtable.internals.set_database_key(test, f"kvtable:{prop.name}".encode())
     with drawing(ctx.profile.domain):  # the strategies draw what the profile's engine can hold
         test()
 

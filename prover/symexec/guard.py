@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from kvtable.internals import private
+
 POISON = -0x5A5A5A5B
 """What a margin holds (as int64 words): recognisable, and no page id or location."""
 MARGIN_BYTES = 4096
@@ -151,7 +153,7 @@ def call_site() -> str:
 def check_access(log: GuardLog, kind: str, ptrs: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, list[Touch]]:
     """Record one load or store of the running program: the mask with every lane outside all tensors turned
     off (a ``GuardHit`` each), and a ``Touch`` for each lane that lands in a tensor."""
-    from triton.runtime.interpreter import interpreter_builder
+    interpreter_builder = private("interpreter_builder")
     program = tuple(interpreter_builder.grid_idx or (0, 0, 0))
     number, site = log.next_access(program), call_site()
     mask = np.broadcast_to(np.asarray(mask, dtype=bool), ptrs.shape).copy()
@@ -173,7 +175,7 @@ def check_access(log: GuardLog, kind: str, ptrs: np.ndarray, mask: np.ndarray) -
 @contextmanager
 def guarded(tensors: dict[str, torch.Tensor]) -> Iterator[GuardLog]:
     """Run Triton interpreter launches inside with every load and store checked against ``tensors``."""
-    from triton.runtime.interpreter import TensorHandle, interpreter_builder
+    TensorHandle, interpreter_builder = private("TensorHandle"), private("interpreter_builder")
 
     log = GuardLog([region_of(name, t) for name, t in tensors.items()])
     load, store = interpreter_builder.create_masked_load, interpreter_builder.create_masked_store
@@ -244,7 +246,7 @@ def sanitizing(on_hit: Callable[[OutOfBoundsAccess], None] | None = None) -> Ite
     """Every Triton interpreter launch inside is bounds-checked against its own tensor arguments: an access
     outside all of them is blocked and raises ``OutOfBoundsAccess`` when the launch ends (``--sanitize``);
     ``on_hit`` sees each such error first (a caller may catch the exception: the record stays)."""
-    from triton.runtime.interpreter import GridExecutor
+    GridExecutor = private("GridExecutor")
 
     launch = GridExecutor.__call__
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from kvtable.internals import private
 from kvtable.prover.symexec.guard import GuardLog, Region, check_access
 
 FIRST_BASE = 1 << 40
@@ -94,9 +95,9 @@ def virtual_tensors(specs: Sequence[tuple[str, torch.dtype, tuple[int, ...], tup
 def virtual_memory(tensors: Mapping[str, VirtualTensor]) -> Iterator[GuardLog]:
     """Launches inside take ``VirtualTensor`` arguments and read and write only them (every access logged)."""
     import triton.language as tl
-    from triton.runtime import interpreter
-    from triton.runtime.interpreter import TensorHandle, interpreter_builder
-    from triton.runtime.jit import mangle_type
+
+    interpreter, TensorHandle = private("triton_interpreter"), private("TensorHandle")
+    interpreter_builder, mangle_type = private("interpreter_builder"), private("mangle_type")
 
     log = GuardLog([t.region() for t in tensors.values()])
     convert = interpreter._implicit_cvt
