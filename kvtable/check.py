@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from kvtable import interrupts
 from kvtable.argtypes import positive_int
+from kvtable.exitcodes import EXIT_INTERRUPTED
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from kvtable.cli import main
 
+    interrupts.check()  # Ctrl-C while starting up: nothing runs
     proved = main(["prove"])
+    if proved == EXIT_INTERRUPTED or interrupts.pending():  # Ctrl-C while proving ends the job: no fuzz after it
+        return EXIT_INTERRUPTED
     fuzz = ["fuzz", "--backend", args.backend, "--examples", str(args.examples), "--seed", str(args.seed)]
     fuzzed = main(fuzz + ["--no-progress"] * args.no_progress)
     return proved or fuzzed

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from kvtable import interrupts
 from kvtable.exitcodes import EXIT_INTERRUPTED, EXIT_PASSED, EXIT_USAGE, UsageError
 
 # subcommand -> module providing ``add_arguments(parser)`` and ``run(args) -> int``
@@ -58,21 +59,25 @@ def _close_stdout() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; Ctrl-C at any moment (even one a callback swallowed) ends it with exit 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(_command(argv))
-    args = parser.parse_args(argv)
-    module = importlib.import_module(SUBCOMMANDS[args.command][0])
-    try:
-        return int(module.run(args) or 0)
-    except UsageError as err:
-        print(f"kvtable {args.command}: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"kvtable {args.command}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        _close_stdout()
-        return EXIT_PASSED
+    with interrupts.handled():  # Ctrl-C while starting up is kept for the run's first safe point
+        parser = build_parser(_command(argv))
+        args = parser.parse_args(argv)
+        module = importlib.import_module(SUBCOMMANDS[args.command][0])
+        try:
+            with interrupts.raising():
+                status = int(module.run(args) or 0)
+        except UsageError as err:
+            print(f"kvtable {args.command}: error: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        except KeyboardInterrupt:
+            print(f"kvtable {args.command}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except BrokenPipeError:
+            _close_stdout()
+            return EXIT_PASSED
+        return EXIT_INTERRUPTED if interrupts.pending() else status
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import contextlib
 import json
 import sys
 
+from kvtable import interrupts
 from kvtable.argtypes import positive_float, positive_int
 from kvtable.backends import BackendUnavailable, default_spec
 from kvtable.backends.profiles import ALIASES, DOMAIN_ANY, PROFILES
@@ -103,21 +104,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def emit(report: Report, as_json: bool) -> int:
-    """Print a report (table, failures, summary; or JSON) and return the exit status."""
-    if as_json:
-        print(report.to_json())
-    else:
-        print(report.table())
-        if report.notes():
-            print(report.notes())
-        if report.failures:
-            print()
-            print(report.details())
-        print()
-        print(report.summary())
-    if report.interrupted:
+    """Print a report (table, failures, summary; or JSON), whole even if Ctrl-C comes meanwhile, and return the
+    exit status."""
+    with interrupts.deferred():
+        report.interrupted = report.interrupted or interrupts.pending()
+        _print(report, as_json)
+    if report.interrupted or interrupts.pending():
         return EXIT_INTERRUPTED
     return EXIT_PASSED if report.passed else EXIT_FAILED
+
+
+def _print(report: Report, as_json: bool) -> None:
+    if as_json:
+        print(report.to_json())
+        return
+    print(report.table())
+    if report.notes():
+        print(report.notes())
+    if report.failures:
+        print()
+        print(report.details())
+    print()
+    print(report.summary())
 
 
 def unavailable(err: BackendUnavailable, as_json: bool) -> int:
@@ -137,4 +145,11 @@ def run(args: argparse.Namespace) -> int:
                                      properties=properties, level=args.level, progress=progress, **options)
     except BackendUnavailable as err:
         return unavailable(err, args.json)
+    except KeyboardInterrupt:
+        report = interrupted_before_any(args, spec, "conform")
     return emit(report, args.json)
+
+
+def interrupted_before_any(args: argparse.Namespace, spec: str, kind: str) -> Report:
+    """The report of a run Ctrl-C stopped before its first property (while loading the backend): an empty table."""
+    return Report(spec, profile_arg(args), args.seed, args.examples, kind, interrupted=True, level=args.level)

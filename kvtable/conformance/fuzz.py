@@ -31,7 +31,15 @@ from hypothesis.database import ExampleDatabase
 
 from kvtable.backends import BackendUnavailable, default_spec
 from kvtable.backends.profiles import Profile
-from kvtable.conformance.conform import add_common, emit, execution, profile_arg, sanitized, unavailable
+from kvtable.conformance.conform import (
+    add_common,
+    emit,
+    execution,
+    interrupted_before_any,
+    profile_arg,
+    sanitized,
+    unavailable,
+)
 from kvtable.conformance.database import open_database
 from kvtable.conformance.preflight import checked_properties
 from kvtable.conformance.properties import PROPERTIES, Property
@@ -82,4 +90,6 @@ def run(args: argparse.Namespace) -> int:
                           properties=properties, progress=progress, level=args.level, **options)
     except BackendUnavailable as err:
         return unavailable(err, args.json)
+    except KeyboardInterrupt:
+        report = interrupted_before_any(args, spec, "fuzz")
     return emit(report, args.json)

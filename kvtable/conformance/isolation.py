@@ -29,6 +29,7 @@ from typing import Any
 
 from hypothesis.database import ExampleDatabase
 
+from kvtable import interrupts
 from kvtable.conformance.checks import Transcript
 from kvtable.conformance.database import DatabaseFailed
 from kvtable.conformance.properties import BY_NAME, Property
@@ -217,6 +218,7 @@ class _Pool:
 
     def run(self, jobs: deque[_Job]) -> Iterator[PropertyResult]:
         while jobs or any(w.job for w in self.workers):
+            interrupts.check()
             for worker in self.workers:
                 if worker.ready and worker.job is None and jobs:
                     worker.assign(jobs.popleft())

@@ -25,6 +25,7 @@ from hypothesis.errors import DidNotReproduce, HypothesisException, Unsatisfiabl
 from hypothesis.stateful import run_state_machine_as_test
 
 import kvtable.internals
+from kvtable import interrupts
 from kvtable.backends import Backend, NoDebugMode, debug_twin, is_backend, load, missing_methods, spec_of
 from kvtable.backends.profiles import Profile, get_profile
 from kvtable.conformance.checks import Mismatch, Recorded, Transcript
@@ -410,6 +411,7 @@ def _search(prop: Property, ctx: Context, count: list[int], *, examples: int, se
     check = prop.check
 
     def body(example: Any) -> None:
+        interrupts.check()  # a Ctrl-C swallowed where it landed (a gc callback) stops the run here
         count[0] += 1
         ctx.transcript.reset()
         with ctx.example(prop.clause):
@@ -424,6 +426,7 @@ def _search(prop: Property, ctx: Context, count: list[int], *, examples: int, se
 
 def _counting_init(base: type, count: list[int]) -> Callable[[Any], None]:
     def __init__(self: Any) -> None:
+        interrupts.check()
         count[0] += 1
         base.__init__(self)
 
@@ -490,13 +493,16 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
         results = (run_property(prop, ctx, examples=examples(prop), seed=seed, spec=spec, database=database,
                                 shrink=shrink, level=level) for prop in properties)
     try:
+        interrupts.check()  # Ctrl-C while starting up: no property starts
         with long_lived_frozen():
             for result in results:
                 report.results.append(result)
                 if progress is not None:
                     progress(len(report.results), len(properties), result)
+                interrupts.check()
     except KeyboardInterrupt:
         report.interrupted = True
+    report.interrupted = report.interrupted or interrupts.pending()
     order = {p.name: i for i, p in enumerate(properties)}
     report.results.sort(key=lambda r: order[r.property])
     return report

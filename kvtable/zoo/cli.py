@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from functools import partial
 
+from kvtable import interrupts
 from kvtable.argtypes import positive_int
 from kvtable.console import wants_progress
 from kvtable.exitcodes import EXIT_FAILED, EXIT_PASSED, UsageError
@@ -79,10 +80,16 @@ def run(args: argparse.Namespace) -> int:
     baseline = Baseline(args.device)
     progress = wants_progress(args.no_progress)
     verdicts = []
-    for entry, verdict in zip(entries, _judge_entries(entries, args, baseline), strict=True):
-        verdicts.append(verdict)
-        if progress:
-            print(f"  {entry.name}: {'caught' if verdict.caught else 'NOT CAUGHT'}", file=sys.stderr, flush=True)
+    try:
+        interrupts.check()  # Ctrl-C while starting up: no entry starts
+        for entry, verdict in zip(entries, _judge_entries(entries, args, baseline), strict=True):
+            interrupts.check()  # an entry Ctrl-C cut short is no verdict
+            verdicts.append(verdict)
+            if progress:
+                print(f"  {entry.name}: {'caught' if verdict.caught else 'NOT CAUGHT'}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        entries = entries[:len(verdicts)]
+    interrupts.hold()  # the table of the entries judged is printed whole
     print(entry_table(entries, verdicts))
     if not args.quiet:
         for entry, v in zip(entries, verdicts, strict=True):
@@ -94,9 +101,10 @@ def run(args: argparse.Namespace) -> int:
     ok = all(v.caught for v in verdicts)
     summary = [f"{sum(v.caught for v in verdicts)}/{len(verdicts)} entries caught by the clause they name"
                + (f" at every seed of 0..{args.seeds - 1}" if args.seeds else "")]
-    if args.mutants:
-        mutant_verdicts = [judge_mutant(m, seed=args.seed, examples=args.examples, full=args.full,
-                                        baseline=baseline, device=args.device) for m in MUTANTS]
+    if args.mutants and not interrupts.pending():
+        with interrupts.raising():
+            mutant_verdicts = [judge_mutant(m, seed=args.seed, examples=args.examples, full=args.full,
+                                            baseline=baseline, device=args.device) for m in MUTANTS]
         print("\n" + mutant_table(MUTANTS, mutant_verdicts))
         for mutant in MUTANTS:
             if mutant.equivalent or mutant.gap:
@@ -107,5 +115,7 @@ def run(args: argparse.Namespace) -> int:
         ok = ok and all(v.caught for v in hunted)
     if not args.names:
         print("\nOutside the contract: " + "; ".join(f"#{o.item} {o.issue}" for o in OUTSIDE))
+    if interrupts.pending():
+        summary.insert(0, f"INTERRUPTED after {len(verdicts)} entries")
     print(f"\nkvtable zoo: {'; '.join(summary)}: {'PASS' if ok else 'FAIL'}")
     return EXIT_PASSED if ok else EXIT_FAILED
