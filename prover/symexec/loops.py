@@ -5,8 +5,9 @@ The loop variable is a fresh value ``i = start + k * step`` (``k >= 0``, exact: 
 loads or stores is guarded by ``i < end``: an iteration that does not run touches nothing. That is sound only
 when iterations do not depend on each other, so the loop's source is checked first: no ``break`` or
 ``return`` in the body, every name the body assigns is assigned before the body reads it (no value carried from
-one iteration to the next, ``acc += x`` included), and no name the body assigns is read after the loop before
-it is assigned again. A loop
+one iteration to the next, ``acc += x`` included; an ``if`` defines what both its branches define; an induction
+variable ``x += BLOCK`` is set from the iteration's index instead, prover/symexec/induction.py), and no name the
+body assigns is read after the loop before it is assigned again. A loop
 that fails the check, or a step that is not a positive constexpr, is refused naming the line.
 """
 
@@ -63,6 +64,29 @@ def _defined(statements: list[ast.stmt], defined: set[str], assigned: set[str], 
     return defined
 
 
+def _plain(node: ast.AST) -> bool:
+    """No call in ``node`` (evaluating it again loads and stores nothing)."""
+    return not any(isinstance(n, ast.Call) for n in ast.walk(node))
+
+
+def induction_steps(loop: ast.For) -> dict[str, ast.AugAssign]:
+    """The loop's induction variables: names its body only advances, once, at its top level, by an amount the
+    body does not change (``ld_offset += BLOCK``), in a ``for NAME in range(...)`` loop. Iteration ``k`` sees
+    the value before the loop plus ``k`` amounts (prover/symexec/induction.py sets it so): nothing carried."""
+    call = loop.iter
+    ranged = isinstance(call, ast.Call) and (getattr(call.func, "id", None) == "range"
+                                             or getattr(call.func, "attr", None) == "range")
+    if not (ranged and isinstance(loop.target, ast.Name) and not call.keywords and 1 <= len(call.args) <= 3
+            and all(_plain(a) for a in (call.args[::2] if len(call.args) > 1 else ()))):  # start, step: read again
+        return {}
+    assigned = set().union(*(_names(s, ast.Store) for s in loop.body)) | {loop.target.id}
+    stores = [n.id for s in loop.body for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    return {s.target.id: s for s in loop.body
+            if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name) and isinstance(s.op, (ast.Add, ast.Sub))
+            and s.target.id != loop.target.id and stores.count(s.target.id) == 1
+            and not _names(s.value, ast.Load) & assigned and _plain(s.value)}
+
+
 def check_independent(code: types.CodeType, line: int) -> None:
     """Refuse the loop on ``line`` unless its iterations are independent (see the module docstring)."""
     loop, function = _loop_at(code, line)
@@ -70,7 +94,7 @@ def check_independent(code: types.CodeType, line: int) -> None:
     if any(isinstance(n, (ast.Break, ast.Return)) for s in loop.body for n in ast.walk(s)):
         raise KernelNotSupported(f"a `break` or `return` inside a loop with symbolic bounds ({where})")
     assigned = set().union(*(_names(s, ast.Store) for s in loop.body))
-    defined = _defined(loop.body, _names(loop.target, ast.Store), assigned, where)
+    defined = _defined(loop.body, _names(loop.target, ast.Store) | set(induction_steps(loop)), assigned, where)
     end = loop.end_lineno or loop.lineno
     after = sorted((n.lineno, isinstance(n.ctx, ast.Store), n.id) for n in ast.walk(function)
                     if isinstance(n, ast.Name) and n.lineno > end and n.id in assigned | defined)

@@ -23,6 +23,7 @@ from typing import Any
 
 import z3
 
+from kvtable.prover.symexec.induction import ADVANCE, advance, with_induction
 from kvtable.prover.symexec.tl import Language, Trace, TritonStandIn
 from kvtable.prover.symexec.values import BRANCHES, DIVISIONS, DeadPath, KernelNotSupported, extremum
 
@@ -87,22 +88,32 @@ class _Rebinder:
             return hit
         scope = dict(fn.__globals__)
         cells = [types.CellType() for _ in fn.__closure__ or ()]  # a kernel defined in a function: its free names
-        rebuilt = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, tuple(cells) or None)
+        code = with_induction(fn.__code__)
+        if code is None:
+            rebuilt = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, tuple(cells) or None)
+        else:  # rebuilt from its source at top level: its free names become names of its scope
+            scope[ADVANCE] = advance
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
+                try:
+                    scope[name] = self.stand_in(cell.cell_contents)
+                except ValueError:  # a free name not bound yet stays unbound
+                    pass
+            rebuilt = types.FunctionType(code, scope, fn.__name__, fn.__defaults__)
         self.done[id(fn)] = rebuilt
         imported = _triton_imports(fn.__module__)
         for name, what in imported.items():
             if not isinstance(scope.get(name), types.ModuleType):  # the import failed: triton is not installed
                 self.inlined.add(fn.__module__)
                 scope[name] = self.language if what == "triton.language" else self.triton
-        for name in fn.__code__.co_names:
+        for name in rebuilt.__code__.co_names:
             if name in scope:
                 scope[name] = self.stand_in(scope[name])
-        if "range" in fn.__code__.co_names and "range" not in scope:  # the builtin, for symbolic bounds
+        if "range" in rebuilt.__code__.co_names and "range" not in scope:  # the builtin, for symbolic bounds
             scope["range"] = self.language.range
         for name, larger in (("min", False), ("max", True)):  # Triton compiles the builtins to minimum/maximum
-            if name in fn.__code__.co_names and name not in scope:
+            if name in rebuilt.__code__.co_names and name not in scope:
                 scope[name] = lambda a, b, larger=larger: extremum(a, b, larger=larger)
-        for cell, old in zip(cells, fn.__closure__ or (), strict=True):
+        for cell, old in zip(cells, fn.__closure__ or (), strict=True) if code is None else ():
             try:
                 cell.cell_contents = self.stand_in(old.cell_contents)
             except ValueError:  # a free name not bound yet stays unbound

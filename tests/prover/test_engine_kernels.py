@@ -313,3 +313,43 @@ def test_a_loop_may_assign_a_name_in_both_branches_of_an_if() -> None:
         assert discharge(kq.in_bounds(binding(both, wide)), TIMEOUT_MS).status == "proved"
     with pytest.raises(KernelNotSupported, match=r"carries \['v'\]"):
         kq.in_bounds(binding(one, 1))
+
+
+def test_a_loop_that_advances_its_offsets_is_one_iteration_of_induction_variables() -> None:
+    """SGLang's older kv-indices copy advances `ld_offset += BLOCK` each round: iteration k sees the offsets
+    before the loop plus k blocks (not a value carried), so a read one past the length is still found."""
+    import triton
+    import triton.language as tl
+
+    import kvtable.impl.triton_kernels  # noqa: F401 (interpreter mode, set before triton decorates)
+
+    @triton.jit
+    def advancing_copy(req_to_token_ptr, kv_indptr, lens_ptr, kv_indices_ptr, stride, SLIP: tl.constexpr):
+        BLOCK: tl.constexpr = 512
+        b = tl.program_id(axis=0)
+        out = tl.load(kv_indptr + b)
+        end = tl.load(lens_ptr + b)
+        ld_offset = tl.arange(0, BLOCK)
+        st_offset = tl.arange(0, BLOCK)
+        for _ in range(tl.cdiv(end, BLOCK)):
+            live = ld_offset < end + SLIP
+            token = tl.load(req_to_token_ptr + b * stride + ld_offset, mask=live)
+            tl.store(kv_indices_ptr + out + st_offset, token, mask=live)
+            ld_offset += BLOCK
+            st_offset += BLOCK
+
+    def binding(slip: int) -> Binding:
+        return Binding(kernel=advancing_copy, clause="T8", params={"B": (1, 64), "C": (1, 10**6), "T": (0, 10**8)},
+                       grid=("B",), requires=("stride == C",), constexprs={"SLIP": slip},
+                       tensors={"req_to_token_ptr": TensorSpec("int32", ("B", "C"), ("stride", 1)),
+                                "kv_indptr": TensorSpec("int32", ("B",), (1,)),
+                                "lens_ptr": TensorSpec("int32", ("B",), (1,)),
+                                "kv_indices_ptr": TensorSpec("int32", ("T",), (1,))},
+                       roles={"table": "req_to_token_ptr"},
+                       assumes=("kv_indptr entries >= 0", "lens_ptr entries >= 0", "lens_ptr[pid0] <= C",
+                                "kv_indptr[pid0] + lens_ptr[pid0] <= T"))
+
+    assert discharge(kq.in_bounds(binding(0)), TIMEOUT_MS).status == "proved"
+    model = dict(discharge(kq.in_bounds(binding(1)), TIMEOUT_MS, small=prove.SMALL_VALUES).model)
+    row, col = model["load 2 req_to_token_ptr index[0]"], model["load 2 req_to_token_ptr index[1]"]
+    assert model["load 2 req_to_token_ptr mask"] and col == model[f"lens_ptr[{row}]"]  # one token past the length
