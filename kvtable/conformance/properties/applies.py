@@ -55,15 +55,28 @@ def debug_or_plain(ctx: Context) -> Any:
         return ctx.backend
 
 
+_OTHER = {"missing_kernels": "backend.kernels", "missing_grouped_locs": "backend.kernels",
+          "missing_grouped_extend": "backend.kernels", "no_adapter": "cache_groups", "scrubbed_dummy_rows": None}
+"""What the other ``not_applicable`` checks ask for (None: a location call, as ``NeedsAny(LOCS)``)."""
+
+
 def unlocks(properties: tuple[Property, ...]) -> dict[str, list[str]]:
-    """Each operation (and ``debug mode``) -> the properties that need it, or may use it (marked ``*``)."""
+    """Each operation (and ``debug mode``) -> the properties that need it, or may use it (marked ``*``: one of
+    the operations so marked is enough)."""
     table: dict[str, list[str]] = {}
     for prop in properties:
+        needs_any = prop.not_applicable
+        if getattr(needs_any, "__name__", "") in _OTHER:
+            other = _OTHER[needs_any.__name__]  # type: ignore[union-attr]
+            needs_any = NeedsAny() if other is None else None
+            if other is not None:
+                table.setdefault(other, []).append(prop.name)
         for method in prop.needs:
             table.setdefault(method, []).append(prop.name)
-        if isinstance(prop.not_applicable, NeedsAny):
-            for method in prop.not_applicable.methods:
+        if isinstance(needs_any, NeedsAny):
+            for method in needs_any.methods:
                 table.setdefault(method, []).append(prop.name + "*")
         if prop.debug:
             table.setdefault("debug mode", []).append(prop.name)
     return table
+
