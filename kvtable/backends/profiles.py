@@ -421,6 +421,11 @@ TOKENSPEED = Profile(
     "(tail 0), a short verify row clamps, buffers by first capture, bs-0 replay is a no-op, extra groups ignored",
     details="""Read from tokenspeed's public code (lightseekorg/tokenspeed):
 
+- Domain and writer: ``cache_groups.py``'s module docstring has the scheduler export write sliding-window
+  holes as the null page 0, never -1, and pad a row's tail with -1; dummy rows are page 0, though Inkling's
+  own fallback fill pads them with -1 (``inkling.py``). So -1 stays in the domain (tails, stale columns),
+  with both tail pads. The KV writers (``_save_kv_cache``, the draft KV scatter) write every location they
+  get: a negative slot is an illegal memory access (the root cause of tokenspeed #709), so ``writes-all``.
 - ``python/tokenspeed/runtime/layers/attention/backends/cache_groups.py`` (``CacheGroupsMixin``; the
   older name of the file is ``flat_groups.py``): int32 tables with -1 tails (``table_tail_pad``), padded
   rows all page 0 at seq_len 1. ``_compute_decode_group_out_cache_locs`` clamps verify positions at 0
@@ -458,7 +463,9 @@ overrides the cache-group mixin's ``table_tail_pad`` with 0: TensorRT-LLM's page
 a row's stride from the maximum KV length and read the full width, so the tail must be the always-safe
 dummy page 0 rather than -1 (vLLM rounds its table width up for the same kernels). It views each group at
 the kernel page size (``_consumer_page_size``), so tables expand with holes and pads becoming sub-pages
-``0 .. r-1``; everything else is the ``tokenspeed`` profile (graph buffers at init in this backend).""",
+``0 .. r-1``; everything else is the ``tokenspeed`` profile (graph buffers at init in this backend), domain
+and writer included: -1 in the scheduler's tables (the 0 tail is the graph buffers'), every location written,
+the fill kernel's arguments fresh and contiguous.""",
     tail_pad=0, subpage_holes=True, clamp_short_verify=True, replay_bs0="noop", extra_groups="ignore",
     domain=Domain(contiguous_args=("packed", "meta", "dst")),
 )
