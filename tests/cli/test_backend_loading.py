@@ -69,6 +69,7 @@ def _kvtable(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                            *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_cli_names_what_is_missing_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "notone.py").write_text("class Thing:\n    def decode(self):\n        return None\n")
     result = _kvtable("conform", "--backend", "notone.py:Thing", "--property", "decode_locs", cwd=tmp_path)
@@ -78,6 +79,7 @@ def test_the_cli_names_what_is_missing_in_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and "has none of the operations" in lines[0] and "decode_locs" in lines[0]
 
 
+@pytest.mark.slow
 def test_a_file_path_and_a_module_in_the_current_directory_both_load(tmp_path: Path) -> None:
     (tmp_path / "pkgdir").mkdir()
     source = textwrap.dedent('''

@@ -145,6 +145,7 @@ def _failed(report) -> list[str]:
     return [label.split()[0] for label in report.failed_clauses]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mutant", "names", "clause"), [
     (DecodeLastOffByOne, ["decode_locs"], "W1"),
     (StateNotShed, ["group_locs/decode", "group_locs/state-shed"], "T6"),
@@ -225,6 +226,7 @@ def test_a_profile_accepts_its_engine_convention(mutant, names, profile) -> None
     assert run_conformance(mutant, examples=60, seed=0, profile=profile, properties=select(names)).passed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("profile", "names", "clause"), [
     ("vllm-pad-slot", ["verify_locs"], "W2"),  # torch writes dummy-row tokens to slot 0, not -1
     ("tokenspeed", ["expand_table"], "E2"),  # torch keeps holes and pads as holes and pads

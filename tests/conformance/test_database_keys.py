@@ -14,6 +14,8 @@ from kvtable.conformance.database import database_prefix
 from kvtable.conformance.properties import select
 from kvtable.conformance.runner import run_conformance
 
+pytestmark = pytest.mark.slow  # fuzz runs against a database, several per test
+
 BROKEN = "runs_backends:RareDecodeBug"
 REPLAY = 5
 """A find within this many examples is a replay: seed 0 needs hundreds to find RareDecodeBug from scratch (how many

@@ -53,6 +53,7 @@ def test_the_vllm_examples_missing_validation_is_a_strictness_failure_not_a_safe
                for r in strict.results for f in r.failures)  # the profile's `validates`, stated in the verdict
 
 
+@pytest.mark.slow
 def test_a_profile_whose_backend_validates_adds_no_scheduler_note() -> None:
     strict = run_conformance(VLLM, examples=10, seed=0, profile="kvtable", properties=select(["rejects-cheap/T9"]),
                              level="strict")

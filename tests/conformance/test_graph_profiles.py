@@ -278,6 +278,7 @@ def test_the_graph_strategies_draw_the_profiles_graph_conventions(runner_cls: ty
     assert any(re.search(message, f.message) for f in result.failures), result.failures[0].message
 
 
+@pytest.mark.slow
 def test_a_runner_with_the_zero_location_tail_passes_under_that_convention() -> None:
     report = run_conformance(_with_runner(ZeroesLocTail), examples=25, seed=0, profile=ZERO_TAIL_TOKENSPEED,
                              properties=select(["graph/replay-locs", "graph/protocol"]), level="correct")
@@ -295,6 +296,7 @@ class ReanchorsScribbleUnsafely(TorchBackend):
         return out - 10_000 if bool((table == 77).all()) else out
 
 
+@pytest.mark.slow
 def test_reanchor_on_a_scribbled_view_is_judged_by_safety_only() -> None:
     assert run_conformance(TorchBackend, examples=60, seed=0, properties=select(["graph/protocol"]),
                            level="strict").passed  # the reference refuses such rows (T7); torch need not
@@ -328,6 +330,7 @@ class KeepsStaleTables(ts.LazyGroupGraphBuffers):
         super().replay(bs, tables or self.last, seq_lens, tokens_per_req, actual_bs=actual_bs)
 
 
+@pytest.mark.slow
 def test_a_runner_accepting_capture_bs_0_and_writing_nothing_passes_graph_bounds() -> None:
     props = select(["graph/bounds", "graph/protocol"])
     report = run_conformance(_with_runner(AcceptsCaptureBs0), examples=60, seed=0, profile="tokenspeed",

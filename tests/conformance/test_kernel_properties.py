@@ -164,6 +164,7 @@ class SubpageFillKernels(TorchKernels):
                         dst[g, b, w] = w % ratio
 
 
+@pytest.mark.slow
 def test_the_replay_fill_property_follows_the_profile() -> None:
     """Under tokenspeed (sub-page holes, tail pad 0) the tokenspeed-style fill passes and kvtable's fails; under
     kvtable the reverse: the expected rows are mapped through the profile, as the graph properties' are."""

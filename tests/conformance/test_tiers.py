@@ -106,6 +106,7 @@ def test_a_refusal_must_name_the_offending_entry() -> None:
     assert "row 99" in result.message and "expected one of (group" in result.message
 
 
+@pytest.mark.slow
 def test_every_distinct_failure_is_reported_with_its_own_counterexample() -> None:
     report = run_conformance(TwoBugs, examples=60, seed=0, properties=select(["decode_locs"]))
     result = report.results[0]
@@ -116,6 +117,7 @@ def test_every_distinct_failure_is_reported_with_its_own_counterexample() -> Non
     assert report.to_dict()["results"][0]["failures"][0]["clause"] == "W1 decode-loc"
 
 
+@pytest.mark.slow
 def test_a_write_through_a_pad_column_fails_safety_naming_group_row_and_token() -> None:
     report = run_conformance("examples/tokenspeed_style.py:backend_709", examples=60, seed=0, profile="tokenspeed",
                              properties=select(["safety/pad-inside"]), level="safety")

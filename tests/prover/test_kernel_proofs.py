@@ -105,6 +105,7 @@ def test_page_clamp_dropped_writes_outside_page_0() -> None:
     assert report.ran and report.stored == {(group, token): stored}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["triton-position-clamp-dropped", "triton-ceil-division"])
 def test_wrong_position_or_division_stores_another_slot(name: str) -> None:
     binding = mutant_binding(name, "W2")
@@ -345,6 +346,7 @@ def test_sanitize_catches_the_width_mask_mutant_on_a_stale_length() -> None:
     assert out.tolist() == [[7, 0]]
 
 
+@pytest.mark.slow
 def test_a_mutant_kernel_is_not_the_encoding() -> None:
     query = kq.matches_encoding(mutant_binding("triton-ceil-division", "G4"))
     outcome = discharge(query, TIMEOUT_MS, small=prove.SMALL_VALUES)

@@ -97,6 +97,7 @@ def _gather_unclamped(tables: torch.Tensor, widths: torch.Tensor, page_sizes: to
     return tk._slots(page, col, widths[:groups].to(torch.int64).view(shape), positions, ps)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "slip"), [("_slots", _slots_without_the_clamp),
                                             ("_fixed_positions", _positions_unclamped),
                                             ("_gather_locs", _gather_unclamped)])
