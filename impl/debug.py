@@ -23,7 +23,7 @@ def debug_check(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tenso
     only the table contract is checked there.
     """
     device = _readable_device(tables)
-    if device is None:
+    if device is None or batch.bs == 0:  # no rows: nothing written, nothing to check
         return
     prefix = None if batch.prefix_lens is None else upload(batch.prefix_lens, device, torch.int64)
     s = spans(upload(batch.seq_lens, device, torch.int64), prefix, batch.mode, batch.n, batch.live_rows)
@@ -34,7 +34,7 @@ def debug_check_device(specs: Mapping[str, GroupSpec], tables: Mapping[str, torc
                        mode: Mode, n: int, live_rows: int, locs: Mapping[str, torch.Tensor], *, tail_pad: int) -> None:
     """``debug_check`` for decode / verify / re-anchor lengths that live on the device (no mirror to read)."""
     device = _readable_device(tables)
-    if device is None:
+    if device is None or seq_lens.shape[0] == 0:  # no rows: nothing written, nothing to check
         return
     s = spans(seq_lens.to(device), None, mode, n, live_rows)
     _raise_first_breach(specs, tables, s, locs, fixed_tokens(s.seq, live_rows, 1 if mode == "decode" else n),

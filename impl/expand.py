@@ -56,7 +56,7 @@ def _target(out: torch.Tensor | None, table: torch.Tensor, rows: int, columns: i
     if out.dtype != torch.int32 or out.dim() != 2 or out.device != table.device:
         raise ContractViolation("E2", f"out must be an int32 2-D tensor on {table.device}, got {out.dtype} "
                                 f"{tuple(out.shape)} on {out.device}")
-    if out.untyped_storage().data_ptr() == table.untyped_storage().data_ptr():
+    if out.numel() and table.numel() and out.untyped_storage().data_ptr() == table.untyped_storage().data_ptr():
         raise ContractViolation("E2", "out aliases the table it expands")
     if out.shape[0] < rows or out.shape[1] < columns:
         raise ContractViolation("E2", f"out {tuple(out.shape)} is smaller than the expansion [{rows}, {columns}]")

@@ -18,6 +18,7 @@ from __future__ import annotations
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.properties import (
     allocator,
+    call_edges,
     checker,
     edges,
     expansion,
@@ -42,6 +43,7 @@ PROPERTIES: tuple[Property, ...] = (
     *rejects.PROPERTIES,
     *safety.PROPERTIES,
     *edges.PROPERTIES,
+    *call_edges.PROPERTIES,
     *groups.PROPERTIES,
     *allocator.PROPERTIES,
 )
