@@ -1,4 +1,5 @@
-"""A1-A5 in torch: the allocator-step checker a debug mode (or a trace checker) runs with a few vectorized ops.
+"""A1-A5 in torch: kvtable's own allocator step (``Allocator``) and the checker a debug mode (or a trace checker)
+runs on any backend's step with a few vectorized ops (``check_allocation``).
 
 The rules are the reference's (``kvtable.reference.allocation``, which judges in plain Python and lists every
 fault); this checker raises the first breach it finds as a ``ContractViolation`` naming the clause, the row
@@ -93,12 +94,14 @@ def check_allocation(before: torch.Tensor, state: AllocState, allocation: Alloca
     if after.shape != before.shape:
         raise ContractViolation("A2", f"the recorded table has shape {tuple(after.shape)}, was {tuple(before.shape)}")
     own = (pos >= 0) & (pos < before.shape[1])
-    k = _first(own & (after[rows, pos.clamp(0, before.shape[1] - 1)] != locs))
+    recorded = after[rows, pos.clamp(0, before.shape[1] - 1)]
+    misplaced = own & (recorded != locs) & torch.isin(recorded, locs)  # another token's slot: its write (A2)
+    k = _first(own & (recorded != locs) & ~misplaced)
     if k is not None:
         raise ContractViolation("A1", f"token {k} position {int(pos[k])}: recorded "
                                 f"{int(after[rows[k], pos[k]])}, chose {int(locs[k])}", row=int(rows[k]))
     allowed = torch.zeros_like(before, dtype=torch.bool)
-    allowed[rows[own], pos[own]] = True
+    allowed[rows[own & ~misplaced], pos[own & ~misplaced]] = True
     changed = ((after != before.long()) & ~allowed).nonzero()
     if changed.numel():
         row, col = (int(v) for v in changed[0])
@@ -129,3 +132,76 @@ def _check_swa(state: AllocState, before: torch.Tensor, allocation: Allocation, 
     slot = _first(expected != mapping)
     if slot is not None:
         raise ContractViolation("A5", f"mapping[{slot}] records {int(mapping[slot])}, expected {int(expected[slot])}")
+
+
+class Allocator:
+    """kvtable's own allocator-driven step in torch (A1-A5): each request's new positions take the rest of its
+    partially filled last page, then whole free pages in free-list order; tokens at negative positions (a verify
+    row shorter than N) get slots too but own no cell, so nothing records them. The chosen slots go to
+    ``state.out`` at each request's output offset and are recorded in a copy of the token table, returned."""
+
+    def out_starts(self, extend: torch.Tensor) -> torch.Tensor:
+        """Each request's first output entry: the sum of the extend lengths before it (a negative one counts 0)."""
+        counted = extend.clamp_min(0)
+        return torch.cumsum(counted, 0) - counted
+
+    def table_dtype(self, pool_end: int) -> torch.dtype:
+        """The recorded table's dtype: int32 while every slot of the pool fits it, else int64."""
+        return torch.int32 if pool_end <= 2**31 else torch.int64
+
+    def record(self, table: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, locs: torch.Tensor) -> None:
+        """Record each token's slot at its own cell; a token with no cell (position < 0) records nothing."""
+        own = pos >= 0
+        table[rows[own], pos[own]] = locs[own].to(table.dtype)
+
+    def allocate(self, state: AllocState) -> Allocation:
+        from kvtable.backends.protocol import Allocation
+
+        before, ps = state.req_to_token, state.page_size
+        prefix, seq = torch.tensor(list(state.prefix_lens)), torch.tensor(list(state.seq_lens))
+        rows = torch.tensor(list(state.rows))
+        req, pos = _tokens(state)
+        width = before.shape[1]
+        last = torch.where(prefix > 0, before[rows, (prefix - 1).clamp(0, width - 1)].long(), -1)
+        locs = _choose(req, pos, prefix, seq, last, state.free_pages, ps)
+        starts = self.out_starts(seq - prefix)
+        _scatter(state.out, starts[req] + pos - prefix[req], locs)
+        table = before.to(self.table_dtype((state.pool_pages + 1) * ps))
+        self.record(table, rows[req], pos, locs)
+        if state.swa is None:
+            return Allocation(state.out, table)
+        mapping = state.swa.mapping.clone()
+        swa_last = torch.where(last >= 0, mapping[last.clamp_min(0)], -1)
+        swa_locs = _choose(req, pos, prefix, seq, swa_last, state.swa.free_pages, ps)
+        mapping[locs] = swa_locs
+        return Allocation(state.out, table, swa_locs.to(torch.int32), mapping)
+
+
+def _choose(req: torch.Tensor, pos: torch.Tensor, prefix: torch.Tensor, seq: torch.Tensor, last: torch.Tensor,
+            free_pages: torch.Tensor, ps: int) -> torch.Tensor:
+    """Each token's slot: on its request's partial last page (the page of ``last``) where its column is that
+    page's, else on the next free page its request takes (one per new column, negative columns too)."""
+    partial = (ps > 1) & (prefix > 0) & (prefix % ps != 0) & (last >= 0)
+    first_new = torch.where(prefix > 0, torch.div(prefix + ps - 1, ps, rounding_mode="floor"),
+                            torch.div(prefix, ps, rounding_mode="floor"))
+    new_pages = (torch.div(seq + ps - 1, ps, rounding_mode="floor") - first_new).clamp_min(0)
+    if int(new_pages.sum()) > free_pages.numel():
+        raise RuntimeError(f"out of memory: the step needs {int(new_pages.sum())} free pages, "
+                           f"{free_pages.numel()} are free")
+    page_start = torch.cumsum(new_pages, 0) - new_pages
+    col = torch.div(pos, ps, rounding_mode="floor")
+    on_partial = partial[req] & (col == first_new[req] - 1)
+    index = (page_start[req] + col - first_new[req]).clamp(0, max(free_pages.numel() - 1, 0))
+    fresh = free_pages[index] if free_pages.numel() else torch.zeros_like(pos)  # no page taken: all partial
+    page = torch.where(on_partial, torch.div(last[req], ps, rounding_mode="floor"), fresh)
+    return page * ps + pos % ps
+
+
+def _scatter(out: torch.Tensor, offsets: torch.Tensor, values: torch.Tensor) -> None:
+    """``out[offsets] = values`` through ``out``'s storage, as a kernel's pointer arithmetic writes: an offset
+    before 0 or past the view lands in the memory around it (the storage must hold it)."""
+    if not offsets.numel():
+        return
+    lo, hi = min(int(offsets.min()), 0), max(int(offsets.max()) + 1, out.numel())
+    span = out.as_strided((hi - lo,), (1,), out.storage_offset() + lo)
+    span[offsets - lo] = values.to(out.dtype)

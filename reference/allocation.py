@@ -125,17 +125,19 @@ def _cell(table: Sequence[Sequence[int]], row: int, pos: int) -> int | None:
 
 
 def check_recorded(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]:
-    """A1 alloc-recorded: each chosen location is recorded at its token's own position of its own row.
+    """A1 alloc-recorded: each chosen location is recorded at its token's own position of its own row (a cell
+    holding another token's chosen slot is that token's misplaced write, A2's).
 
     A recorded value that differs and is no slot of the pool (nor the sink) is unsafe: a later write through
     the table lands outside the pool. One that names another slot is a correctness fault.
     """
     faults = []
+    chosen = set(outcome.locs)
     for k, ((i, pos), loc) in enumerate(zip(alloc_tokens(step), outcome.locs, strict=False)):
         if _cell(step.req_to_token, step.rows[i], pos) is None:
             continue  # a token with no cell of its own (broken lengths): A2 judges where it went
         got = _cell(outcome.req_to_token, step.rows[i], pos)
-        if got != loc:
+        if got != loc and got not in chosen:  # another token's slot here: that token wrote out of place (A2)
             unsafe = got is None or not 0 <= got < step.pool_end
             faults.append(_fault(step, "A1", unsafe, i, k, pos, loc, f"recorded {got} at its position, "
                                  f"not the chosen {loc}" + (" (outside the pool)" if unsafe else "")))
@@ -143,25 +145,31 @@ def check_recorded(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]:
 
 
 def check_rows_kept(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]:
-    """A2 alloc-rows-kept: only the cells of this step's tokens change; no other row and no other position."""
+    """A2 alloc-rows-kept: only the cells of this step's tokens change, each to no other token's slot; no other
+    row and no other position."""
     before, after = step.req_to_token, outcome.req_to_token
     if len(after) != len(before) or any(len(a) != len(b) for a, b in zip(after, before, strict=False)):
         return [_fault(step, "A2", False, None, None, None, None, "the recorded table changed shape "
                        f"({len(before)} rows -> {len(after)})")]
     tokens = alloc_tokens(step)
-    own = {(step.rows[i], pos) for i, pos in tokens}
+    own = {(step.rows[i], pos): k for k, (i, pos) in enumerate(tokens)}
     writer = {loc: k for k, loc in reversed(list(enumerate(outcome.locs)))}
     faults = []
     for row, (old, new) in enumerate(zip(before, after, strict=True)):
         for col, (was, now) in enumerate(zip(old, new, strict=True)):
-            if was == now or (row, col) in own:
-                continue
+            mine = own.get((row, col))
+            if was == now or (mine is not None and (now not in writer or _chose(outcome, mine) == now)):
+                continue  # unchanged, or a token's own cell holding its slot or no token's slot (A1 judges it)
             k = writer.get(now)
             request, pos = tokens[k] if k is not None and k < len(tokens) else (None, None)
             whose = _row_owner(step, row)
             faults.append(_fault(step, "A2", True, request, k, pos, now,
                                  f"changed row {row} col {col} ({whose}) from {was} to {now}"))
     return faults
+
+
+def _chose(outcome: AllocOutcome, token: int) -> int | None:
+    return outcome.locs[token] if token < len(outcome.locs) else None
 
 
 def _row_owner(step: AllocStep, row: int) -> str:

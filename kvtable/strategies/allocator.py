@@ -85,8 +85,9 @@ def _step(draw: st.DrawFn, mode: AllocMode, kind: str, swa: bool | None) -> Allo
     rows = r.sample(range(1, n_rows), n_req)
     idle = [row for row in range(1, n_rows) if row not in rows]
     own = [_pages(max(p, 0), ps) for p in prefixes]
-    # pages the step takes, counted as an allocator kernel does (a negative prefix still gets its tokens' slots)
-    new = sum(max((s + ps - 1) // ps - (p + ps - 1) // ps, 0) for p, s in zip(prefixes, seqs, strict=True))
+    # pages the step may take: a negative prefix's tokens get slots too, from column p // ps on
+    new = sum(max((s + ps - 1) // ps - (p + ps - 1 if p > 0 else p) // ps, 0) for p, s in zip(prefixes, seqs,
+                                                                                            strict=True))
     idle_pages = [r.randrange(0, 3) for _ in idle]
     held = r.randrange(0, 3)
     spare = r.randrange(0, 3)

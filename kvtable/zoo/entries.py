@@ -1,8 +1,9 @@
 """The bug zoo's registry: one entry per known engine bug that maps onto the contract.
 
-Each entry names the public issue, its number in the zoo's list of 15 known engine bugs (vLLM 1-5,
-SGLang 6-10, kvcached, FlashInfer, TensorRT-LLM and tokenspeed 11-15), the clause expected to catch it,
-and the mutant backend that re-creates it on top of the conforming torch backend. The bugs that do not
+Each entry names the public issue, its number in the zoo's list of 18 known engine bugs (vLLM 1-5,
+SGLang 6-10, kvcached, FlashInfer, TensorRT-LLM and tokenspeed 11-15, SGLang's allocator 16-18), the clause
+expected to catch it, and the mutant backend that re-creates it on top of the conforming torch backend (16-18:
+on the torch backend with kvtable's own allocator step, ``zoo.sglang.AllocatingBackend``). The bugs that do not
 map onto the contract are listed, with the reason, in ``OUTSIDE``; the two lists cover every number.
 """
 
@@ -21,7 +22,7 @@ class Entry:
 
     name: str
     item: int
-    """Its number in the zoo's list of known engine bugs (1-15)."""
+    """Its number in the zoo's list of known engine bugs (1-18)."""
     issue: str
     clause: str
     """The clause (id) expected to catch it."""
@@ -84,6 +85,18 @@ ENTRIES: tuple[Entry, ...] = (
           "stale padded SWA indices from an earlier replay pointed into live SWA slots",
           "replay leaves the padded rows' sliding-group locations as an earlier replay wrote them",
           sglang.SglangSwaReplay),
+    Entry("sglang-alloc-extend-start", 16, "sgl-project/sglang alloc_extend_kernel (python/sglang/kernels/ops/memory/"
+          "allocator.py)", "A4", "a prefix past its length made the next request's output start before the buffer",
+          "the allocator step starts each request's output at the signed sum of the extend lengths before it",
+          sglang.SglangAllocExtendStart),
+    Entry("sglang-assign-short-row", 17, "sgl-project/sglang assign_req_to_token_pool (python/sglang/srt/mem_cache/"
+          "allocation.py)", "A2", "a verify row shorter than N was recorded into the row before it",
+          "the allocator step records each request from row * width + first position, a negative one too",
+          sglang.SglangAssignShortRow),
+    Entry("sglang-int32-req-to-token", 18, "sgl-project/sglang ReqToTokenPool (python/sglang/srt/mem_cache/"
+          "memory_pool.py)", "A1", "an int32 req_to_token wraps slots >= 2^31",
+          "the allocator step records into an int32 token table whatever the pool holds",
+          sglang.SglangInt32ReqToToken),
     Entry("kvcached-398", 11, "ovg-project/kvcached PR #398", "G1",
           "the elastic pool's null block became a non-zero id (10), real block 0 went to a request",
           "graph buffers start out, and padded rows are refilled, with block 10 instead of page 0",

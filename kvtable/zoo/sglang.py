@@ -1,4 +1,5 @@
-"""SGLang's page-table bugs (zoo items 6-10), each as the smallest mutant of the torch backend."""
+"""SGLang's page-table bugs (zoo items 6-10) and allocator bugs (16-18), each as the smallest mutant of the torch
+backend (the allocator ones of the torch backend with kvtable's own allocator step)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from collections.abc import Mapping
 
 import torch
 
+from kvtable.backends.protocol import Allocation, AllocState
 from kvtable.contract import Specs
+from kvtable.impl.allocation import Allocator
 from kvtable.impl.checker import check_write_locs as strong_check
 from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.tokens import batch_tokens
@@ -107,3 +110,66 @@ class StaleSwaLocsRunner(GroupGraphBuffers):
 class SglangSwaReplay(ZooBackend):
     name = "sglang-swa-replay"
     runner = StaleSwaLocsRunner
+
+
+class AllocatingBackend(ZooBackend):
+    """The torch backend with kvtable's own allocator step (``impl.allocation.Allocator``) behind the
+    allocator-driven operations: the conforming base the allocator mutants below change in one place."""
+
+    name = "zoo-allocating"
+    allocator: type[Allocator] = Allocator
+
+    def alloc_decode(self, state: AllocState) -> Allocation:
+        return self.allocator().allocate(state)
+
+    def alloc_verify(self, state: AllocState) -> Allocation:
+        return self.allocator().allocate(state)
+
+    def alloc_extend(self, state: AllocState) -> Allocation:
+        return self.allocator().allocate(state)
+
+
+class SignedOutputStarts(Allocator):
+    """Output offsets from the signed sum of the extend lengths before each request."""
+
+    def out_starts(self, extend: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(extend, 0) - extend
+
+
+class SglangAllocExtendStart(AllocatingBackend):
+    """sglang ``alloc_extend_kernel``: a request whose prefix exceeds its length has a negative extend length,
+    and the next request's output starts that far before its own, one entry before the output buffer."""
+
+    name = "sglang-alloc-extend-start"
+    allocator = SignedOutputStarts
+
+
+class UnclampedRecord(Allocator):
+    """Records each request's tokens from ``row * width + first position``, a negative first position too."""
+
+    def record(self, table: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, locs: torch.Tensor) -> None:
+        flat = table.view(-1)
+        flat[rows * table.shape[1] + pos] = locs.to(table.dtype)
+
+
+class SglangAssignShortRow(AllocatingBackend):
+    """sglang ``assign_req_to_token_pool``: a verify row shorter than N starts at ``seq_len - N < 0``, and its
+    first tokens land at the end of the row before it in ``req_to_token``."""
+
+    name = "sglang-assign-short-row"
+    allocator = UnclampedRecord
+
+
+class Int32Table(Allocator):
+    """Keeps the token table int32 whatever the pool holds."""
+
+    def table_dtype(self, pool_end: int) -> torch.dtype:
+        return torch.int32
+
+
+class SglangInt32ReqToToken(AllocatingBackend):
+    """sglang ``ReqToTokenPool``: ``req_to_token`` is int32, so a slot ``>= 2^31`` recorded in it wraps to a
+    negative slot, which a later write through the table lands on."""
+
+    name = "sglang-int32-req-to-token"
+    allocator = Int32Table
