@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given, settings
 
 from kvtable.backends import load
+from kvtable.backends.profiles import get_profile
 from kvtable.conformance.properties.allocator import alloc_outcome, alloc_state
 from kvtable.errors import ContractViolation
 from kvtable.impl.allocation import check_allocation
+from kvtable.reference import GroupSpec
 from kvtable.reference.allocation import (
     AllocOutcome,
     AllocStep,
@@ -175,3 +177,21 @@ def test_the_torch_checker_agrees_with_the_judge(factory: str, mode: str, kind: 
         assert set(verdicts) == {"legal"}
     else:
         assert "fault" in verdicts
+
+
+def test_the_sglang_profile_zeroes_the_location_tail_only_on_padded_replays() -> None:
+    """SGLang's CUDA-graph runner zero-fills ``out_cache_loc`` only when ``bs != raw_bs``: an unpadded replay keeps
+    the tail an earlier, longer replay left; a padded one zeroes it (the kvtable profile never touches it)."""
+    sglang, kvtable = get_profile("sglang"), get_profile("kvtable")
+    spec = [GroupSpec("full", "full", 1)]
+    tail = {}
+    for name, profile in (("sglang", sglang), ("kvtable", kvtable)):
+        model = profile.graph_model(spec, max_bs=3, max_kernel_pages=4, kernel_page_size=1)
+        profile.replay(model, 3, {"full": [[5, 6], [7, 8], [9, 10]]}, [2, 2, 2])
+        profile.replay(model, 1, {"full": [[3, 4]]}, [1])  # unpadded, shorter: entries [1:] keep the earlier replay's
+        tail[name, "unpadded"] = model.groups["full"].locs[1:]
+        profile.replay(model, 2, {"full": [[3, 4], [0, 0]]}, [1, 1], actual_bs=1)  # padded
+        tail[name, "padded"] = model.groups["full"].locs[2:]
+    assert tail["sglang", "unpadded"] == tail["kvtable", "unpadded"] == [8, 10]
+    assert tail["sglang", "padded"] == [0] and tail["kvtable", "padded"] == [10]
+    assert sglang.allocator is not None and kvtable.allocator is None
