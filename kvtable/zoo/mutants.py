@@ -105,7 +105,7 @@ MUTANTS: tuple[SourceMutant, ...] = (
                    "max_kernel_pages * kernel_page_size // block"),),
                  "G1", "buffer width rounds down instead of up"),
     SourceMutant("stale-guard-dropped", "graph",
-                 (("missing = sorted(set(self.group_ids) - delivered)", "missing = []"),),
+                 (("if not captured or delivered != captured:", "if not captured or not delivered <= captured:"),),
                  "G5", "replay no longer refuses a delivery missing a captured group"),
     SourceMutant("padded-locs-not-recomputed", "graph",
                  (("seq, self.loc_stack, bs,", "seq, self.loc_stack, cap,"),),
