@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "replay": "kvtable.bench.replay",
     "scaling": "kvtable.bench.scaling",
     "tester": "kvtable.bench.tester",
+    "trace": "kvtable.bench.trace",
 }
 """Benchmark name -> module providing ``run(settings) -> Section``."""
 

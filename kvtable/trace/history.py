@@ -37,47 +37,49 @@ class GroupHistory:
         self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     def _hold(self, pages: np.ndarray, delta: int) -> None:
-        pages = np.unique(pages[pages > 0])
+        """Count ``pages`` (one per table cell) as held by one more (``+1``) or one fewer (``-1``) live row."""
+        pages = pages[pages > 0]
         if len(pages):
             self.holders = _grow(self.holders, int(pages.max()) + 1)
-            self.holders[pages] += delta
+            np.add.at(self.holders, pages, delta)
 
     def observe(self, step: int, table: np.ndarray, req_ids: np.ndarray, live: int) -> list[Violation]:
         """Take the step's live rows as their requests' rows now; ``trace/pages-kept`` on each changed row."""
-        table, req_ids = table[:live], req_ids[:live]
+        table, req_ids = table[:live].astype(np.int64), req_ids[:live]
         last = self._last
+        self._last = (table, req_ids)  # this step's own arrays: kept, never written
         if last is not None and last[0].shape == table.shape and np.array_equal(last[1], req_ids):
             changed = np.flatnonzero((last[0] != table).any(axis=1))
-        else:
-            changed = range(len(req_ids))
-        self._last = (table.copy(), req_ids.copy())
-        out: list[Violation] = []
-        for r in changed:
-            out += self._update(step, int(req_ids[r]), int(r), table[r])
-        return out
+            return self._update(step, req_ids[changed], changed, last[0][changed], table[changed])
+        old = np.zeros(table.shape, np.int64)
+        for i, req in enumerate(req_ids.tolist()):
+            row = self.rows.get(req)
+            if row is not None and len(row) == table.shape[1]:
+                old[i] = row
+            elif row is not None:  # a table of another width: the old row leaves whole, the new one comes whole
+                self._hold(row, -1)
+        return self._update(step, req_ids, np.arange(len(req_ids)), old, table)
 
-    def _update(self, step: int, req: int, row: int, new: np.ndarray) -> list[Violation]:
-        old = self.rows.get(req)
-        if old is not None and np.array_equal(old, new):
-            return []
+    def _update(self, step: int, reqs: np.ndarray, rows: np.ndarray, old: np.ndarray, new: np.ndarray
+                ) -> list[Violation]:
+        """Rows ``rows`` (requests ``reqs``) went from ``old`` (0: none yet) to ``new``: counts, reallocation, rule."""
+        diff = old != new
         out = []
-        if old is not None:
-            cols = min(len(old), len(new))
-            was, now = old[:cols], new[:cols]
-            bad = (was > 0) & (now != was) & ~(self.sliding & (now == 0))
-            if bad.any():
-                col = int(np.flatnonzero(bad)[0])
-                out.append(Violation(step, "correct", "trace/pages-kept", self.gid, row, None, None, None,
-                                     f"request {req}'s column {col} changed from page {int(was[col])} to "
-                                     f"{int(now[col])} under it (only appending or a sliding window's release "
-                                     "to 0 may change a live row)"))
-            self._hold(old, -1)
-        gained = new[new > 0] if old is None else np.setdiff1d(new[new > 0], old[old > 0])
+        bad = (old > 0) & diff & ~(self.sliding & (new == 0))
+        if bad.any():
+            i, col = (int(x) for x in np.argwhere(bad)[0])
+            out.append(Violation(step, "correct", "trace/pages-kept", self.gid, int(rows[i]), None, None, None,
+                                 f"request {int(reqs[i])}'s column {col} changed from page {int(old[i, col])} to "
+                                 f"{int(new[i, col])} under it (only appending or a sliding window's release "
+                                 "to 0 may change a live row)"))
+        self._hold(old[diff], -1)
+        gained = new[diff & (new > 0)]
+        self._hold(gained, +1)
         if not self.explicit_alloc and len(gained):
             self.freed = _grow(self.freed, int(gained.max()) + 1)
             self.freed[gained] = False
-        self._hold(new, +1)
-        self.rows[req] = new.copy()
+        for req, row in zip(reqs.tolist(), new, strict=True):
+            self.rows[req] = row
         return out
 
     def writes(self, step: int, locs: np.ndarray, page_size: int, tokens: np.ndarray, rows: np.ndarray,

@@ -5,8 +5,8 @@ A chunk holds its steps' arrays concatenated in two flat arrays, ``i32`` and ``i
 a step's manifest line gives each of its arrays as ``[buffer, offset, shape]``.
 A step's tensors are written and fsynced in their chunk before its manifest line is appended and fsynced,
 so a run killed mid-write keeps every step whose line is whole; a truncated last line or a missing chunk
-ends the trace there, and ``TraceReader.end_note`` says so. Group tables are stored as row deltas against
-the group's previous table of the same shape (a decode loop changes few rows per step).
+ends the trace there, and ``TraceReader.end_note`` says so. Group tables are stored as deltas against
+the group's previous table of the same shape: the cells that changed (a decode loop changes a few per step).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class TraceWriter:
 
     def add(self, line: dict[str, Any], arrays: Mapping[str, np.ndarray | None],
             tables: Mapping[str, np.ndarray] | None = None) -> None:
-        """Queue one step: its manifest fields, its arrays, and group tables (stored as row deltas)."""
+        """Queue one step: its manifest fields, its arrays, and group tables (stored as deltas)."""
         stored = {k: np.asarray(v) for k, v in arrays.items() if v is not None}
         for gid, table in (tables or {}).items():
             self._add_table(gid, np.asarray(table), stored, line.setdefault("delta", []))
@@ -115,9 +115,9 @@ class TraceWriter:
     def _add_table(self, gid: str, table: np.ndarray, stored: dict[str, np.ndarray], delta: list[str]) -> None:
         last = self._last.get(gid)
         self._last[gid] = table.copy()
-        if last is not None and last.shape == table.shape and table.ndim == 2:
-            changed = np.flatnonzero((last != table).any(axis=1))
-            stored[f"{gid}/rows"], stored[f"{gid}/rowdata"] = changed, table[changed]
+        cells = np.flatnonzero(last != table) if last is not None and last.shape == table.shape else None
+        if cells is not None and 2 * len(cells) < table.size:
+            stored[f"{gid}/cells"], stored[f"{gid}/values"] = cells, table.reshape(-1)[cells]
             delta.append(gid)
         else:
             stored[f"{gid}/table"] = table
@@ -241,7 +241,7 @@ def _step(line: dict[str, Any], get: Callable[[str], np.ndarray | None], tables:
     for gid, page_size in line.get("groups", {}).items():
         if gid in delta:
             table = tables[gid].copy()
-            table[get(f"{gid}/rows")] = get(f"{gid}/rowdata")
+            table.reshape(-1)[get(f"{gid}/cells")] = get(f"{gid}/values")
             tables[gid] = table
         else:
             table = get(f"{gid}/table")

@@ -71,3 +71,22 @@ def test_not_a_trace_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["trace", "check", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no trace here" in err
+
+
+def test_the_example_traces_check_as_their_names_say(capsys: pytest.CaptureFixture[str]) -> None:
+    traces = sorted((ROOT / "examples" / "traces").iterdir())
+    assert main(["trace", "check", *map(str, traces)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("FAILED at step") == 1 and "tokenspeed-709-fails: 11 steps judged, FAILED at step 10" in out
+    assert out.count(", clean") == len(traces) - 1
+
+
+def test_the_trace_benchmark_runs_end_to_end() -> None:
+    from kvtable.bench.harness import Settings
+    from kvtable.bench.trace import run
+
+    section = run(Settings.for_size("smoke"))
+    check = section.records[-1]
+    assert (check["what"], check["steps"]) == ("check_trace", 20) and check["cpu_s"] > 0
+    assert section.records[0]["bytes_per_step"] > 256 * 3 * 4  # at least each group's locations
+    assert section.targets[0].met is None  # a smoke run judges no target

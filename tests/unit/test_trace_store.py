@@ -1,4 +1,4 @@
-"""The trace format: steps round-trip with their tables (row deltas), and a cut trace ends where it is whole."""
+"""The trace format: steps round-trip with their tables (stored as deltas), and a cut trace ends where it is whole."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_steps_round_trip_with_row_deltas(tmp_path: Path) -> None:
         assert step.groups["full"].table.tolist() == table.tolist()
         assert step.req_ids.tolist() == [10, 11]
     lines = (tmp_path / "t" / MANIFEST).read_text().splitlines()
-    assert '"delta":["full"]' in lines[2]  # the second step stores only its changed row
+    assert '"delta":["full"]' in lines[2]  # the second step stores only its changed cell
     assert len(list((tmp_path / "t" / CHUNKS).iterdir())) == 2
 
 
