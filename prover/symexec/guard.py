@@ -11,6 +11,7 @@ still shows up instead of corrupting a neighbour.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -238,7 +239,28 @@ class OutOfBoundsAccess(AssertionError):
 
 def _tensor_arguments(args: Sequence[object], kwargs: dict[str, object]) -> dict[str, torch.Tensor]:
     named = {f"argument {i}": a for i, a in enumerate(args)} | dict(kwargs)
-    return {name: getattr(t, "base", t) for name, t in named.items() if hasattr(t, "data_ptr")}
+    tensors = {name: getattr(t, "base", t) for name, t in named.items() if hasattr(t, "data_ptr")}
+    return tensors | _pointees(tensors)
+
+
+def _pointees(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The live tensors a uint64 argument's entries point at (a table of ``data_ptr()`` values, as SGLang's
+    ``write_req_to_token_pool_triton`` takes its prefix tensors): a load through such a pointer is followed
+    into that tensor, not blocked. An entry no live tensor starts at stays unregistered (a dangling pointer)."""
+    wanted = {int(address): f"{name}[{i}]" for name, t in tensors.items()
+              if t.dtype == torch.uint64 and t.device.type == "cpu"
+              for i, address in enumerate(t.reshape(-1).to(torch.int64).tolist())}
+    if not wanted:
+        return {}
+    found: dict[str, torch.Tensor] = {}
+    for obj in gc.get_objects():
+        if not issubclass(type(obj), torch.Tensor) or obj.device.type != "cpu" or not obj.numel():
+            continue  # type(), not isinstance(): a lazy module attribute among the objects warns on __class__
+        entry = wanted.get(obj.data_ptr())
+        if entry is not None:
+            if entry not in found or region_of("", obj).nbytes > region_of("", found[entry]).nbytes:
+                found[entry] = obj  # the widest tensor starting there: a view's base, not the view
+    return {f"{entry} -> tensor": t for entry, t in found.items()}
 
 
 @contextmanager
