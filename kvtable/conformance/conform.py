@@ -17,7 +17,6 @@ expose its fused kernels as ``backend.kernels``, which the reference backend doe
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 
@@ -27,7 +26,7 @@ from kvtable.backends import BackendUnavailable, default_spec
 from kvtable.backends.profiles import ALIASES, DOMAIN_ANY, PROFILES
 from kvtable.conformance.isolation import DEFAULT_TIMEOUT_S
 from kvtable.conformance.levels import DEFAULT_LEVEL, LEVELS
-from kvtable.conformance.preflight import check_backend, checked_properties, isolate_by_default
+from kvtable.conformance.preflight import checked_properties, isolated
 from kvtable.conformance.runner import Report, run_conformance
 from kvtable.console import progress_bar, wants_progress
 from kvtable.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PASSED, EXIT_SKIPPED, UsageError
@@ -66,32 +65,20 @@ def add_execution(parser: argparse.ArgumentParser) -> None:
                         help="spread the properties over N worker processes (implies --isolate; default 1)")
     parser.add_argument("--sanitize", action="store_true",
                         help="bounds-check every Triton interpreter launch against its tensor arguments: an"
-                             " out-of-bounds load or store fails the property (runs in this process)")
+                             " out-of-bounds load or store fails the property (in the worker processes too)")
     parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help="with --isolate: a property whose worker gives no sign of life (each backend call "
                              f"is one) for this long is a TIMEOUT (default {DEFAULT_TIMEOUT_S:g})")
 
 
 def execution(args: argparse.Namespace, spec: str) -> dict[str, object]:
-    """The run's execution options (``isolate``, ``workers``, ``timeout``), the backend checked first."""
-    backend = check_backend(spec)
-    isolate = isolate_by_default(spec, backend) if args.isolate is None else args.isolate
+    """The run's execution options (``isolate``, ``workers``, ``timeout``, ``sanitize``), the backend checked first
+    (here if built-in, else by the first worker: ``preflight.isolated``)."""
     if args.workers > 1 and args.isolate is False:
         raise UsageError("--workers N runs properties in worker processes; it cannot be combined with --no-isolate")
-    if getattr(args, "sanitize", False):  # the guard patches the interpreter of this process only
-        if args.workers > 1 or args.isolate:
-            raise UsageError("--sanitize runs properties in this process; it cannot be combined with --workers"
-                             " or --isolate")
-        isolate = False
-    return {"isolate": isolate, "workers": args.workers, "timeout": args.timeout}
-
-
-def sanitized(args: argparse.Namespace) -> contextlib.AbstractContextManager:
-    """``--sanitize``: the bounds-checked Triton interpreter of prover/symexec/guard.py for the run."""
-    if not getattr(args, "sanitize", False):
-        return contextlib.nullcontext()
-    from kvtable.conformance.sanitize import sanitizing
-    return sanitizing()
+    isolate, _backend = isolated(spec, True if args.workers > 1 else args.isolate)
+    return {"isolate": isolate, "workers": args.workers, "timeout": args.timeout,
+            "sanitize": getattr(args, "sanitize", False)}
 
 
 def profile_arg(args: argparse.Namespace) -> str:
@@ -140,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     properties = checked_properties(args.property)
     try:
         options = execution(args, spec)
-        with sanitized(args), progress_bar(wants_progress(args.no_progress), "kvtable conform") as progress:
+        with progress_bar(wants_progress(args.no_progress), "kvtable conform") as progress:
             report = run_conformance(spec, examples=args.examples, seed=args.seed, profile=profile_arg(args),
                                      properties=properties, level=args.level, progress=progress, **options)
     except BackendUnavailable as err:

@@ -46,6 +46,10 @@ def open_database(spec: str | Path | ExampleDatabase | None) -> ExampleDatabase 
     if scheme[1].lower() not in REDIS_SCHEMES or not urlsplit(text).hostname or "://" not in text:
         raise UsageError(f"--database {text}: malformed URL; expected a directory, redis://host:port[/db] or none "
                          "(write ./NAME for a folder whose name has a colon)")
+    try:
+        urlsplit(text).port  # noqa: B018 - a port that is no number raises here, not deep in the client
+    except ValueError as err:
+        raise UsageError(f"--database {text}: malformed URL: {err}") from None
     return _redis(text)
 
 
@@ -115,4 +119,16 @@ class KeyedDatabase(ExampleDatabase):
         try:
             return call()
         except Exception as err:
-            raise DatabaseFailed(f"example database {self.inner!r} failed: {type(err).__name__}: {err}") from err
+            why = " ".join(f"{type(err).__name__}: {err}".split())  # one line, whatever the client's message
+            raise DatabaseFailed(f"example database {_named(self.inner)} failed: {why}") from err
+
+
+def _named(database: ExampleDatabase) -> str:
+    """A database in a few words: its folder, its Redis server's URL, or its class (never a client's long repr)."""
+    if isinstance(database, DirectoryBasedExampleDatabase):
+        return str(database.path)
+    client = getattr(database, "redis", None)
+    if client is not None:
+        where = client.connection_pool.connection_kwargs
+        return f"redis://{where.get('host')}:{where.get('port')}/{where.get('db', 0)}"
+    return type(database).__name__

@@ -37,7 +37,6 @@ from kvtable.conformance.conform import (
     execution,
     interrupted_before_any,
     profile_arg,
-    sanitized,
     unavailable,
 )
 from kvtable.conformance.database import open_database
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     database = open_database(args.database)
     try:
         options = execution(args, spec)
-        with sanitized(args), progress_bar(wants_progress(args.no_progress), "kvtable fuzz") as progress:
+        with progress_bar(wants_progress(args.no_progress), "kvtable fuzz") as progress:
             report = fuzz(spec, examples=args.examples, seed=args.seed, database=database, profile=profile_arg(args),
                           properties=properties, progress=progress, level=args.level, **options)
     except BackendUnavailable as err:

@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -31,9 +32,12 @@ from hypothesis.database import ExampleDatabase
 
 from kvtable import interrupts
 from kvtable.conformance.checks import Transcript
+from kvtable.conformance.core import Context
 from kvtable.conformance.database import DatabaseFailed
+from kvtable.conformance.preflight import check_backend
 from kvtable.conformance.properties import BY_NAME, Property
 from kvtable.conformance.runner import PropertyResult, counterexample_text, make_context, run_property
+from kvtable.conformance.sanitize import sanitizing
 from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
 
@@ -62,6 +66,8 @@ class WorkerSetup:
     """Whether the parent holds an example database the worker reaches through the pipe."""
     level: str = "correct"
     """The verdict level (``runner.LEVELS``) each property is judged at."""
+    sanitize: bool = False
+    """``--sanitize``: the worker bounds-checks every Triton interpreter launch (``sanitize.sanitizing``)."""
 
 
 # -- the worker ---------------------------------------------------------------------------------
@@ -117,10 +123,21 @@ def _serve(conn: Connection, setup: WorkerSetup) -> None:
     """A worker: build the context once, then run each property name the parent sends until None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     try:
+        if isinstance(setup.backend, str):
+            check_backend(setup.backend)  # the first touch of a backend: here, never in the parent
         ctx, spec = make_context(setup.backend, setup.profile, _StreamingTranscript(conn))
-    except Exception as err:
-        conn.send(("fatal", f"the worker could not load the backend: {type(err).__name__}: {err}"))
+    except UsageError as err:
+        conn.send(("fatal", str(err)))
         return
+    except Exception as err:
+        conn.send(("fatal", f"backend {setup.backend!r} cannot be loaded: {type(err).__name__}: {err}"))
+        return
+    with sanitizing() if setup.sanitize else nullcontext():
+        _run_jobs(conn, setup, ctx, spec)
+
+
+def _run_jobs(conn: Connection, setup: WorkerSetup, ctx: Context, spec: str) -> None:
+    """Run each property name the parent sends until None."""
     database = _PipeDatabase(conn) if setup.database else None
     conn.send(("ready", spec))
     while (job := conn.recv()) is not None:
@@ -200,6 +217,12 @@ def _lost(worker: _Worker, status: str, why: str, spec: str) -> PropertyResult:
                           counterexample_text(spec, "\n".join(lines), f"{status.upper()}: {message}"))
 
 
+def _named(setup: WorkerSetup) -> str:
+    """The backend as the user named it (a spec string), or its factory's name."""
+    backend = setup.backend
+    return repr(backend) if isinstance(backend, str) else repr(getattr(backend, "__qualname__", type(backend).__name__))
+
+
 def _exit_reason(exitcode: int | None) -> str:
     if exitcode is not None and exitcode < 0:
         try:
@@ -225,6 +248,10 @@ class _Pool:
             wait([w.conn for w in self.workers] + [w.process.sentinel for w in self.workers], timeout=1.0)
             for i, worker in enumerate(self.workers):
                 result = self._drain(worker)
+                if not worker.ready and time.monotonic() - worker.heard > self.timeout:
+                    worker.stop(kill=True)
+                    raise UsageError(f"backend {_named(self.setup)}: loading it gave no sign of life for "
+                                     f"{self.timeout:g} s (killed)")
                 if result is None and worker.job and time.monotonic() - worker.heard > self.timeout:
                     worker.stop(kill=True)
                     result = _lost(worker, TIMEOUT, f"gave no sign of life for {self.timeout:g} s (killed)",
@@ -253,7 +280,8 @@ class _Pool:
         worker.process.join()
         why = _exit_reason(worker.process.exitcode)
         if worker.job is None:
-            raise UsageError(f"a worker process died before it could run anything: the backend {why}")
+            raise UsageError(f"backend {_named(self.setup)}: {why.replace('the worker process', 'its worker')} "
+                             "while loading")
         worker.conn.close()
         return _lost(worker, CRASH, why, worker.spec)
 

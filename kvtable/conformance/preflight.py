@@ -30,6 +30,12 @@ def check_backend(spec: str) -> Backend:
         raise UsageError(f"backend {spec!r} cannot be loaded: {type(err).__name__}: {err}") from None
 
 
-def isolate_by_default(spec: str, backend: Backend) -> bool:
-    """Whether a crash can take the process down: a backend that is not built-in, or one on CUDA."""
-    return spec not in BUILTIN or str(getattr(backend, "device", "cpu")).startswith("cuda")
+def isolated(spec: str, isolate: bool | None) -> tuple[bool, Backend | None]:
+    """Whether the run isolates (``isolate``, or by default) and the backend if it was loaded here: a built-in
+    is (it is ours), one on CUDA is then isolated too; any other is first touched in a worker process, so a
+    factory that crashes or hangs while loading cannot take this process with it."""
+    if spec not in BUILTIN and isolate is not False:
+        return True, None
+    backend = check_backend(spec)
+    default = spec not in BUILTIN or str(getattr(backend, "device", "cpu")).startswith("cuda")
+    return (default if isolate is None else isolate), backend

@@ -14,7 +14,7 @@ import json
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from kvtable.conformance.levels import CORRECTNESS, DEFAULT_LEVEL, LEVELS, STRIC
 from kvtable.conformance.notes import note_lines
 from kvtable.conformance.properties import PROPERTIES
 from kvtable.conformance.reproduce import Blob, blob_of, verdict_lines
+from kvtable.conformance.sanitize import sanitizing
 from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
 from kvtable.strategies.domain import drawing
@@ -466,7 +467,7 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
                    seed: int, profile: str | Profile | None = None, database: ExampleDatabase | None = None,
                    kind: str = "conform", total_examples: int = 0, progress: Progress | None = None,
                    shrink: bool = True, level: str = DEFAULT_LEVEL, isolate: bool = False, workers: int = 1,
-                   timeout: float | None = None) -> Report:
+                   timeout: float | None = None, sanitize: bool = False) -> Report:
     """Run ``properties`` against ``backend``; ``examples(prop)`` gives each property's example budget.
 
     ``shrink=False`` reports each failure at the first failing example, unshrunk (the zoo's find runs);
@@ -474,24 +475,32 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
     The database keeps one entry per (property, backend, profile, level). ``isolate`` (implied by
     ``workers`` > 1) runs the properties in worker processes (``kvtable.conformance.isolation``): a crash
     or a silence of ``timeout`` seconds is that property's verdict. Ctrl-C ends the run with the
-    properties finished so far (``report.interrupted``).
+    properties finished so far (``report.interrupted``). ``sanitize``: every Triton interpreter launch is
+    bounds-checked (``sanitize.sanitizing``), in the workers too. An isolated backend named by a string is
+    first loaded in a worker: a factory that crashes or hangs there is a ``UsageError`` naming it.
     """
     if level not in LEVELS:
         raise ValueError(f"no level {level!r}; known: {sorted(LEVELS)}")
-    ctx, spec = make_context(backend, profile)
-    report = Report(spec, ctx.profile.name, seed, total_examples, kind, level=level)
+    isolating = isolate or workers > 1
+    if isolating and isinstance(backend, str):  # never touched in this process
+        ctx, spec, profile_name = None, backend, get_profile(profile).name
+    else:
+        ctx, spec = make_context(backend, profile)
+        profile_name = ctx.profile.name
+    report = Report(spec, profile_name, seed, total_examples, kind, level=level)
     if database is not None:
-        database = KeyedDatabase(database, database_prefix(spec, ctx.profile.name, level))
+        database = KeyedDatabase(database, database_prefix(spec, profile_name, level))
     results: Iterator[PropertyResult]
-    if isolate or workers > 1:
+    if isolating:
         from kvtable.conformance.isolation import DEFAULT_TIMEOUT_S, WorkerSetup, run_isolated
 
-        setup = WorkerSetup(backend, ctx.profile.name, seed, shrink, database is not None, level)
+        setup = WorkerSetup(backend, profile_name, seed, shrink, database is not None, level, sanitize)
         results = run_isolated(setup, properties, examples, workers=workers, database=database,
                                timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout)
     else:
-        results = (run_property(prop, ctx, examples=examples(prop), seed=seed, spec=spec, database=database,
-                                shrink=shrink, level=level) for prop in properties)
+        assert ctx is not None
+        results = _in_process(ctx, spec, properties, examples, seed=seed, database=database, shrink=shrink,
+                              level=level, sanitize=sanitize)
     try:
         interrupts.check()  # Ctrl-C while starting up: no property starts
         with long_lived_frozen():
@@ -506,6 +515,16 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
     order = {p.name: i for i, p in enumerate(properties)}
     report.results.sort(key=lambda r: order[r.property])
     return report
+
+
+def _in_process(ctx: Context, spec: str, properties: Sequence[Property], examples: Callable[[Property], int], *,
+                seed: int, database: ExampleDatabase | None, shrink: bool, level: str, sanitize: bool
+                ) -> Iterator[PropertyResult]:
+    """Each property's result, run in this process (under ``--sanitize``'s Triton guard if asked)."""
+    with sanitizing() if sanitize else nullcontext():
+        for prop in properties:
+            yield run_property(prop, ctx, examples=examples(prop), seed=seed, spec=spec, database=database,
+                               shrink=shrink, level=level)
 
 
 @contextmanager

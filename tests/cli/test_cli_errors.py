@@ -35,6 +35,7 @@ BAD_INVOCATIONS = [
     (["fuzz", "--database", "redis:/typo"], "--database redis:/typo: malformed URL"),
     (["fuzz", "--database", "http://host/db"], "--database http://host/db: malformed URL"),
     (["fuzz", "--database", "redis://127.0.0.1:1"], "--database redis://127.0.0.1:1: cannot reach Redis"),
+    (["fuzz", "--database", "redis://host:notaport"], "--database redis://host:notaport: malformed URL: Port could"),
     (["fuzz", "--database", A_FILE], f"--database {A_FILE}: {A_FILE} exists and is not a directory"),
     (["fuzz", "--database", "/proc/kvtable-db"], "--database /proc/kvtable-db: /proc/kvtable-db is not writable"),
     (["bench", "--json", "/proc/kvtable/bench.json"], "--json /proc/kvtable/bench.json: /proc/kvtable is not writable"),

@@ -3,16 +3,22 @@ every other property still gets its verdict, and ``--workers N`` gives the verdi
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from hypothesis.database import InMemoryExampleDatabase
 
 from kvtable.cli import main
 from kvtable.conformance.properties import select
 from kvtable.conformance.runner import run_conformance
-from kvtable.exitcodes import EXIT_FAILED
+from kvtable.exitcodes import EXIT_FAILED, EXIT_USAGE
 
 pytestmark = pytest.mark.slow  # subprocesses and worker processes: seconds each
 
+REPO = Path(__file__).resolve().parents[2]
 PROPS = ["rejects/T1", "decode_locs", "verify_locs", "graph/init"]
 
 
@@ -76,3 +82,30 @@ def test_zoo_workers_give_the_entries_verdicts_in_order(capsys: pytest.CaptureFi
     assert out.index("vllm-13418  ") < out.index("vllm-1486  ")
     assert "G2 capture-views (graph/capture)" in out and "W5 int32-locs (rejects/W5)" in out
     assert out.strip().endswith("2/2 entries caught by the clause they name: PASS")
+
+
+@pytest.mark.parametrize(("factory", "why"), [
+    ("segfault_on_load", "killed its worker (SIGSEGV) while loading"),
+    ("abort_on_load", "killed its worker (SIGABRT) while loading"),
+    ("hang_on_load", "loading it gave no sign of life for 3 s (killed)"),
+    ("raise_on_load", "cannot be loaded: RuntimeError: no device for this backend"),
+])
+def test_a_factory_that_fails_while_loading_is_one_line_exit_2_naming_it(factory: str, why: str,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    rc = main(["conform", "--backend", f"runs_backends:{factory}", "--timeout", "3", "--property", "decode_locs"])
+    out, err = capsys.readouterr()
+    assert rc == EXIT_USAGE and out == ""
+    assert err == f"kvtable conform: error: backend 'runs_backends:{factory}'{':' if 'loading' in why else ''} {why}\n"
+
+
+@pytest.mark.slow
+def test_a_fresh_cache_is_kvtables_cost_not_a_timeout_of_the_builtin_backend(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    props = ["expand_table", "kernels/replay-fill", "decode_locs", "extend_locs"]
+    argv = ["conform", "--backend", "torch", "--isolate", "--timeout", "5", "--examples", "10",
+            *[a for p in props for a in ("--property", p)]]
+    done = subprocess.run([sys.executable, "-m", "kvtable.cli", *argv], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "TIMEOUT" not in done.stdout and "4/4 properties passed" in done.stdout

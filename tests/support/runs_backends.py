@@ -140,3 +140,25 @@ class WritesPageIntoTable(TorchBackend):
         if table.numel():
             table.view(-1)[-1] = 7
         return out
+
+
+def segfault_on_load(debug=False):
+    """A factory whose native extension crashes while it loads (SIGSEGV)."""
+    import ctypes
+
+    ctypes.string_at(0)
+
+
+def abort_on_load(debug=False):
+    """A factory that aborts while it loads (a failed native assert)."""
+    os.abort()
+
+
+def hang_on_load(debug=False):
+    """A factory that never returns (waiting for a device that is not there)."""
+    time.sleep(3600)
+
+
+def raise_on_load(debug=False):
+    """A factory that raises while it loads."""
+    raise RuntimeError("no device for this backend")
