@@ -78,7 +78,9 @@ def test_profile_replay_rewrites_the_location_tail_like_vllm() -> None:
     sglang = GraphModel(SPECS, max_bs=4, max_kernel_pages=4, kernel_page_size=2)
     sglang.groups["full_attention"].locs[:] = [9, 9, 9, 9]
     PROFILES["sglang"].replay(sglang, 2, TABLES, [5, 4])
-    assert sglang.groups["full_attention"].locs == [6, 17, 0, 0]
+    assert sglang.groups["full_attention"].locs == [6, 17, 9, 9]  # SGLang zero-fills only when bs != raw_bs
+    PROFILES["sglang"].replay(sglang, 2, TABLES, [5, 4], actual_bs=1)
+    assert sglang.groups["full_attention"].locs == [6, 1, 0, 0]  # padded: the padded token on the sink page 0
 
 
 def test_bs0_replay_and_extra_groups_follow_the_profile() -> None:
