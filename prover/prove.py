@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import inspect
 import json
 import multiprocessing
 import sys
@@ -22,11 +23,14 @@ from typing import Any, TextIO
 
 from kvtable.argtypes import positive_float, positive_int
 from kvtable.exitcodes import EXIT_FAILED, EXIT_INCONCLUSIVE, EXIT_PASSED, UsageError
-from kvtable.prover.bindings.binding import load_binding, load_object
+from kvtable.prover.bindings.binding import Binding, check_binding, load_binding, load_object
+from kvtable.prover.bindings.coverage import output_stores
+from kvtable.prover.bindings.queries import symbolic_run
 from kvtable.prover.obligations.kernels import KernelObligation, kernel_obligations, kernel_outcome, preload
 from kvtable.prover.obligations.registry import OBLIGATIONS, Obligation
 from kvtable.prover.solver.discharge import DEFAULT_RLIMIT, HANG_GUARD_MS, Outcome, discharge
 from kvtable.prover.solver.intblast import UnsupportedOperation
+from kvtable.prover.symexec.run import is_jit, python_function
 from kvtable.prover.symexec.values import KernelNotSupported
 from kvtable.spec.clauses import clause_label
 
@@ -190,7 +194,7 @@ class Table:
         if failed:
             line += "\nfailed: " + ", ".join(failed)
         if unknown:
-            line += "\nunknown (a limit was reached: no verdict about the contract): " + ", ".join(unknown)
+            line += "\nunknown (a limit was reached or a shape is not modelled: no verdict): " + ", ".join(unknown)
         self.out.write(line + "\n")
 
     def _line(self, name: str, clause: str, result: str, seconds: str) -> None:
@@ -228,7 +232,22 @@ def user_kernel_obligations(binding: str | None, kernel: str | None) -> tuple[Ob
     loaded = load_binding(binding)
     if kernel:
         loaded = replace(loaded, kernel=load_object(kernel))
+    refuse_unprovable(loaded)
     return kernel_obligations(loaded)
+
+
+def refuse_unprovable(binding: Binding) -> None:
+    """Before any solving: a kernel that is not ``@triton.jit``, a binding that does not fit it
+    (``check_binding``), a kernel the executor cannot run on the binding, or one whose run stores nothing into
+    the binding's output raises (``KernelNotSupported``, ``ValueError``: exit 2)."""
+    kernel = binding.kernel_object()
+    if not is_jit(kernel):
+        raise KernelNotSupported(f"{getattr(kernel, '__qualname__', kernel)!r} is not a @triton.jit function")
+    check_binding(binding, list(inspect.signature(python_function(kernel)).parameters))
+    launch, trace = symbolic_run(binding)
+    if not output_stores(launch, trace):
+        raise KernelNotSupported(f"{binding.label}: the kernel stores nothing into {binding.roles.get('out')!r},"
+                                 " the binding's output, so it has nothing to prove")
 
 
 # The subcommand ----------------------------------------------------------------------------------

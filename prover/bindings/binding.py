@@ -112,23 +112,47 @@ def load_object(reference: str) -> Any:
     if not attr:
         raise ValueError(f"{reference!r}: expected MODULE:NAME or FILE.py:NAME")
     import kvtable.impl.triton_kernels  # noqa: F401 (its import sets TRITON_INTERPRET where CUDA is absent)
-    if module_name.endswith(".py"):
-        path = Path(module_name)
-        spec = importlib.util.spec_from_file_location(f"_kvtable_binding_{path.stem}", path)
-        if spec is None or spec.loader is None:
-            raise ValueError(f"cannot load {path}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(module_name)
+    if module_name.endswith(".py") and not Path(module_name).is_file():
+        raise ValueError(f"{reference}: no file {module_name}")
+    try:
+        module = _import(module_name)
+    except Exception as exc:  # the user's module raised while importing: one line, not its traceback
+        raise ValueError(f"{reference}: importing {module_name} raised {type(exc).__name__}: {exc}") from None
     try:
         return getattr(module, attr)
     except AttributeError:
         raise ValueError(f"{module_name} has no attribute {attr!r}") from None
 
 
+def _import(module_name: str) -> Any:
+    """A module by dotted name, or a ``.py`` file as a module of its own."""
+    if not module_name.endswith(".py"):
+        return importlib.import_module(module_name)
+    path = Path(module_name)
+    spec = importlib.util.spec_from_file_location(f"_kvtable_binding_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def binding_from_toml(path: str | Path) -> Binding:
-    """A binding written as TOML: the same fields, tensors as ``[tensors.NAME]`` tables."""
+    """A binding written as TOML: the same fields, tensors as ``[tensors.NAME]`` tables; a file that is missing,
+    malformed or lacks a required table is a ``ValueError`` naming it."""
+    try:
+        return _from_toml(path)
+    except FileNotFoundError:
+        raise ValueError(f"no binding file {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    except KeyError as exc:
+        raise ValueError(f"{path}: no {exc.args[0]!r} (a binding needs [tensors], [params] and grid)") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def _from_toml(path: str | Path) -> Binding:
     data = tomllib.loads(Path(path).read_text())
     tensors = {name: TensorSpec(t["dtype"], tuple(t["sizes"]), tuple(t["strides"]))
                for name, t in data.pop("tensors").items()}
@@ -304,3 +328,37 @@ def element_type(dtype: str) -> IntType:
 
 def dtype_of(binding: Binding, tensor: str) -> IntType:
     return element_type(binding.tensors[tensor].dtype)
+
+
+def check_binding(binding: Binding, arguments: list[str]) -> None:
+    """Refuse (``ValueError``, one line) a binding no proof could use, before any solving: a clause the spec lacks,
+    a tensor, scalar, constexpr or stride that is not one of the kernel's ``arguments``, an argument left unbound,
+    an expression over unknown parameters, or a role naming something the binding does not have."""
+    from kvtable.spec.clauses import clause
+
+    try:
+        clause(binding.clause)
+    except KeyError as exc:
+        raise ValueError(f"clause = {binding.clause!r}: {exc.args[0]}") from None
+    named = [*binding.tensors, *binding.scalars, *binding.constexprs, *binding.strides()]
+    behind = {n for entries in binding.pointer_tables.values() for n in entries}  # reached through a table of pointers
+    extra = [n for n in named if n not in arguments and n not in behind]
+    if extra:
+        raise ValueError(f"the binding names {extra}, which the kernel has no argument for (it takes {arguments})")
+    unbound = [a for a in arguments if a not in named]
+    if unbound:
+        raise ValueError(f"the kernel's argument(s) {unbound} are bound by none of the binding's tensors, strides,"
+                         " scalars or constexprs")
+    launch = Launch(binding)
+    texts = [*(("grid", g) for g in binding.grid), *(("requires", r) for r in binding.requires),
+             *((f"scalars.{n}", t) for n, t in binding.scalars.items()),
+             *((f"tensors.{n}.sizes", s) for n, t in binding.tensors.items() for s in t.sizes)]
+    for where, text in texts:
+        try:
+            launch.condition(text) if where == "requires" else launch.expr(text)
+        except Exception as exc:  # a name the binding lacks, a syntax error
+            raise ValueError(f"{where}: {text!r}: {type(exc).__name__}: {exc}") from None
+    known = {*binding.tensors, *binding.params, *binding.roles, "program"}
+    for role, value in binding.roles.items():
+        if value.isidentifier() and value not in known:
+            raise ValueError(f"roles.{role} = {value!r}: neither a tensor of the binding nor one of its parameters")

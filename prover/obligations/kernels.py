@@ -15,6 +15,7 @@ from kvtable.prover.bindings import builtin as kb
 from kvtable.prover.bindings import queries as kq
 from kvtable.prover.bindings.binding import Binding
 from kvtable.prover.bindings.contracts import FILL_CLAUSES, LOCATION_CLAUSES
+from kvtable.prover.bindings.coverage import coverage
 from kvtable.prover.obligations.base import Expect, Obligation
 from kvtable.prover.solver.discharge import DEFAULT_RLIMIT, Outcome, Query, discharge
 
@@ -33,7 +34,7 @@ def _clause(name: str) -> str:
 def _kernel(name: str) -> str:
     """``"G4.kernel-stacked-locs-in-bounds"`` -> ``"stacked-locs"`` (no binding built, no impl/ imported)."""
     rest = name.split(".kernel-", 1)[1]
-    return next(rest[:-len(s)] for s in ("-in-bounds", "-agrees", "-safe", "-negative-position", "")
+    return next(rest[:-len(s)] for s in ("-in-bounds", "-agrees", "-safe", "-covers", "-negative-position", "")
                 if rest.endswith(s))
 
 
@@ -49,6 +50,12 @@ def agrees(name: str, binding: Callable[[], Binding], what: str) -> KernelObliga
                             lambda: kq.agreement(binding(), _clause(name)), "proved", binding)
 
 
+def covers(name: str, binding: Callable[[], Binding], what: str) -> KernelObligation:
+    return KernelObligation(name, _clause(name), f"{_kernel(name)} kernel: every {what} the clause writes is stored"
+                            " by exactly one program and lane (no vacuous agreement)", lambda: coverage(binding()),
+                            "proved", binding)
+
+
 def safe(name: str, binding: Callable[[], Binding], what: str, expect: Expect = "proved",
          build: Callable[[], Query] | None = None) -> KernelObligation:
     return KernelObligation(name, _clause(name), f"{_kernel(name)} kernel: {what}",
@@ -56,14 +63,15 @@ def safe(name: str, binding: Callable[[], Binding], what: str, expect: Expect = 
 
 
 def kernel_obligations(binding: Binding, clauses: tuple[str, ...] = ()) -> tuple[Obligation, ...]:
-    """In bounds, agreement with ``binding.clause`` (and ``clauses``) and, for a location clause, safety:
-    the obligations ``kvtable prove --kernel`` runs on a user's kernel."""
+    """In bounds, coverage, agreement with ``binding.clause`` (and ``clauses``) and, for a location clause,
+    safety: the obligations ``kvtable prove --kernel`` runs on a user's kernel."""
     def bound() -> Binding:
         return binding
     prefix = f"{binding.clause}.kernel-{binding.label}"
     obligations = [in_bounds(f"{prefix}-in-bounds", bound, "the user's binding")]
     if binding.clause not in LOCATION_CLAUSES + FILL_CLAUSES:  # no clause gives its values (SGLang's index copies)
         return tuple(obligations)
+    obligations.append(covers(f"{prefix}-covers", bound, "element"))
     for clause in (binding.clause, *clauses):
         obligations.append(agrees(f"{clause}.kernel-{binding.label}-agrees", bound,
                                   f"every store writes the element clause {clause} writes, with its value, under"
@@ -76,6 +84,7 @@ def kernel_obligations(binding: Binding, clauses: tuple[str, ...] = ()) -> tuple
 
 OBLIGATIONS: tuple[Obligation, ...] = (
     in_bounds("G4.kernel-stacked-locs-in-bounds", kb.stacked_locs, "stale lengths and widths included"),
+    covers("G4.kernel-stacked-locs-covers", kb.stacked_locs, "location [g, b*n+t] of a row b < bs"),
     agrees("W1.kernel-stacked-locs-agrees", lambda: kb.stacked_locs(clause="W1"),
            "with n = 1, out[g, b] is W0's slot of position seq_len-1 of row b (T8, T4, W5 assumed)"),
     agrees("W2.kernel-stacked-locs-agrees", lambda: kb.stacked_locs(clause="W2"),
@@ -87,6 +96,7 @@ OBLIGATIONS: tuple[Obligation, ...] = (
     safe("G4.kernel-stacked-locs-safe", kb.stacked_locs,
          "with any table contents and lengths, every store is the token's own slot or a slot of page 0"),
     in_bounds("W3.kernel-extend-locs-in-bounds", kb.stacked_extend_locs, "any rows, positions and table contents"),
+    covers("W3.kernel-extend-locs-covers", kb.stacked_extend_locs, "location [g, i] of a token i < T"),
     agrees("W3.kernel-extend-locs-agrees", kb.stacked_extend_locs,
            "out[g, i] is W0's slot of position positions[i] of row rows[i]"),
     safe("W3.kernel-extend-locs-safe", kb.stacked_extend_locs,
@@ -104,6 +114,7 @@ OBLIGATIONS: tuple[Obligation, ...] = (
                      " prover/solver/encoding.py's lane_at(...).out on the same loads", lambda: kq.matches_encoding(
                          kb.stacked_extend_locs()), "proved", kb.stacked_extend_locs),
     in_bounds("G3.kernel-replay-fill-in-bounds", kb.replay_fill, "any packed contents, metadata and batch sizes"),
+    covers("G3.kernel-replay-fill-covers", kb.replay_fill, "cell [g, b, w] of a row b < bs"),
     agrees("G3.kernel-replay-fill-agrees", kb.replay_fill,
            "dst[g, b, w] is the expanded live entry, the tail pad or 0, for b < bs only"),
     agrees("E2.kernel-replay-fill-agrees", lambda: kb.replay_fill(clause="E2"),

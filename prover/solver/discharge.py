@@ -22,7 +22,8 @@ import z3
 
 from kvtable.prover.solver.intblast import IntBlaster
 
-Status = Literal["proved", "counterexample", "unknown"]
+Status = Literal["proved", "counterexample", "unknown", "vacuous"]
+"""``vacuous``: the query's premises contradict each other, so its goal would hold of nothing (an error)."""
 
 
 @dataclass(frozen=True)
@@ -111,11 +112,12 @@ class Budget:
         solver.set("timeout", max(1, int((self.deadline - time.perf_counter()) * 1000)))
         return solver.check()
 
-    def why(self, solver: z3.Solver) -> str:
-        """Why a check gave up: the resource limit, the hang guard, or z3's own reason."""
+    def why(self, solver: z3.Solver | None) -> str:
+        """Why a check gave up (or, without one, why none is left to make): the resource limit, the hang guard,
+        or z3's own reason."""
         if time.perf_counter() >= self.deadline:
             return f"hang guard: past the {self.guard_ms / 1000:g} s wall-clock cap (not a verdict)"
-        reason = solver.reason_unknown()
+        reason = "canceled" if solver is None else solver.reason_unknown()
         return RLIMIT_REACHED if reason in ("canceled", "max. resource limit exceeded") else reason
 
     def spent_all(self) -> bool:
@@ -133,14 +135,18 @@ def discharge(query: Query, guard_ms: int = HANG_GUARD_MS, *, rlimit: int = DEFA
               small: int | None = None) -> Outcome:
     """Prove ``query`` or refute it with a checked counterexample; ``unknown`` when z3 gives up.
 
-    Steps first, then the goal; each runs the strategies in rounds of growing shares of ``rlimit`` until one
-    decides or the budget is spent (``guard_ms`` of wall clock stops a hang). With ``small``, a counterexample
-    to the goal whose values all lie in ``[-small, small]`` is looked for first, so an expected one reads
-    easily; finding none there proves nothing and the search goes on.
+    The premises are checked satisfiable first (``vacuous`` if not); then steps, then the goal; each runs the
+    strategies in rounds of growing shares of ``rlimit`` until one decides or the budget is spent (``guard_ms`` of
+    wall clock stops a hang). With ``small``, a counterexample to the goal whose values all lie in
+    ``[-small, small]`` is looked for first, so an expected one reads easily; finding none there proves nothing
+    and the search goes on.
     """
     budget = Budget(rlimit, guard_ms)
     start = time.perf_counter()
     known = [*query.assumptions, *(fact for _, fact in query.stated)]
+    if _decide(known, z3.BoolVal(False), (), budget, None).status == "proved":  # nothing satisfies the premises
+        return Outcome("vacuous", time.perf_counter() - start, detail="the premises are unsatisfiable: the goal"
+                       " would hold of nothing", work=budget.spent)
     for number, step in enumerate(query.steps, 1):
         outcome = _decide(known, step, (), budget, None)
         if outcome.status != "proved":
@@ -178,6 +184,7 @@ def _decide(assumptions: list[z3.BoolRef], goal: z3.BoolRef, show: tuple[tuple[s
     for share in (*ROUNDS, None):
         for name, make in STRATEGIES:
             if budget.spent_all():
+                reasons.append(budget.why(None))
                 return Outcome("unknown", time.perf_counter() - start, detail="; ".join(reasons))
             solver = make()
             solver.add(*blaster.side, image)

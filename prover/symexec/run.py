@@ -39,7 +39,7 @@ def python_function(kernel: Any) -> types.FunctionType:
     return kernel
 
 
-def _is_jit(value: Any) -> bool:
+def is_jit(value: Any) -> bool:
     """A ``JITFunction``, its interpreter twin ``InterpretedFunction``, an autotuner or heuristics wrapper."""
     return type(value).__module__.startswith("triton.") and hasattr(value, "fn")
 
@@ -127,7 +127,7 @@ class _Rebinder:
             return self.language
         if _is_triton(value):
             return self.triton
-        if _is_jit(value) or (isinstance(value, types.FunctionType) and value.__module__ in self.inlined):
+        if is_jit(value) or (isinstance(value, types.FunctionType) and value.__module__ in self.inlined):
             return self.rebuild(python_function(value))
         return value
 

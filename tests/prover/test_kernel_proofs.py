@@ -256,8 +256,8 @@ def test_prove_cli_runs_a_users_binding(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_a_users_obligations_are_named_after_the_clause() -> None:
     names = [ob.name for ob in kernel_obligations(load_binding(BINDING))]
-    assert names == ["W3.kernel-vllm-slot-mapping-in-bounds", "W3.kernel-vllm-slot-mapping-agrees",
-                     "W3.kernel-vllm-slot-mapping-safe"]
+    assert names == ["W3.kernel-vllm-slot-mapping-in-bounds", "W3.kernel-vllm-slot-mapping-covers",
+                     "W3.kernel-vllm-slot-mapping-agrees", "W3.kernel-vllm-slot-mapping-safe"]
 
 
 # The guard ---------------------------------------------------------------------------------------

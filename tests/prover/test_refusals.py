@@ -1,0 +1,132 @@
+"""Bindings and kernels no proof could use are refused before any solving, in one line with exit 2; a kernel
+whose stores leave the clause's elements unwritten fails coverage; contradictory premises are "vacuous"."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import z3
+
+pytest.importorskip("triton")
+
+from kvtable.exitcodes import EXIT_FAILED, UsageError  # noqa: E402
+from kvtable.prover import prove  # noqa: E402
+from kvtable.prover.obligations.registry import Obligation  # noqa: E402
+from kvtable.prover.solver.discharge import Query, discharge  # noqa: E402
+
+BINDING = Path("examples/vllm_slot_binding.toml")
+ARGS = ("num_tokens, max_num_tokens, req_indices_ptr, positions_ptr, block_table_ptr, block_table_stride, block_size,"
+        " max_num_blocks, slot_mapping_ptr, PAD_SLOT_ID: tl.constexpr, BLOCK: tl.constexpr")
+KERNELS = f'''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def writes_nothing({ARGS}):
+    pass
+
+
+@triton.jit
+def masks_every_lane_off({ARGS}):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(slot_mapping_ptr + offsets, PAD_SLOT_ID, mask=offsets < 0)
+
+
+@triton.jit
+def lacks_an_argument(num_tokens):
+    pass
+
+
+def plain(num_tokens):
+    return num_tokens
+'''
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    prove.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import kvtable.impl.triton_kernels  # noqa: F401 (load_object's one-time import of torch and triton, not timed)
+
+    folder = tmp_path_factory.mktemp("bindings")
+    (folder / "kernels.py").write_text(KERNELS)
+    (folder / "raises.py").write_text("raise RuntimeError('no GPU here')\n")
+    toml = BINDING.read_text()
+    edits = {
+        "no_tensors": toml[:toml.index("[tensors.")],
+        "clause_z9": toml.replace('clause = "W3"', 'clause = "Z9"'),
+        "role_without_tensor": toml.replace('table = "block_table_ptr"', 'table = "block_tables_ptr"'),
+        "unknown_grid_param": toml.replace('grid = ["cdiv(M, 64)"]', 'grid = ["cdiv(Q, 64)"]'),
+        "extra_scalar": toml.replace('[scalars]', '[scalars]\nnum_reqs = "R"'),
+        "unbound_argument": toml.replace('block_size = "BS"\n', ''),
+    }
+    for name, text in edits.items():
+        (folder / f"{name}.toml").write_text(text)
+    return folder
+
+
+CASES = {
+    "missing TOML file": ("{d}/nowhere.toml", None, "no binding file"),
+    "no [tensors]": ("{d}/no_tensors.toml", None, "no 'tensors'"),
+    "module raises at import": (str(BINDING), "{d}/raises.py:kernel", "raised RuntimeError: no GPU here"),
+    "--kernel names a missing file": (str(BINDING), "{d}/absent.py:kernel", "no file"),
+    'clause = "Z9"': ("{d}/clause_z9.toml", None, "clause = 'Z9': no clause 'Z9'"),
+    "role naming a tensor the kernel lacks": ("{d}/role_without_tensor.toml", None, "roles.table = 'block_tables_ptr'"),
+    "unbound kernel argument": ("{d}/unbound_argument.toml", None, "['block_size'] are bound by none"),
+    "--kernel os.path:join": (str(BINDING), "os.path:join", "'join' is not a @triton.jit function"),
+    "plain Python function": (str(BINDING), "{d}/kernels.py:plain", "'plain' is not a @triton.jit function"),
+    "unknown grid parameter": ("{d}/unknown_grid_param.toml", None, "grid: 'cdiv(Q, 64)': NameError"),
+    "scalar for an argument the kernel lacks": ("{d}/extra_scalar.toml", None, "names ['num_reqs'], which the kernel"),
+    "kernel lacking the binding's arguments": (str(BINDING), "{d}/kernels.py:lacks_an_argument", "no argument for"),
+    "store-less @triton.jit kernel": (str(BINDING), "{d}/kernels.py:writes_nothing", "stores nothing into"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_bad_binding_is_one_usage_line_before_any_solving(case: str, files: Path) -> None:
+    binding, kernel, message = CASES[case]
+    start = time.perf_counter()
+    argv = ["--binding", binding.format(d=files), *(["--kernel", kernel.format(d=files)] if kernel else [])]
+    with pytest.raises(UsageError) as refused:  # the CLI prints it as one line and exits 2
+        prove.run(_parse(*argv))
+    assert time.perf_counter() - start < 1.0, case  # no z3 query was solved
+    assert message in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+
+
+@pytest.mark.slow
+def test_the_cli_refuses_a_store_less_kernel_with_exit_2(files: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "kvtable.cli", "prove", "--binding", str(BINDING), "--kernel",
+                           f"{files}/kernels.py:writes_nothing"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == ["kvtable prove: error: vllm-slot-mapping: the kernel stores nothing into"
+                                        " 'slot_mapping_ptr', the binding's output, so it has nothing to prove"]
+
+
+@pytest.mark.slow
+def test_a_kernel_that_masks_every_lane_off_fails_coverage(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = _parse("--binding", str(BINDING), "--kernel", f"{files}/kernels.py:masks_every_lane_off",
+                  "--only", "*-covers", "--only", "*-agrees")
+    assert prove.run(args) == EXIT_FAILED
+    out = capsys.readouterr().out
+    assert "W3.kernel-vllm-slot-mapping-agrees" in out  # agreement alone holds of a kernel that stores nothing
+    assert out.splitlines()[-1] == "failed: W3.kernel-vllm-slot-mapping-covers"
+
+
+def test_contradictory_premises_are_vacuous_not_proved() -> None:
+    x = z3.BitVec("x", 32)
+    outcome = discharge(Query((x > 5, x < 3), x == 7))
+    assert outcome.status == "vacuous" and "premises are unsatisfiable" in outcome.detail
+    result = prove.prove_one(Obligation("W5.fake-vacuous", "W5", "a fake", lambda: Query((x > 5, x < 3), x == 7)),
+                             isolate=False)
+    assert result.verdict == "vacuous" and not result.passed and prove.exit_status([result]) == EXIT_FAILED
+    assert discharge(Query((x > 5,), x > 4)).status == "proved"  # satisfiable premises: the goal is asked
