@@ -25,6 +25,7 @@ def check_write_locs(table: torch.Tensor, locs: torch.Tensor, batch: Batch, page
                      *, group: str | None = None) -> None:
     """D1 own-page-write and D2 unique-slots for one group's eager (unpadded) write locations."""
     validate.check_batch_form(batch)
+    validate.check_lengths(batch)  # T9/W2 before D1: a negative length is no write to judge
     page_size = validate.check_page_size(page_size, group=group)
     validate.check_table(table, batch.bs, group=group)
     rows, positions = batch_tokens(batch, table.device)

@@ -25,19 +25,32 @@ MAX_LAYOUTS = 1024
 """Kept ``replay_fill`` metadata tensors, one per layout of the live tables (offsets, columns)."""
 
 
+def _buffer_device(device: object) -> torch.device:
+    """G1: a torch device this process can allocate on, or a refusal naming it."""
+    try:
+        found = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ContractViolation("G1", f"device {device!r} is not a torch device ({err})") from err
+    backend = getattr(torch, found.type, None)
+    if found.type not in ("cpu", "meta") and not (backend is not None and backend.is_available()):
+        raise ContractViolation("G1", f"device {device!r}: {found.type} is not available in this process")
+    return found
+
+
 class GroupGraphBuffers:
     """The ``GraphRunner`` of impl/: G1 init, G2 capture, G3-G5 replay on ``device`` through ``kernels``."""
 
     def __init__(self, specs: Specs, *, max_bs: int, max_kernel_pages: int, kernel_page_size: int,
                  spec_n: int = 1, tail_pad: int = DEFAULT_TAIL_PAD, expand: bool = True,
                  device: torch.device | str = "cpu", kernels: Kernels = TORCH_KERNELS) -> None:
-        if max_bs < 1 or max_kernel_pages < 1 or spec_n < 1:
-            raise ContractViolation("G1", f"max_bs {max_bs}, max_kernel_pages {max_kernel_pages} and spec_n "
-                                    f"{spec_n} must all be >= 1")
+        for name, value in (("max_bs", max_bs), ("max_kernel_pages", max_kernel_pages), ("spec_n", spec_n)):
+            if not validate._is_int(value) or value < 1:
+                raise ContractViolation("G1", f"{name} must be an int >= 1, got {value!r}")
+        validate.check_page_size(kernel_page_size)
         validate.check_tail_pad(tail_pad)
         by_id = specs_by_id(specs)
-        self.max_bs, self.spec_n, self.tail_pad = max_bs, spec_n, tail_pad
-        self.device = torch.device(device)
+        self.max_bs, self.spec_n, self.tail_pad = int(max_bs), int(spec_n), tail_pad
+        self.device = _buffer_device(device)
         self.kernels = kernels
         self.state_ids = frozenset(gid for gid, spec in by_id.items() if spec.is_state)
         self.group_ids = tuple(sorted(gid for gid in by_id if gid not in self.state_ids))
@@ -51,6 +64,9 @@ class GroupGraphBuffers:
             self.source_widths[gid] = -(-max_kernel_pages * kernel_page_size // block)
         self.widths = {gid: self.source_widths[gid] * self.ratios[gid] for gid in self.group_ids}
         groups, wmax = len(self.group_ids), max(self.widths.values(), default=0)
+        if groups * max_bs * wmax >= INT32_END:
+            raise ContractViolation("G1", f"buffers of {groups} groups x max_bs {max_bs} x {wmax} kernel pages pass "
+                                    "2^31 entries: no engine captures a graph that large")
         self.table_stack = torch.zeros(groups, max_bs, wmax, dtype=torch.int32, device=self.device)
         self.loc_stack = torch.zeros(groups, max_bs * spec_n, dtype=torch.int32, device=self.device)
         self.table_buffers = {gid: self.table_stack[i, :, : self.widths[gid]]
@@ -136,8 +152,12 @@ class GroupGraphBuffers:
                                     "; the location buffers were sized for spec_n")
 
     def _seq_tensor(self, seq_lens: torch.Tensor, bs: int) -> torch.Tensor:
-        """G4: at least ``bs`` integer lengths, as int32 on the buffers' device."""
+        """G4: at least ``bs`` integer lengths, as int32 on the buffers' device (not the meta device unless the
+        buffers are: it holds no lengths)."""
         validate.check_seq_tensor(seq_lens, "G4")
+        if seq_lens.device.type == "meta" and self.device.type != "meta":
+            raise ContractViolation("G4", f"seq_lens on the meta device hold no lengths; the buffers are on "
+                                    f"{self.device}")
         if seq_lens.shape[0] < bs:
             raise ContractViolation("G4", f"{seq_lens.shape[0]} seq_lens for a replay at bs={bs}")
         return upload(seq_lens, self.device)

@@ -17,8 +17,17 @@ def specs_by_id(specs: Specs) -> dict[str, GroupSpec]:
     granularity (a positive int), a window >= 1 for a sliding group and none for a full-attention one."""
     if isinstance(specs, Mapping):
         by_id = dict(specs)
+        wrong = [(key, spec.group_id) for key, spec in by_id.items()
+                 if isinstance(spec, GroupSpec) and key != spec.group_id]
+        if wrong:
+            raise ContractViolation("T1", f"specs key {wrong[0][0]!r} holds the GroupSpec of group {wrong[0][1]!r}: "
+                                    "a mapping of specs is keyed by each spec's group_id", group=str(wrong[0][0]))
     elif isinstance(specs, Sequence) and not isinstance(specs, str):
         by_id = {getattr(spec, "group_id", None): spec for spec in specs}
+        if len(by_id) != len(specs):
+            ids = [getattr(spec, "group_id", None) for spec in specs]
+            twice = next(gid for gid in ids if ids.count(gid) > 1)
+            raise ContractViolation("T1", f"group id {twice!r} is declared twice", group=str(twice))
     else:
         raise ContractViolation("T1", f"group specs are a sequence or mapping of GroupSpec, got "
                                 f"{type(specs).__name__}")

@@ -32,11 +32,22 @@ _MAX_PAGE_SIZE = (INT32_MAX + 1) // 2
 """W5: the largest page size whose page 1 still has int32 slots (``(1 + 1) * ps <= 2^31``)."""
 
 
+DEBUG_VALUES = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
+                "off": False, "": False}
+"""What ``KVTABLE_DEBUG`` may say (any case); anything else is refused, never read as off."""
+
+
 def debug_enabled(debug: bool | None = None) -> bool:
-    """An explicit ``debug`` wins; ``None`` defers to the ``KVTABLE_DEBUG=1`` environment variable."""
+    """An explicit ``debug`` (True, False) wins; ``None`` defers to the ``KVTABLE_DEBUG`` environment variable
+    (1/true/yes/on, or 0/false/no/off/unset). Anything else is a TypeError or ValueError naming it."""
     if debug is not None:
+        if not isinstance(debug, bool):
+            raise TypeError(f"debug must be True, False or None, got {debug!r}")
         return debug
-    return os.environ.get(DEBUG_ENV) == "1"
+    value = os.environ.get(DEBUG_ENV, "")
+    if value.strip().lower() not in DEBUG_VALUES:
+        raise ValueError(f"{DEBUG_ENV}={value!r}: use 1 (debug checks on) or 0 (off)")
+    return DEBUG_VALUES[value.strip().lower()]
 
 
 def _is_int(value: object) -> bool:

@@ -17,6 +17,7 @@ from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.kernels import Kernels
 from kvtable.impl.mixin import CacheGroupsMixin
 from kvtable.impl.torch_kernels import TORCH_KERNELS, StackedTorchKernels
+from kvtable.impl.validate import debug_enabled
 from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch, GroupSpec
 
 
@@ -36,7 +37,7 @@ class TorchBackend:
 
     def __init__(self, device: str = "cpu", debug: bool | None = None, kernels: Kernels = TORCH_KERNELS) -> None:
         self.device = device
-        self.debug = debug
+        self.debug = debug if debug is None else debug_enabled(debug)  # True, False or None, else a TypeError
         self.kernels = kernels
 
     def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,

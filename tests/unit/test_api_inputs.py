@@ -7,6 +7,7 @@ The table doubles as the README's list of refused and accepted inputs.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,8 +17,10 @@ import pytest
 import torch
 
 from kvtable import ContractViolation
+from kvtable.backends import load
 from kvtable.contract import Batch, GroupSpec
 from kvtable.impl import (
+    DEBUG_ENV,
     CacheGroupsMixin,
     GroupGraphBuffers,
     check_write_locs,
@@ -140,11 +143,52 @@ ROWS: list[tuple[str, Callable[[], Any], Any]] = [
      [16, 17, 0, 0]),
     ("replay seq_lens [6.5]", lambda: replayed([6.5], n=1), Refused("G4")),
     ("replay actual_bs 0.5", lambda: replayed([6], n=1, actual_bs=0.5), Refused("T9")),
+    ("replay seq_lens on the meta device, buffers on the CPU",
+     lambda: GroupGraphBuffers(FULL, max_bs=2, max_kernel_pages=3, kernel_page_size=4).replay(
+         1, {"f": TABLE}, torch.empty(1, dtype=torch.int32, device="meta")), Refused("G4")),
+    # Graph init (issue 21: raw errors from torch before) -----------------------------------------------------
+    ("graph buffers of 2^40 rows x 2^20 pages (26 TB)",
+     lambda: GroupGraphBuffers(FULL, max_bs=2**40, max_kernel_pages=2**20, kernel_page_size=4), Refused("G1")),
+    ("graph max_kernel_pages 3.0", lambda: GroupGraphBuffers(FULL, max_bs=2, max_kernel_pages=3.0, kernel_page_size=4),
+     Refused("G1")),
+    ("graph max_bs 2.0", lambda: GroupGraphBuffers(FULL, max_bs=2.0, max_kernel_pages=3, kernel_page_size=4),
+     Refused("G1")),
+    ("graph device 'tpu'", lambda: GroupGraphBuffers(FULL, max_bs=2, max_kernel_pages=3, kernel_page_size=4,
+                                                     device="tpu"), Refused("G1")),
+    *([] if torch.cuda.is_available() else [  # a machine with CUDA has the buffers
+        ("graph device 'cuda' without CUDA",
+         lambda: GroupGraphBuffers(FULL, max_bs=2, max_kernel_pages=3, kernel_page_size=4, device="cuda"),
+         Refused("G1"))]),
+    ("graph kernel_page_size -16, expand=False",
+     lambda: GroupGraphBuffers(FULL, max_bs=2, max_kernel_pages=3, kernel_page_size=-16, expand=False),
+     Refused("E1")),
+    ("graph kernel_page_size 0, expand=False",
+     lambda: GroupGraphBuffers(FULL, max_bs=2, max_kernel_pages=3, kernel_page_size=0, expand=False), Refused("E1")),
+    # Specs (issue 21: silently the last one, or a key naming another group) ---------------------------------
+    ("two specs with one group id", lambda: group_locs([GroupSpec("f", "full", 4), GroupSpec("f", "full", 8)],
+                                                       {"f": TABLE}, Batch((6,))), Refused("T1")),
+    ("a specs mapping whose key is not the spec's group id",
+     lambda: group_locs({"x": GroupSpec("f", "full", 4)}, {"x": TABLE}, Batch((6,))), Refused("T1")),
+    # Debug switches (issue 21: 'x' and KVTABLE_DEBUG=true were read as off) -----------------------------------
+    ("debug='x'", lambda: raises(lambda: decode_locs(TABLE, i32([6]), 4, debug="x")), "TypeError: debug must be "
+     "True, False or None, got 'x'"),
+    ("load('torch', debug='x')", lambda: raises(lambda: load("torch", debug="x")),
+     "TypeError: debug must be True, False or None, got 'x'"),
+    ("KVTABLE_DEBUG=true (on, so the debug check reads the table)",
+     lambda: with_env("true", lambda: group_locs(FULL, {"f": i32([[3, 3, -1]])}, Batch((6,)))), Refused("T7")),
+    ("KVTABLE_DEBUG=maybe", lambda: with_env("maybe", lambda: raises(lambda: decode_locs(TABLE, i32([6]), 4))),
+     "ValueError: KVTABLE_DEBUG='maybe': use 1 (debug checks on) or 0 (off)"),
+    # Empty batches in debug mode (issue 21 point 8) ---------------------------------------------------------
+    ("decode_locs of no rows, debug", lambda: decode_locs(TABLE[:0], i32([]), 4, debug=True), []),
+    ("group_locs of no rows, debug", lambda: group_locs(FULL, {"f": TABLE[:0]}, Batch(()), debug=True), {"f": []}),
     # The strong checker -------------------------------------------------------------------------------------
     ("checker, the right int location", lambda: check_write_locs(TABLE, i32([17]), Batch((6,)), 4), None),
     ("checker, float location 17.9 (would pass as 17)",
      lambda: check_write_locs(TABLE, torch.tensor([17.9]), Batch((6,)), 4), Refused("D1")),
     ("checker, locations as a list", lambda: check_write_locs(TABLE, [17], Batch((6,)), 4), Refused("D1")),
+    ("checker, page size 0", lambda: check_write_locs(TABLE, i32([17]), Batch((6,)), 0), Refused("E1")),
+    ("checker, seq_len -1 (a length, not a write)", lambda: check_write_locs(TABLE, i32([17]), Batch((-1,)), 4),
+     Refused("T9")),
     # Draft re-anchor on the mixin: the checks reanchor_locs makes ------------------------------------------
     ("re-anchor frontier 6 (a valid call)", lambda: Backend().update_draft_forward_metadata(i32([6])).out_cache_locs,
      {"f": [16, 17]}),
@@ -156,6 +200,28 @@ ROWS: list[tuple[str, Callable[[], Any], Any]] = [
     ("re-anchor frontier of float32", lambda: Backend().update_draft_forward_metadata(torch.tensor([6.0])),
      Refused("T9")),
 ]
+
+
+def raises(call: Callable[[], Any]) -> str:
+    """The exception the call raises, as ``Type: message`` (an argument-named refusal that is no clause)."""
+    try:
+        call()
+    except Exception as err:  # the row says which type and message it must be
+        return f"{type(err).__name__}: {err}"
+    return "no exception"
+
+
+def with_env(value: str, call: Callable[[], Any]) -> Any:
+    """``call()`` with ``KVTABLE_DEBUG=value``, its outcome in the table's terms."""
+    saved = os.environ.get(DEBUG_ENV)
+    os.environ[DEBUG_ENV] = value
+    try:
+        return outcome(call)
+    finally:
+        if saved is None:
+            del os.environ[DEBUG_ENV]
+        else:
+            os.environ[DEBUG_ENV] = saved
 
 
 def outcome(call: Callable[[], Any]) -> Any:
