@@ -16,7 +16,7 @@ from typing import ClassVar, TypeVar
 import torch
 
 from kvtable.contract import GroupSpec
-from kvtable.errors import StaleGraphState
+from kvtable.errors import ContractViolation, StaleGraphState
 from kvtable.impl import validate
 from kvtable.impl.expand import expand_table
 from kvtable.impl.graph import GroupGraphBuffers
@@ -95,6 +95,10 @@ class CacheGroupsMixin:
         """T6 state-shed: the non-state tables, or None when none are left."""
         if tables is None:
             return None
+        attention = sorted(gid for gid, spec in self.cache_group_specs.items() if not spec.is_state)
+        if isinstance(tables, Mapping) and not tables and attention:
+            raise ContractViolation("T1", f"no tables for the declared attention groups {attention}; pass None "
+                                    "for a step without tables")
         return shed_state_groups(self.cache_group_specs, tables) or None
 
     # Selection ----------------------------------------------------------------------------------------

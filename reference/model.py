@@ -87,7 +87,9 @@ def check_group_spec(spec: GroupSpec) -> None:
 
 def check_batch_form(batch: Batch) -> None:
     """A batch the reference can read: a known mode, prefix lengths for extend, n = 1 for decode, an int
-    n >= 1 for verify (W2) and re-anchor (W4), and (T9) ``actual_bs`` within ``[0, bs]``."""
+    n >= 1 for verify (W2) and re-anchor (W4), and (T9) lengths and ``actual_bs`` within ``[0, bs]``."""
+    if batch.seq_lens is None:
+        raise ContractViolation("T9", "a batch needs seq_lens (one length per row), got None")
     if batch.mode not in MODES:
         raise ValueError(f"unknown mode {batch.mode!r}; expected one of {MODES}")
     if batch.mode == "extend" and batch.prefix_lens is None:

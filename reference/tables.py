@@ -283,6 +283,8 @@ def check_tables(specs: Specs, tables: Mapping[str, Any], batch: Batch, *,
     check_pad_value(tail_pad)
     by_id = specs_by_id(specs)
     check_lengths(batch)
+    if not isinstance(tables, Mapping):
+        raise ContractViolation("T1", f"tables are a mapping of group id to table, got {type(tables).__name__}")
     live = shed_state_groups(by_id, tables)
     check_group_ids(by_id, live)
     return {gid: check_group_table(live[gid], batch, by_id[gid], tail_pad=tail_pad) for gid in sorted(live)}

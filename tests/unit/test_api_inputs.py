@@ -32,6 +32,7 @@ from kvtable.impl import (
     reanchor_locs,
     verify_locs,
 )
+from kvtable.reference import check_tables
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,11 @@ ROWS: list[tuple[str, Callable[[], Any], Any]] = [
      lambda: with_env("true", lambda: group_locs(FULL, {"f": i32([[3, 3, -1]])}, Batch((6,)))), Refused("T7")),
     ("KVTABLE_DEBUG=maybe", lambda: with_env("maybe", lambda: raises(lambda: decode_locs(TABLE, i32([6]), 4))),
      "ValueError: KVTABLE_DEBUG='maybe': use 1 (debug checks on) or 0 (off)"),
+    ("init_decode_metadata({}) with an attention group declared",
+     lambda: Backend().init_decode_metadata({}, i32([6])), Refused("T1")),
+    ("the reference's check_tables(tables=None)", lambda: check_tables(FULL, None, Batch((6,))), Refused("T1")),
+    ("the reference backend's group_locs with seq_lens None",
+     lambda: load("reference").group_locs(FULL, {"f": TABLE}, Batch(None)), Refused("T9")),
     # Empty batches in debug mode (issue 21 point 8) ---------------------------------------------------------
     ("decode_locs of no rows, debug", lambda: decode_locs(TABLE[:0], i32([]), 4, debug=True), []),
     ("group_locs of no rows, debug", lambda: group_locs(FULL, {"f": TABLE[:0]}, Batch(()), debug=True), {"f": []}),
