@@ -176,8 +176,10 @@ def group_seq_locs(specs: Specs, tables: Mapping[str, torch.Tensor], seq_lens: t
     (the kernels sink what those cannot see), and in debug mode the device-side validator, which checks
     them along with the tables in its one readback.
     """
+    if mode == "extend":
+        raise ValueError("mode 'extend': extend lengths are CPU mirrors; use group_locs with Batch.extend")
     if mode not in ("decode", "verify", "reanchor"):
-        raise ValueError(f"mode {mode!r}: extend lengths are CPU mirrors; use group_locs with Batch.extend")
+        raise ValueError(f"mode {mode!r} is none of 'decode', 'verify', 'reanchor' (group_seq_locs' modes)")
     validate.check_n(n, "W4" if mode == "reanchor" else "W2")
     validate.check_seq_tensor(seq_lens)
     bs = seq_lens.shape[0]

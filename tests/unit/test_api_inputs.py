@@ -184,6 +184,11 @@ ROWS: list[tuple[str, Callable[[], Any], Any]] = [
     ("the reference's check_tables(tables=None)", lambda: check_tables(FULL, None, Batch((6,))), Refused("T1")),
     ("the reference backend's group_locs with seq_lens None",
      lambda: load("reference").group_locs(FULL, {"f": TABLE}, Batch(None)), Refused("T9")),
+    ("group_seq_locs mode='bogus' (was answered about extend lengths)",
+     lambda: raises(lambda: group_seq_locs(FULL, {"f": TABLE}, i32([6]), mode="bogus")),
+     "ValueError: mode 'bogus' is none of 'decode', 'verify', 'reanchor' (group_seq_locs' modes)"),
+    ("Batch mode='bogus'", lambda: raises(lambda: group_locs(FULL, {"f": TABLE}, Batch((6,), mode="bogus"))),
+     "ValueError: mode 'bogus' is none of ('decode', 'verify', 'extend', 'reanchor')"),
     # Empty batches in debug mode (issue 21 point 8) ---------------------------------------------------------
     ("decode_locs of no rows, debug", lambda: decode_locs(TABLE[:0], i32([]), 4, debug=True), []),
     ("group_locs of no rows, debug", lambda: group_locs(FULL, {"f": TABLE[:0]}, Batch(()), debug=True), {"f": []}),
