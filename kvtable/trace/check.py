@@ -8,6 +8,7 @@ model (G3 replay-fill: the buffer rows the replay left; G4 replay-locs: its loca
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ from kvtable.trace.judge import Violation, dropped, judge_group, judge_strict, s
 from kvtable.trace.recorder import LOCATION_KINDS
 from kvtable.trace.store import GroupStep, Step, TraceReader
 
+REPLAYS_KEPT = 8
+"""A failing replay's snippet replays the graph's last replays up to it (earlier ones are left out)."""
 LEVELS = {"safety": ("safety",), "correct": ("safety", "correct"), "strict": ("safety", "correct", "strict")}
 
 
@@ -187,15 +190,20 @@ def check_trace(path: str | Path, profile: str | Profile | None = None, level: s
         report.notes.append("recorded without debug mode (meta 'debug'), where a backend refuses only what it sees "
                             "without a device sync: strictness not judged, level correct")
     judge = TraceJudge(prof, level, groups)
-    history: list[Step] = []
+    setup: list[Step] = []
+    replays: deque[Step] = deque(maxlen=REPLAYS_KEPT)
     for step in reader.steps():
         report.steps += 1
-        if step.kind in ("graph", "capture", "replay"):
-            history.append(step)
+        if step.kind == "graph":
+            setup, replays = [step], deque(maxlen=REPLAYS_KEPT)
+        elif step.kind == "capture":
+            setup.append(step)
+        elif step.kind == "replay":
+            replays.append(step)
         found = judge.feed(step)
         if found:
             report.violation = found[0]
-            report.snippet = snippet(header, step, found[0], history)
+            report.snippet = snippet(header, step, found[0], [*setup, *replays])
             break
     report.end_note = reader.end_note
     if judge.saw_locations and not judge.saw_req_ids:

@@ -70,7 +70,7 @@ def snippet(header: dict[str, Any], step: Step, violation: Violation, graph_step
                   f"print(arena, got.req_to_token[{violation.row}])  # {violation.reason}"]
         return "\n".join(lines)
     elif step.kind == "replay":
-        lines.append("# a replay reads buffers earlier replays left: the graph's events up to this step, in order")
+        lines.append("# a replay reads buffers earlier replays left: the graph, its captures and its last replays")
         lines += _replays(graph_steps)
         if violation.group is not None:
             lines.append(f"locs = runner.loc_buffers[{violation.group!r}]")

@@ -14,7 +14,7 @@ from kvtable.backends.torch_backend import TorchBackend
 from kvtable.contract import GroupSpec
 from kvtable.trace import Recorder, check_trace, wrap
 from kvtable.trace.recorder import host
-from kvtable.trace.simulate import SimConfig, simulate
+from kvtable.trace.simulate import SimConfig, Simulator, simulate
 
 GROUPS = [GroupSpec("full", "full", 4), GroupSpec("swa", "sliding", 4, window=4)]
 
@@ -96,3 +96,24 @@ def test_a_simulated_torch_run_is_clean_and_a_seed_gives_the_same_trace(tmp_path
     report = check_trace(tmp_path / "a")
     assert report.violation is None and report.steps > 300
     assert (tmp_path / "a" / "manifest.jsonl").read_text() == (tmp_path / "b" / "manifest.jsonl").read_text()
+
+
+def test_a_stale_graph_row_is_caught_and_the_snippet_replays_the_graph_to_it(tmp_path: Path) -> None:
+    from trace_bugs import StaleGraphRowBackend
+
+    config = SimConfig(max_len=24, max_live=3, pool_pages=32, capture_sizes=(2,))
+    with Recorder(tmp_path / "t", groups=config.groups, backend="trace_bugs:StaleGraphRowBackend") as rec:
+        sim = Simulator(StaleGraphRowBackend(), rec, seed=0, config=config)
+        sim.arrive(1, False)
+        sim.arrive(1, False)
+        sim.prefill(list(sim.live))
+        sim.decode(list(sim.live), graph=True)  # two live rows fill the buffer
+        sim.decode(sim.live[:1], graph=True)  # one live row: the padded row keeps request 1's pages
+    report = check_trace(tmp_path / "t")
+    v = report.violation
+    assert (v.tier, v.group, v.row, v.token, v.loc) == ("safety", "full", 1, 1, 8)
+    assert "padded rows own no slot" in v.reason
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(report.snippet, "snippet", "exec"), {})
+    assert out.getvalue().strip() == "tensor(8, dtype=torch.int32)"
