@@ -52,7 +52,7 @@ _TALLIES: defaultdict[str, Counter[str]] = defaultdict(Counter)
 @pytest.mark.parametrize("prop", CAMPAIGN_PROPERTIES, ids=[p.name for p in CAMPAIGN_PROPERTIES])
 @given(data=st.data())
 # Unsupported examples are discarded by design; no deadline, as in kvtable's own runner: a backend compiles its
-# kernels on first use (Triton's JIT, kvtable's numba loops), so a first example may take seconds
+# kernels on first use (Triton's JIT), so a first example may take seconds
 @settings(suppress_health_check=[HealthCheck.filter_too_much], deadline=None)
 def test_property(prop: Property, kvtable_context: Context, data: st.DataObject) -> None:
     """One property against the plugin's backend: its own strategy, its own check (a Mismatch names the clause)."""

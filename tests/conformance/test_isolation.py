@@ -100,8 +100,7 @@ def test_a_factory_that_fails_while_loading_is_one_line_exit_2_naming_it(factory
 
 @pytest.mark.slow
 def test_a_fresh_cache_is_kvtables_cost_not_a_timeout_of_the_builtin_backend(tmp_path: Path) -> None:
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "TRITON_CACHE_DIR": str(tmp_path / "triton"),
-           "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "TRITON_CACHE_DIR": str(tmp_path / "triton")}
     props = ["expand_table", "kernels/replay-fill", "decode_locs", "extend_locs"]
     argv = ["conform", "--backend", "torch", "--isolate", "--timeout", "5", "--examples", "10",
             *[a for p in props for a in ("--property", p)]]
