@@ -127,7 +127,7 @@ def test_smoke_run_writes_every_section(tmp_path, capsys):
     doc = _bench(tmp_path, "--smoke")
     assert doc["schema"] == 1 and doc["settings"]["size"] == "smoke"
     assert doc["host"]["torch_threads"] == 1
-    assert set(doc["sections"]) == {"ops", "extend", "decode", "replay", "scaling", "tester"}
+    assert set(doc["sections"]) == {"ops", "extend", "decode", "replay", "scaling", "tester", "trace"}
     for name, section in doc["sections"].items():
         assert set(section) == {"title", "columns", "records", "notes", "targets", "skipped"}, name
         assert section["records"], name
