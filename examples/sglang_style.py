@@ -16,6 +16,8 @@ What it models (read from SGLang's ``python/sglang/srt/mem_cache/`` and ``python
 - the location route (decode/verify/re-anchor/extend, per group) reads slots through the token table a page
   table stands for, ``req_to_token[row, pos] = page * ps + pos % ps`` (so a page table is
   ``req_to_token[:, ::ps] // ps``); padded rows' tokens write the reserved slot 0;
+- a CUDA-graph runner with per-group persistent page tables and location buffers; a replay zero-fills the
+  location buffer only when the batch is padded (``bs != raw_bs``), so an unpadded replay leaves its tail;
 - ``debug=True`` is ``SGLANG_DEBUG_MEMORY_POOL``: the paged allocator asserts that ``last_loc`` agrees with
   the prefix length and that the chosen slots are unique. No other validation: SGLang's scheduler owns it.
 
@@ -105,6 +107,89 @@ class ReqToTokenPool:
             if count > 0:
                 values = _load(locs, int(starts[i]) + first - int(prefix_lens[i]), count)
                 _store(flat, int(rows[i]) * width + first, values.to(flat.dtype))
+
+
+class CudaGraphRunner:
+    """Persistent per-group page tables (at the attention kernel's page size) and ``out_cache_loc`` buffers (int32,
+    as kvtable's G1 asks; SGLang's are int64), allocated at init. A replay copies the live rows and recomputes
+    their slots, zero-filling the location buffer first only when the batch is padded (``bs != raw_bs``), as
+    SGLang's CUDA-graph runner does."""
+
+    def __init__(self, specs: Sequence[Any], backend: SglangStyleBackend, *, max_bs: int, max_kernel_pages: int,
+                 kernel_page_size: int, spec_n: int = 1, tail_pad: int = 0, expand: bool = True) -> None:
+        if min(max_bs, max_kernel_pages, spec_n, kernel_page_size) < 1:
+            raise ValueError("graph sizes must be >= 1")
+        self.backend, self.max_bs, self.spec_n, self.tail_pad = backend, max_bs, spec_n, tail_pad
+        self.state_ids = {s.group_id for s in specs if s.family == "state"}
+        self.layout: dict[str, tuple[int, int]] = {}
+        """group -> (page ratio, kernel page size)."""
+        self.table_buffers: dict[str, torch.Tensor] = {}
+        self.loc_buffers: dict[str, torch.Tensor] = {}
+        for spec in specs:
+            if spec.family == "state":
+                continue
+            ratio = spec.block_granularity // kernel_page_size if expand else 1
+            if ratio < 1 or (expand and spec.block_granularity % kernel_page_size):
+                raise ValueError(f"group {spec.group_id!r}: page size {spec.block_granularity} is no multiple of "
+                                 f"the kernel's {kernel_page_size}")
+            width = -(-max_kernel_pages * kernel_page_size // spec.block_granularity) * ratio
+            self.layout[spec.group_id] = (ratio, spec.block_granularity // ratio)
+            self.table_buffers[spec.group_id] = torch.zeros((max_bs, width), dtype=torch.int32)
+            self.loc_buffers[spec.group_id] = torch.zeros(max_bs * spec_n, dtype=torch.int32)  # G1 (SGLang: int64)
+
+    def _sizes(self, bs: int, tokens_per_req: int) -> None:
+        if not 1 <= bs <= self.max_bs or not 1 <= tokens_per_req <= self.spec_n:
+            raise RuntimeError(f"bs {bs} / tokens per request {tokens_per_req} outside the captured sizes "
+                               f"[1, {self.max_bs}] / [1, {self.spec_n}]")
+
+    def capture(self, bs: int, group_ids: Sequence[str], tokens_per_req: int = 1
+                ) -> tuple[dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None]:
+        self._sizes(bs, tokens_per_req)
+        wanted = [gid for gid in group_ids if gid not in self.state_ids]
+        if not wanted:
+            return None, None
+        unknown = sorted(set(wanted) - set(self.layout))
+        if unknown:
+            raise RuntimeError(f"groups {unknown} have no graph buffers")
+        return ({gid: self.table_buffers[gid][:bs] for gid in wanted},
+                {gid: self.loc_buffers[gid][: bs * tokens_per_req] for gid in wanted})
+
+    def replay(self, bs: int, tables: Mapping[str, torch.Tensor] | None, seq_lens: torch.Tensor,
+               tokens_per_req: int = 1, *, actual_bs: int | None = None) -> None:
+        self._sizes(bs, tokens_per_req)
+        delivered = {gid for gid in tables or {} if gid not in self.state_ids}
+        if not self.layout or not tables or delivered != set(self.layout):
+            raise RuntimeError(f"replay delivered groups {sorted(delivered)}, the graph was built for "
+                               f"{sorted(self.layout)}: it would read stale page tables")
+        raw_bs = bs if actual_bs is None else actual_bs
+        if not 0 <= raw_bs <= bs or seq_lens.shape[0] < bs:
+            raise RuntimeError(f"raw bs {raw_bs} and {seq_lens.shape[0]} seq_lens for a graph of bs {bs}")
+        staged = {gid: self._rows(gid, tables[gid], bs, raw_bs) for gid in self.layout}
+        locs = {gid: self._locs(gid, staged[gid], seq_lens[:bs], tokens_per_req) for gid in self.layout}
+        for gid in self.layout:  # every check passed: now write
+            if raw_bs != bs:
+                self.loc_buffers[gid].zero_()
+            self.table_buffers[gid][:bs] = staged[gid]
+            self.loc_buffers[gid][: bs * tokens_per_req] = locs[gid]
+
+    def _rows(self, gid: str, src: torch.Tensor, bs: int, raw_bs: int) -> torch.Tensor:
+        """Rows ``[:bs]`` as the buffer will hold them: live rows at the kernel page size, padded rows page 0."""
+        width, ratio = self.table_buffers[gid].shape[1], self.layout[gid][0]
+        live = min(raw_bs, src.shape[0])
+        out = torch.zeros((bs, width), dtype=torch.int32)
+        out[:live] = self.backend.expand_table(src[:live, : -(-width // ratio)], ratio, max_kernel_pages=width,
+                                               tail_pad=self.tail_pad)
+        return out
+
+    def _locs(self, gid: str, staged: torch.Tensor, seq_lens: torch.Tensor, n: int) -> torch.Tensor:
+        """Slots of ``n`` tokens per row at ``max(seq - n + t, 0)``; a column past the buffer reads page 0."""
+        page_size = self.layout[gid][1]
+        rows = torch.arange(staged.shape[0]).repeat_interleave(n)
+        pos = (seq_lens.long().repeat_interleave(n) - n + torch.arange(n).repeat(staged.shape[0])).clamp_min(0)
+        cols = torch.div(pos, page_size, rounding_mode="floor")
+        inside = cols < staged.shape[1]
+        pages = torch.where(inside, staged[rows, torch.where(inside, cols, 0)].long(), 0).clamp_min(0)
+        return (pages * page_size + pos % page_size).to(torch.int32)
 
 
 class SglangStyleBackend:
@@ -223,6 +308,11 @@ class SglangStyleBackend:
         out[:, :keep] = sub[:, :keep].to(torch.int32)
         out[rows if actual_bs is None else actual_bs:] = 0
         return out
+
+    def graph(self, specs: Sequence[Any], *, max_bs: int, max_kernel_pages: int, kernel_page_size: int,
+              spec_n: int = 1, tail_pad: int = 0, expand: bool = True) -> CudaGraphRunner:
+        return CudaGraphRunner(specs, self, max_bs=max_bs, max_kernel_pages=max_kernel_pages,
+                               kernel_page_size=kernel_page_size, spec_n=spec_n, tail_pad=tail_pad, expand=expand)
 
 
 def backend(debug: bool | None = None) -> SglangStyleBackend:
