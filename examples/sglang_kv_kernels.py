@@ -105,7 +105,7 @@ FLASHINFER_KV_INDICES = Binding(
              "kv_start_idx": TensorSpec("int32", ("B",), (1,)),
              "kv_indices_ptr": TensorSpec("int32", ("T",), (1,))},
     grid=("B",), requires=("req_to_token_ptr_stride == C",),
-    roles={"table": "req_to_token_ptr"},
+    roles={"table": "req_to_token_ptr", "out": "kv_indices_ptr"},
     # what SGLang's host builds: a pool row per request, kv_indptr the running sum of the lengths with
     # kv_indices sized to the total, each window inside its row, and a pool under 2^31 entries (int32 row offset)
     assumes=("req_pool_indices_ptr entries >= 0", "req_pool_indices_ptr[pid0] < P", "kv_start_idx entries >= 0",
@@ -120,7 +120,7 @@ ALLOC_EXTEND = Binding(
     tensors={"pre_lens_ptr": TensorSpec("int64", ("B",), (1,)), "seq_lens_ptr": TensorSpec("int64", ("B",), (1,)),
              "last_loc_ptr": TensorSpec("int64", ("B",), (1,)), "free_page_ptr": TensorSpec("int64", ("F",), (1,)),
              "out_indices": TensorSpec("int64", ("T",), (1,))},
-    constexprs={"bs_upper": 4, "page_size": 16}, grid=("B",), roles={"table": "free_page_ptr"},
+    constexprs={"bs_upper": 4, "page_size": 16}, grid=("B",), roles={"table": "free_page_ptr", "out": "out_indices"},
     # lengths are token counts below 2^31; NOT that a prefix is at most its sequence (SGLang's host does not
     # check it outside SGLANG_DEBUG_MEMORY_POOL): that is the write before out_indices this binding finds
     assumes=tuple(bound for j in range(4) for bound in (f"0 <= pre_lens_ptr[{j}]", f"0 <= seq_lens_ptr[{j}]",

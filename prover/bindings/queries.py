@@ -19,7 +19,7 @@ import z3
 
 from kvtable.prover.bindings.assumptions import stated
 from kvtable.prover.bindings.binding import Binding, Launch
-from kvtable.prover.bindings.contracts import contract, request_program, signed
+from kvtable.prover.bindings.contracts import FILL_CLAUSES, LOCATION_CLAUSES, contract, request_program, signed
 from kvtable.prover.solver import encoding as encoding
 from kvtable.prover.solver.discharge import Query
 from kvtable.prover.solver.intblast import IntBlaster
@@ -76,8 +76,8 @@ def _layout(launch: Launch, trace: Trace) -> list[z3.BoolRef]:
     """The clause's layout facts (page sizes >= 1, widths within the table, packing) where each store lands."""
     out = launch.binding.roles.get("out")
     stores = [store for store in trace.stores if store.pointer.tensor == out]
-    if not stores:  # in bounds of a kernel no clause gives values for (SGLang's index copies): no layout
-        return []
+    if not stores or launch.binding.clause not in LOCATION_CLAUSES + FILL_CLAUSES:  # no clause gives its values
+        return []  # (SGLang's index copies): no layout
     c = contract(launch.binding.clause, launch)
     return [fact for store in stores for fact in c.element(_store_indices(launch, store), z3.IntVal(0),
                                                            safety=True).layout]

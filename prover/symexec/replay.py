@@ -30,7 +30,7 @@ BUDGET_BYTES = 64 << 20
 PROGRAM_LIMIT = 1 << 12
 """The most programs a replay launches (the interpreter runs them one by one)."""
 _ELEMENT = re.compile(r"^(?P<name>[A-Za-z_][\w]*)\[(?P<index>-?\d+(?:, -?\d+)*)\]$")
-_ACCESS = re.compile(r"^(?P<kind>load|store) (?P<number>\d+) (?P<tensor>\w+)(?:@path\d+)? (?P<what>.+)$")
+_ACCESS = re.compile(r"^(?P<kind>load|store) (?P<number>\d+) (?P<tensor>\w+)(?P<path>@path\d+)? (?P<what>.+)$")
 _TORCH = {"int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64}
 
 
@@ -60,10 +60,10 @@ def _evaluate(text: str | int, params: Mapping[str, int]) -> int:
 
 
 def model_parts(model: Mapping[str, int | bool]) -> tuple[dict[str, dict[tuple[int, ...], int]],
-                                                          dict[tuple[str, int, str], dict[str, int | bool]]]:
-    """The model's tensor elements by tensor, and its per-access values by (kind, number, tensor)."""
+                                                          dict[tuple[str, int, str, str], dict[str, int | bool]]]:
+    """The model's tensor elements by tensor, and its per-access values by (kind, number, tensor, path)."""
     elements: dict[str, dict[tuple[int, ...], int]] = {}
-    accesses: dict[tuple[str, int, str], dict[str, int | bool]] = {}
+    accesses: dict[tuple[str, int, str, str], dict[str, int | bool]] = {}
     for name, value in model.items():
         found = _ELEMENT.match(name)
         if found:
@@ -72,7 +72,7 @@ def model_parts(model: Mapping[str, int | bool]) -> tuple[dict[str, dict[tuple[i
             continue
         found = _ACCESS.match(name)
         if found:
-            key = (found["kind"], int(found["number"]), found["tensor"])
+            key = (found["kind"], int(found["number"]), found["tensor"], found["path"] or "")
             accesses.setdefault(key, {})[found["what"]] = value
     return elements, accesses
 
@@ -190,30 +190,34 @@ def _wrapped(tensor: torch.Tensor | VirtualTensor, index: tuple[int, ...] | None
 Logged = TypeVar("Logged", GuardHit, Touch)
 
 
-def _same_access(logged: list[Logged], kind: str, number: int, line: int | bool | None,
+def _same_access(logged: list[Logged], kind: str, number: int, line: int | bool | None, lane: int,
                  predicted: Callable[[Logged], bool]) -> Logged | None:
-    """The interpreter's record of the symbolic access ``kind number``: made by the same kernel line (its
-    number otherwise); of several (a loop's iterations), the one at the element the model predicts."""
+    """The interpreter's record of the symbolic access ``kind number`` in the failing program: made by the same
+    kernel line (its number otherwise); of several (a loop's iterations, the lanes of another block), the one at
+    the element the model predicts, else the failing lane's."""
     same = [x for x in logged if x.kind == kind and (x.site.endswith(f":{line}") if line is not None
                                                      else x.number == number)]
-    return next((x for x in same if predicted(x)), same[0] if same else None)
+    own = [x for x in same if x.lane == lane or x.lanes == 1]
+    return next((x for x in same if predicted(x)), own[0] if own else None)
 
 
 def _describe(binding: Binding, tensors: Mapping[str, torch.Tensor | VirtualTensor], log: GuardLog,
-              accesses: Mapping[tuple[str, int, str], Mapping[str, int | bool]], program: tuple[int, ...],
+              accesses: Mapping[tuple[str, int, str, str], Mapping[str, int | bool]], program: tuple[int, ...],
               lane: int, result: Replay) -> None:
     """One line per access of the failing lane that the model names with its mask on."""
     regions = {r.name: r for r in log.regions}
-    for (kind, number, tensor), values in sorted(accesses.items(), key=lambda kv: kv[0][1]):
+    hits = [h for h in log.hits if h.program == program]
+    touches = [t for t in log.touches if t.program == program]
+    for (kind, number, tensor, _), values in sorted(accesses.items(), key=lambda kv: kv[0][1]):
         if not values.get("mask", False):
             continue
         shape = tuple(tensors[tensor].shape)
         index = _index(values, len(shape))
         outside = index is not None and any(not 0 <= i < s for i, s in zip(index, shape, strict=True))
         exact = None if index is None else sum(i * tensors[tensor].stride(d) for d, i in enumerate(index))
-        hit = _same_access(result.hits, kind, number, values.get("line"),
+        hit = _same_access(hits, kind, number, values.get("line"), lane,
                            lambda h, tensor=tensor, exact=exact: h.nearest.endswith(f" {tensor}") and h.offset == exact)
-        touch = _same_access(result.touches, kind, number, values.get("line"),
+        touch = _same_access(touches, kind, number, values.get("line"), lane,
                              lambda t, tensor=tensor, exact=exact: t.tensor == tensor and t.flat == exact)
         where = f"{kind} {number} {tensor}{list(index) if index else ''}"
         if outside:

@@ -353,3 +353,34 @@ def test_a_loop_that_advances_its_offsets_is_one_iteration_of_induction_variable
     model = dict(discharge(kq.in_bounds(binding(1)), TIMEOUT_MS, small=prove.SMALL_VALUES).model)
     row, col = model["load 2 req_to_token_ptr index[0]"], model["load 2 req_to_token_ptr index[1]"]
     assert model["load 2 req_to_token_ptr mask"] and col == model[f"lens_ptr[{row}]"]  # one token past the length
+
+
+
+def test_replay_lines_name_each_access_in_a_kernel_of_two_block_lengths() -> None:
+    """A load over a block of 4 and a store over a block of 16: each replay line is the interpreter's access at
+    the element the model's label gives, whichever block's lane the counterexample names first."""
+    import re
+
+    import triton
+    import triton.language as tl
+
+    import kvtable.impl.triton_kernels  # noqa: F401 (interpreter mode, set before triton decorates)
+
+    @triton.jit
+    def two_blocks(x_ptr, y_ptr, n):
+        few = tl.arange(0, 4)
+        first = tl.load(x_ptr + few)
+        tl.store(y_ptr + few, first)
+        many = tl.arange(0, 16)
+        tl.store(y_ptr + many, many, mask=many < n + 1)  # one past n
+
+    binding = Binding(kernel=two_blocks, clause="T8", params={"N": (4, 16)}, grid=("1",), scalars={"n": "N"},
+                      tensors={"x_ptr": TensorSpec("int32", ("4",), (1,)), "y_ptr": TensorSpec("int32", ("N",), (1,))},
+                      roles={"table": "x_ptr", "out": "y_ptr"})
+    model = dict(discharge(kq.in_bounds(binding), TIMEOUT_MS, small=prove.SMALL_VALUES).model)
+    assert model["store 2 y_ptr index[0]"] == model["N"]
+    report = replay(binding, model)
+    text = str(report)
+    assert report.ran and f"store 2 y_ptr[{model['N']}] is outside its shape [{model['N']}]: the guard blocked" in text
+    (read,) = re.findall(r"load 0 x_ptr\[(\d+)\]: the interpreter read x_ptr\[(\d+)\]", text)
+    assert read[0] == read[1] == str(model["load 0 x_ptr index[0]"])
