@@ -7,11 +7,16 @@ import re
 
 import pytest
 
+from kvtable.backends import load
 from kvtable.conformance.properties import PROPERTIES, select
 from kvtable.conformance.runner import run_conformance
 
 EXAMPLE = "examples/sglang_style.py"
 ALLOC = [p.name for p in PROPERTIES if p.name.startswith("alloc/")]
+
+
+def load_example(factory: str, *, debug: bool) -> object:
+    return load(f"{EXAMPLE}:{factory}", debug=debug)
 
 
 @pytest.fixture(autouse=True)
@@ -48,3 +53,19 @@ def test_a_seeded_bug_passes_the_properties_of_the_other_classes() -> None:
     report = run_conformance(f"{EXAMPLE}:backend_short_verify", examples=10, seed=1, profile="sglang",
                              properties=select(["alloc/decode", "alloc/extend", "alloc/prefix-past-length"]))
     assert report.passed, report.details()
+
+
+def test_debug_mode_is_sglangs_memory_pool_asserts() -> None:
+    """``debug=True`` (SGLANG_DEBUG_MEMORY_POOL) asserts that last_loc agrees with the prefix length: a row whose
+    slot at prefix - 1 sits at the wrong offset of its page is refused; without debug the step goes on."""
+    from kvtable.conformance.properties.allocator import alloc_state
+    from kvtable.reference.allocation import AllocStep
+
+    # page size 4, prefix 3: the last prefix slot should be at offset 2 of its page; slot 13 is at offset 1
+    step = AllocStep("extend", [[0] * 8, [8, 9, 13, 0, 0, 0, 0, 0]], rows=[1], prefix_lens=[3], seq_lens=[5],
+                     free_pages=[5, 6], page_size=4, pool_pages=8)
+    debug = load_example("backend", debug=True)
+    with pytest.raises(AssertionError, match=r"last_loc \[13\] disagrees with prefix_lens \[3\]"):
+        debug.alloc_extend(alloc_state(step)[0])
+    got = load_example("backend", debug=False).alloc_extend(alloc_state(step)[0])
+    assert got.locs.tolist() == [14, 20]  # offset 2 after slot 13, then a fresh page for position 4
