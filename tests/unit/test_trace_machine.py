@@ -40,9 +40,10 @@ def machine(make_backend: type) -> type[RuleBasedStateMachine]:
         def _prefilling(self) -> list:
             return [r for r in self.sim.live if r.done < r.prompt]
 
-        @rule(prompt=st.integers(1, 12), share=st.booleans())
-        def arrive(self, prompt: int, share: bool) -> None:
-            self.sim.arrive(prompt, share)
+        @rule(prompts=st.lists(st.integers(1, 8), min_size=1, max_size=2), share=st.booleans())
+        def arrive(self, prompts: list[int], share: bool) -> None:
+            for prompt in prompts:
+                self.sim.arrive(prompt, share)
 
         @precondition(lambda self: self._prefilling())
         @rule()
@@ -50,12 +51,17 @@ def machine(make_backend: type) -> type[RuleBasedStateMachine]:
             self.sim.prefill(self._prefilling())
 
         @precondition(lambda self: self._running())
-        @rule(graph=st.booleans(), limit=st.integers(1, 3))
-        def decode(self, graph: bool, limit: int) -> None:
-            self.sim.decode(self._running()[:limit], graph)
+        @rule(limit=st.integers(1, 2))
+        def decode(self, limit: int) -> None:
+            self.sim.decode(self._running()[:limit], graph=True)
 
         @precondition(lambda self: self._running())
-        @rule(graph=st.booleans(), limit=st.integers(1, 3))
+        @rule(limit=st.integers(1, 2))
+        def decode_eager(self, limit: int) -> None:
+            self.sim.decode(self._running()[:limit], graph=False)
+
+        @precondition(lambda self: self._running())
+        @rule(graph=st.booleans(), limit=st.integers(1, 2))
         def verify(self, graph: bool, limit: int) -> None:
             self.sim.verify(self._running()[:limit], graph)
 
