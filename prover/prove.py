@@ -14,11 +14,12 @@ import fnmatch
 import inspect
 import json
 import multiprocessing
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO
 
 from kvtable.argtypes import positive_float, positive_int
@@ -35,6 +36,8 @@ from kvtable.prover.symexec.values import KernelNotSupported
 from kvtable.spec.clauses import clause_label
 
 HANG_GUARD_S = HANG_GUARD_MS / 1000
+DEFAULT_WORKERS = min(2, os.cpu_count() or 1)
+"""Obligations solved at once by default: two, on a machine with two cores or more."""
 SMALL_VALUES = 64
 """Expected counterexamples are looked for among values in [-64, 64] first, to read easily."""
 ASSUMED = "holds under the stated assumptions"
@@ -95,26 +98,40 @@ def _child(obligation: Obligation, limits: Limits, conn: Connection) -> None:
         conn.close()
 
 
-def _isolated(obligation: Obligation, limits: Limits) -> Outcome:
-    """Discharge in a forked process: a fresh z3 term table (the answer cannot depend on which obligations
-    ran before) and a hard stop if it overruns its hang guard."""
-    context = multiprocessing.get_context("fork")
-    receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_child, args=(obligation, limits, send), daemon=True)
-    process.start()
-    send.close()
-    cap = limits.guard_s + GRACE_S
-    try:
-        if receive.poll(cap):
-            return receive.recv()
-        return Outcome("unknown", cap, detail=f"hang guard: killed after {cap:g} s of wall clock (not a verdict)")
-    except EOFError:
-        return Outcome("unknown", 0.0, detail=f"the prover process died (exit code {process.exitcode})")
-    finally:
-        receive.close()
-        if process.is_alive():
-            process.kill()
-        process.join()
+class _Forked:
+    """One obligation discharged in a forked process: a fresh z3 term table (the answer cannot depend on which
+    obligations ran before) and a hard stop if it overruns its hang guard."""
+
+    def __init__(self, obligation: Obligation, limits: Limits) -> None:
+        context = multiprocessing.get_context("fork")
+        self.obligation = obligation
+        self.receive, send = context.Pipe(duplex=False)
+        self.process = context.Process(target=_child, args=(obligation, limits, send), daemon=True)
+        self.process.start()
+        send.close()
+        self.start = time.perf_counter()
+        self.cap = limits.guard_s + GRACE_S
+
+    def left(self) -> float:
+        return self.cap - (time.perf_counter() - self.start)
+
+    def result(self) -> Result:
+        """The outcome sent, or unknown if the process died or (not ready) overran its cap; the process ends."""
+        try:
+            if self.receive.poll(0):
+                outcome = self.receive.recv()
+            else:
+                outcome = Outcome("unknown", self.cap,
+                                  detail=f"hang guard: killed after {self.cap:g} s of wall clock (not a verdict)")
+        except EOFError:
+            self.process.join()
+            outcome = Outcome("unknown", 0.0, detail=f"the prover process died (exit code {self.process.exitcode})")
+        finally:
+            self.receive.close()
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join()
+        return Result(self.obligation, outcome, time.perf_counter() - self.start)
 
 
 def prove_one(obligation: Obligation, limits: Limits = Limits(), *, isolate: bool | None = None) -> Result:
@@ -124,22 +141,48 @@ def prove_one(obligation: Obligation, limits: Limits = Limits(), *, isolate: boo
     """
     if isolate is None:
         isolate = "fork" in multiprocessing.get_all_start_methods()
+    if isolate:
+        forked = _Forked(obligation, limits)
+        forked.receive.poll(forked.cap)
+        return forked.result()
     start = time.perf_counter()
-    outcome = _isolated(obligation, limits) if isolate else _outcome(obligation, limits)
+    outcome = _outcome(obligation, limits)
     return Result(obligation, outcome, time.perf_counter() - start)
 
 
 def prove(obligations: Iterable[Obligation], limits: Limits = Limits(),
-          on_result: Callable[[Result], None] | None = None, *, isolate: bool | None = None) -> list[Result]:
-    """Discharge ``obligations`` in order, calling ``on_result`` as each finishes."""
+          on_result: Callable[[Result], None] | None = None, *, isolate: bool | None = None,
+          workers: int = 1) -> list[Result]:
+    """Discharge ``obligations``, calling ``on_result`` for each in order as soon as it and those before it are
+    done; isolated (forked) ones run ``workers`` at a time, each its own process with its own resource limit, so
+    the verdicts do not depend on ``workers``."""
     obligations = list(obligations)
     preload(obligations)
-    results = []
-    for obligation in obligations:
-        result = prove_one(obligation, limits, isolate=isolate)
-        if on_result is not None:
-            on_result(result)
-        results.append(result)
+    if isolate is None:
+        isolate = "fork" in multiprocessing.get_all_start_methods()
+    if not isolate:
+        workers = 1
+    done: dict[int, Result] = {}
+    results: list[Result] = []
+    running: dict[int, _Forked] = {}
+    pending = list(enumerate(obligations))
+    while pending or running:
+        while pending and len(running) < workers:
+            number, obligation = pending.pop(0)
+            if isolate:
+                running[number] = _Forked(obligation, limits)
+            else:
+                done[number] = prove_one(obligation, limits, isolate=False)
+        if running:
+            timeout = max(0.0, min(f.left() for f in running.values()))
+            ready = wait([f.receive for f in running.values()], timeout)
+            for number, forked in list(running.items()):
+                if forked.receive in ready or forked.left() <= 0:
+                    done[number] = running.pop(number).result()
+        while len(results) in done:
+            results.append(done.pop(len(results)))
+            if on_result is not None:
+                on_result(results[-1])
     return results
 
 
@@ -263,6 +306,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              " naming its tensors, lengths, page sizes, output and clause; only its obligations run")
     parser.add_argument("--kernel", metavar="MODULE:NAME",
                         help="with --binding: the @triton.jit kernel to prove, instead of the binding's own")
+    parser.add_argument("--workers", type=positive_int, default=DEFAULT_WORKERS, metavar="N",
+                        help="obligations solved at once, each in its own process with its own resource limit (the"
+                             f" verdicts do not depend on it; default {DEFAULT_WORKERS})")
     parser.add_argument("--rlimit", type=positive_int, default=DEFAULT_RLIMIT, metavar="UNITS",
                         help="z3 resource units per query before its obligation is unknown (exit 4);"
                              " deterministic, unlike time: the same verdicts on any machine and load"
@@ -287,14 +333,14 @@ def run(args: argparse.Namespace, obligations: Sequence[Obligation] = OBLIGATION
     limits = Limits(args.rlimit, args.timeout)
     start = time.perf_counter()
     if args.json:
-        results = prove(chosen, limits)
+        results = prove(chosen, limits, workers=args.workers)
         report = to_json(results, time.perf_counter() - start, limits)
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         table = Table(chosen, sys.stdout, args.show_counterexamples)
         table.header()
-        results = prove(chosen, limits, on_result=table.row)
+        results = prove(chosen, limits, on_result=table.row, workers=args.workers)
         table.summary(results, time.perf_counter() - start)
     return exit_status(results)
 

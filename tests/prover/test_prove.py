@@ -243,6 +243,24 @@ def test_a_wrong_verdict_outweighs_an_unknown() -> None:
     assert most_serious(EXIT_INCONCLUSIVE, EXIT_FAILED) == most_serious(EXIT_FAILED, EXIT_PASSED) == EXIT_FAILED
 
 
+def test_workers_give_the_verdicts_of_one_in_registry_order() -> None:
+    """Two obligations at a time, each its own process and resource limit: the same verdicts and work as one at a
+    time, reported in the order given, however the processes finish (a hard one first, easy ones behind it)."""
+    x = int32("x")
+    chosen = [_fake("W5.fake-hard", _nested_divisions), _fake("W5.fake-increment", lambda: Query((), x + 1 > x)),
+              _fake("W5.fake-true", lambda: Query((), x == x)), _fake("W5.fake-hard-too", _nested_divisions)]
+    limits = prove.Limits(rlimit=2000)
+    runs = {}
+    for workers in (1, 2):
+        seen: list[str] = []
+        runs[workers] = prove.prove(chosen, limits, on_result=lambda r, seen=seen: seen.append(r.obligation.name),
+                                    workers=workers)
+        assert seen == [ob.name for ob in chosen] == [r.obligation.name for r in runs[workers]]
+    verdicts = {w: [(r.outcome.status, r.outcome.work) for r in results] for w, results in runs.items()}
+    assert verdicts[1] == verdicts[2]
+    assert [status for status, _ in verdicts[2]] == ["unknown", "counterexample", "proved", "unknown"]
+
+
 def test_an_overrunning_obligation_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
     def stuck() -> Query:
         time.sleep(30)
