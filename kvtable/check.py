@@ -1,4 +1,8 @@
-"""``kvtable check``: the main job on built-in defaults, prove every obligation then fuzz the torch backend."""
+"""``kvtable check``: the main job on built-in defaults, prove every obligation then fuzz the torch backend.
+
+Its exit status is the more serious of the two steps' (``kvtable.exitcodes.most_serious``): a broken contract
+(1) outweighs an obligation z3 left unknown at its resource limit (4), which is no verdict about the contract.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import argparse
 
 from kvtable import interrupts
 from kvtable.argtypes import positive_int
-from kvtable.exitcodes import EXIT_INTERRUPTED
+from kvtable.exitcodes import EXIT_INTERRUPTED, most_serious
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,4 +31,4 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     fuzz = ["fuzz", "--backend", args.backend, "--examples", str(args.examples), "--seed", str(args.seed)]
     fuzzed = main(fuzz + ["--no-progress"] * args.no_progress)
-    return proved or fuzzed
+    return most_serious(proved, fuzzed)
