@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -89,6 +90,8 @@ class PropertyResult:
     unsupported: dict[str, int] = field(default_factory=dict)
     """Examples discarded because the backend raised ``kvtable.Unsupported``, by reason."""
     level: str = DEFAULT_LEVEL
+    found_at: int = 0
+    """The example at which the first failure came (1: the database's saved example, replayed first); 0: none."""
 
     @property
     def passed(self) -> bool:
@@ -279,8 +282,8 @@ def make_context(backend: BackendLike, profile: str | Profile | None = None,
 
 def _header(spec: str, debug: bool) -> str:
     lines = ["import torch", "from kvtable.backends import load",
-             "from kvtable.reference import Batch, GroupSpec",
              "from kvtable.backends.protocol import AllocState, SwaPool",
+             "from kvtable.reference import Batch, GroupSpec",
              f"backend = load({spec!r}, debug=False)"]
     if debug:
         lines.append(f"debug_backend = load({spec!r}, debug=True)")
@@ -337,7 +340,7 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
     if reason:
         return PropertyResult(prop.name, own, NOT_APPLICABLE, 0, 0.0, prop.debug, reason, property_clause=own,
                               tier=prop.tier, level=level)
-    count = [0]
+    count = _Count()
     ctx.seen.clear()
     ctx.unsupported.clear()
     failures: list[Failure] = []
@@ -345,22 +348,28 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
 
     def result(status: str, message: str = "", counterexample: str = "", clause: str = own,
                tier: str = prop.tier) -> PropertyResult:
-        return PropertyResult(prop.name, clause, status, count[0], time.perf_counter() - start, prop.debug, message,
-                              counterexample, own, tier, failures, dict(ctx.unsupported), level)
+        return PropertyResult(prop.name, clause, status, count.examples, time.perf_counter() - start, prop.debug,
+                              message, counterexample, own, tier, failures, dict(ctx.unsupported), level,
+                              count.found_at)
 
     try:
         # a find run (no shrinking) and a reproduction stop at the first failure that fails at ``level`` (a note
         # below it, such as an unnamed refusal at level correct, does not end the search)
         wanted = MAX_FAILURES if shrink and reproduce is None else 1
         while len(failures) < MAX_FAILURES and sum(f.tier in LEVELS[level] for f in failures) < wanted:
+            left = examples - count.searched  # --examples bounds the searches together (shrinking apart)
+            if left < 1:
+                break
+            count.start()
             try:
                 # only the first search uses the database: a later one would drop the saved example it rejects
-                _search(prop, ctx, count, examples=examples, seed=seed, database=None if failures else database,
+                _search(prop, ctx, count, examples=left, seed=seed, database=None if failures else database,
                         shrink=shrink, reproduce=reproduce)
                 break
             except DidNotReproduce:  # the example of ``reproduce`` passes now
                 break
             except Mismatch as err:
+                count.failed()  # where the failing example's own hook did not see it (a machine's __init__)
                 ctx.seen.add((err.clause, err.kind))
                 tier = err.tier or prop.tier
                 failures.append(Failure(clause_label(err.clause), tier, err.kind,
@@ -373,7 +382,7 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
     except UsageError:  # the database failed: infrastructure, not a verdict
         raise
     except Unsatisfiable as err:
-        if not ctx.unsupported or count[0] > sum(ctx.unsupported.values()):
+        if not ctx.unsupported or count.examples > sum(ctx.unsupported.values()):
             return result("error", f"{type(err).__name__}: {err}")
         reasons = "; ".join(f"{n} examples: {why}" for why, n in sorted(ctx.unsupported.items()))
         return result(NOT_APPLICABLE, f"every example unsupported by the backend ({reasons})")
@@ -396,13 +405,37 @@ def _validation_note(profile: Profile, tier: str) -> str:
             " is a missing refusal, never a safety failure)")
 
 
-def _search(prop: Property, ctx: Context, count: list[int], *, examples: int, seed: int,
+@dataclass
+class _Count:
+    """A property's examples: all that ran (shrinking included), those its searches drew before each failure (what
+    ``--examples`` bounds), and the example at which the first failure came."""
+
+    examples: int = 0
+    searched: int = 0
+    found_at: int = 0
+    _mark: int = 0
+    _hit: bool = True
+
+    def start(self) -> None:
+        """A search begins."""
+        self._mark, self._hit = self.examples, False
+
+    def failed(self) -> None:
+        """The search running failed (its first failure counts: the shrinking after it is not searching)."""
+        if not self._hit:
+            self._hit = True
+            self.searched += self.examples - self._mark
+            self.found_at = self.found_at or self.examples
+
+
+def _search(prop: Property, ctx: Context, count: _Count, *, examples: int, seed: int,
             database: ExampleDatabase | None, shrink: bool, reproduce: Blob | None = None) -> None:
     """One hypothesis run of the property; raises the (shrunk) ``Mismatch`` of a failure not seen before."""
     replay = reproduce_failure(*reproduce) if reproduce is not None else (lambda test: test)
     if prop.stateful is not None:
         base = prop.stateful(ctx)
-        machine_cls = type(base.__name__, (base,), {"__init__": _counting_init(base, count)})
+        machine_cls = type(base.__name__, (base,), {"__init__": _counting_init(base, count),
+                                                    "teardown": _counting_teardown(base, count)})
         replay(hypothesis_seed(seed)(machine_cls))
         with drawing(ctx.profile.domain):
             run_state_machine_as_test(machine_cls, settings=_settings(examples, database, shrink,
@@ -413,10 +446,14 @@ def _search(prop: Property, ctx: Context, count: list[int], *, examples: int, se
 
     def body(example: Any) -> None:
         interrupts.check()  # a Ctrl-C swallowed where it landed (a gc callback) stops the run here
-        count[0] += 1
+        count.examples += 1
         ctx.transcript.reset()
-        with ctx.example(prop.clause):
-            check(ctx, example)
+        try:
+            with ctx.example(prop.clause):
+                check(ctx, example)
+        except Mismatch:
+            count.failed()
+            raise
 
     # settings outside @seed: @seed alone would also switch the example database off
     test = _settings(examples, database, shrink)(replay(hypothesis_seed(seed)(given(prop.strategy)(body))))
@@ -425,13 +462,22 @@ def _search(prop: Property, ctx: Context, count: list[int], *, examples: int, se
         test()
 
 
-def _counting_init(base: type, count: list[int]) -> Callable[[Any], None]:
+def _counting_init(base: type, count: _Count) -> Callable[[Any], None]:
     def __init__(self: Any) -> None:
         interrupts.check()
-        count[0] += 1
+        count.examples += 1
         base.__init__(self)
 
     return __init__
+
+
+def _counting_teardown(base: type, count: _Count) -> Callable[[Any], None]:
+    def teardown(self: Any) -> None:
+        if isinstance(sys.exc_info()[1], Mismatch):  # a step failed: the search is over, shrinking begins
+            count.failed()
+        base.teardown(self)
+
+    return teardown
 
 
 def _counterexample(ctx: Context, spec: str, err: BaseException, prop: str, level: str) -> str:
