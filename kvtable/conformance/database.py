@@ -86,7 +86,10 @@ class KeyedDatabase(ExampleDatabase):
         return f"KeyedDatabase({self.inner!r}, {self.prefix!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, KeyedDatabase) and (self.inner, self.prefix) == (other.inner, other.prefix)
+        """The same store under the same prefix: two clients of one Redis server are one database (HypoFuzz
+        refuses a test whose database differs from the default, and Redis clients never compare equal)."""
+        return isinstance(other, KeyedDatabase) and self.prefix == other.prefix and (
+            self.inner == other.inner or (_is_redis(self.inner) and _named(self.inner) == _named(other.inner)))
 
     def __hash__(self) -> int:
         return hash((KeyedDatabase, self.prefix))
@@ -123,12 +126,15 @@ class KeyedDatabase(ExampleDatabase):
             raise DatabaseFailed(f"example database {_named(self.inner)} failed: {why}") from err
 
 
+def _is_redis(database: ExampleDatabase) -> bool:
+    return getattr(database, "redis", None) is not None
+
+
 def _named(database: ExampleDatabase) -> str:
     """A database in a few words: its folder, its Redis server's URL, or its class (never a client's long repr)."""
     if isinstance(database, DirectoryBasedExampleDatabase):
         return str(database.path)
-    client = getattr(database, "redis", None)
-    if client is not None:
-        where = client.connection_pool.connection_kwargs
+    if _is_redis(database):
+        where = database.redis.connection_pool.connection_kwargs
         return f"redis://{where.get('host')}:{where.get('port')}/{where.get('db', 0)}"
     return type(database).__name__

@@ -18,6 +18,17 @@ class DecodeOnePageOn(TorchBackend):
         return super().decode_locs(table, seq_lens, page_size) + page_size
 
 
+class ExtendOnePageOn(TorchBackend):
+    """W3: every extend location lands one page further on."""
+
+    def extend_locs(self, table, prefix_lens, extend_lens, page_size):
+        return super().extend_locs(table, prefix_lens, extend_lens, page_size) + page_size
+
+
+class DecodeAndExtendOnePageOn(DecodeOnePageOn, ExtendOnePageOn):
+    """W1 and W3: both bugs at once (two properties for two campaign workers to find)."""
+
+
 def _unreadable(table: object) -> bool:
     """A table a kernel cannot index: not an int32 tensor of two dimensions with a column."""
     return not (isinstance(table, torch.Tensor) and table.dtype == torch.int32 and table.dim() == 2
