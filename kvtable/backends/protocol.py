@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
-    from kvtable.reference.model import Batch, GroupSpec
+    from kvtable.contract import Batch, GroupSpec
 
 
 ALLOCATOR_OPERATIONS = ("alloc_decode", "alloc_verify", "alloc_extend")

@@ -10,7 +10,9 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from kvtable.backends.protocol import Allocation, AllocState
 from kvtable.impl import locs as impl_locs
+from kvtable.impl.allocation import Allocator, check_allocation
 from kvtable.impl.checker import check_write_locs as strong_check
 from kvtable.impl.expand import expand_table as impl_expand
 from kvtable.impl.graph import GroupGraphBuffers
@@ -78,6 +80,26 @@ class TorchBackend:
         return GroupGraphBuffers(specs, max_bs=max_bs, max_kernel_pages=max_kernel_pages,
                                  kernel_page_size=kernel_page_size, spec_n=spec_n, tail_pad=tail_pad,
                                  expand=expand, device=self.device, kernels=self.kernels)
+
+    allocator: type[Allocator] = Allocator
+    """kvtable's own allocator-driven step (A1-A5); the zoo's allocator mutants swap it for a buggy one."""
+
+    def alloc_decode(self, state: AllocState) -> Allocation:
+        return self._allocate(state)
+
+    def alloc_verify(self, state: AllocState) -> Allocation:
+        return self._allocate(state)
+
+    def alloc_extend(self, state: AllocState) -> Allocation:
+        return self._allocate(state)
+
+    def _allocate(self, state: AllocState) -> Allocation:
+        """One allocator step; debug mode checks it against A1-A5 (``check_allocation``) before answering."""
+        before = state.req_to_token.clone() if debug_enabled(self.debug) else None
+        allocation = self.allocator().allocate(state)
+        if before is not None:
+            check_allocation(before, state, allocation)
+        return allocation
 
     def cache_groups(self, specs: Sequence[GroupSpec], *, kernel_page_size: int, max_num_pages: int,
                      spec_num_tokens: int = 1, is_draft: bool = False, expand_tables: bool = True,

@@ -3,7 +3,7 @@
 Each entry names the public issue, its number in the zoo's list of 18 known engine bugs (vLLM 1-5,
 SGLang 6-10, kvcached, FlashInfer, TensorRT-LLM and tokenspeed 11-15, SGLang's allocator 16-18), the clause
 expected to catch it, and the mutant backend that re-creates it on top of the conforming torch backend (16-18:
-on the torch backend with kvtable's own allocator step, ``zoo.sglang.AllocatingBackend``). The bugs that do not
+on the torch backend's own allocator step, ``impl.allocation.Allocator``, swapped). The bugs that do not
 map onto the contract are listed, with the reason, in ``OUTSIDE``; the two lists cover every number.
 """
 

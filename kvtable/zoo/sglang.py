@@ -7,7 +7,6 @@ from collections.abc import Mapping
 
 import torch
 
-from kvtable.backends.protocol import Allocation, AllocState
 from kvtable.contract import Specs
 from kvtable.impl.allocation import Allocator
 from kvtable.impl.checker import check_write_locs as strong_check
@@ -112,23 +111,6 @@ class SglangSwaReplay(ZooBackend):
     runner = StaleSwaLocsRunner
 
 
-class AllocatingBackend(ZooBackend):
-    """The torch backend with kvtable's own allocator step (``impl.allocation.Allocator``) behind the
-    allocator-driven operations: the conforming base the allocator mutants below change in one place."""
-
-    name = "zoo-allocating"
-    allocator: type[Allocator] = Allocator
-
-    def alloc_decode(self, state: AllocState) -> Allocation:
-        return self.allocator().allocate(state)
-
-    def alloc_verify(self, state: AllocState) -> Allocation:
-        return self.allocator().allocate(state)
-
-    def alloc_extend(self, state: AllocState) -> Allocation:
-        return self.allocator().allocate(state)
-
-
 class SignedOutputStarts(Allocator):
     """Output offsets from the signed sum of the extend lengths before each request."""
 
@@ -136,7 +118,7 @@ class SignedOutputStarts(Allocator):
         return torch.cumsum(extend, 0) - extend
 
 
-class SglangAllocExtendStart(AllocatingBackend):
+class SglangAllocExtendStart(ZooBackend):
     """sglang ``alloc_extend_kernel``: a request whose prefix exceeds its length has a negative extend length,
     and the next request's output starts that far before its own, one entry before the output buffer."""
 
@@ -152,7 +134,7 @@ class UnclampedRecord(Allocator):
         flat[rows * table.shape[1] + pos] = locs.to(table.dtype)
 
 
-class SglangAssignShortRow(AllocatingBackend):
+class SglangAssignShortRow(ZooBackend):
     """sglang ``assign_req_to_token_pool``: a verify row shorter than N starts at ``seq_len - N < 0``, and its
     first tokens land at the end of the row before it in ``req_to_token``."""
 
@@ -167,7 +149,7 @@ class Int32Table(Allocator):
         return torch.int32
 
 
-class SglangInt32ReqToToken(AllocatingBackend):
+class SglangInt32ReqToToken(ZooBackend):
     """sglang ``ReqToTokenPool``: ``req_to_token`` is int32, so a slot ``>= 2^31`` recorded in it wraps to a
     negative slot, which a later write through the table lands on."""
 
