@@ -25,6 +25,8 @@ from kvtable.strategies.draws import digits, rng
 ALLOC_KINDS = ("valid", "prefix past length", "short verify", "int32 slots")
 PAGE_SIZES = (1, 1, 2, 4)
 """Page size 1 (SGLang's default allocator) half the time."""
+PAGED_SIZES = (2, 4)
+"""The page sizes of ``paged`` steps (a partially filled last page exists only above 1)."""
 INT32_SLOTS = 2**31
 
 
@@ -74,11 +76,13 @@ def _lengths(mode: AllocMode, kind: str, shape: list[int], r: random.Random) -> 
     return prefixes, seqs, how
 
 
-def _step(draw: st.DrawFn, mode: AllocMode, kind: str, swa: bool | None) -> AllocCase:
+def _step(draw: st.DrawFn, mode: AllocMode, kind: str, swa: bool | None, paged: bool) -> AllocCase:
     shape = digits(draw, (4, 4, len(PAGE_SIZES), 3, 2))
     r = rng(draw)
-    ps = PAGE_SIZES[shape[2]]
+    ps = PAGED_SIZES[shape[2] % len(PAGED_SIZES)] if paged else PAGE_SIZES[shape[2]]
     prefixes, seqs, how = _lengths(mode, kind, shape, r)
+    if paged and not any(p % ps for p in prefixes):  # request 0 ends inside a page: its last page is partial
+        prefixes[0], seqs[0] = prefixes[0] + 1, seqs[0] + 1
     n_req = len(seqs)
     width = max(max(seqs), max(prefixes), 1) + r.randrange(0, 4)
     n_rows = n_req + 1 + shape[3]
@@ -148,9 +152,10 @@ def _swa(table: list[list[int]], rows: list[int], prefixes: list[int], ps: int, 
     return SwaState(mapping, swa_ids[taken:], total)
 
 
-def alloc_cases(mode: AllocMode, kind: str = "valid", *, swa: bool | None = None) -> SearchStrategy[AllocCase]:
+def alloc_cases(mode: AllocMode, kind: str = "valid", *, swa: bool | None = None,
+                paged: bool = False) -> SearchStrategy[AllocCase]:
     """Allocator steps of ``mode`` and ``kind`` (``ALLOC_KINDS``); ``swa`` True always adds a SWA pool, None
-    sometimes (valid steps only), False never."""
+    sometimes (valid steps only), False never; ``paged``: page size 2 or 4, a request ending inside a page."""
     if kind not in ALLOC_KINDS:
         raise ValueError(f"unknown allocator case kind {kind!r}; expected one of {ALLOC_KINDS}")
-    return st.composite(lambda draw: _step(draw, mode, kind, swa))()
+    return st.composite(lambda draw: _step(draw, mode, kind, swa, paged))()

@@ -128,6 +128,9 @@ PROPERTIES = (
              alloc_cases("verify", swa=False), _check(False), weight=2, needs=_needs("verify")),
     Property("alloc/extend", "A1", _VALID.format("extend", "chunked prefill after a prefix, shared prefix pages"),
              alloc_cases("extend", swa=False), _check(False), weight=2, needs=_needs("extend")),
+    Property("alloc/partial-page", "A3", "paged extend steps of a request ending inside a page: its new tokens "
+             "fill the rest of its own last page, at offset pos % ps, then free pages", alloc_cases(
+                 "extend", swa=False, paged=True), _check(False), needs=_needs("extend")),
     Property("alloc/swa-decode", "A5", "decode steps with a SWA pool: SWA slots free, mapping recorded, "
              "sentinel kept", alloc_cases("decode", swa=True), _check(False), needs=_needs("decode")),
     Property("alloc/swa-verify", "A5", "verify steps with a SWA pool: SWA slots free, mapping recorded, "
