@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvtable.conformance.properties import PROPERTIES, Property, select
-from kvtable.conformance.runner import PropertyResult, run_properties
+from kvtable.conformance.runner import PropertyResult, Report, run_properties
 
 
 @dataclass
@@ -68,8 +68,15 @@ def properties_for(clause: str | None) -> tuple[Property, ...]:
 
 def failing(backend: Any, properties: Sequence[Property], *, examples: int, seed: int) -> list[PropertyResult]:
     """The properties ``backend`` fails, each stopped at its first failing example (no shrinking)."""
-    return run_properties(backend, properties, examples=lambda _p: examples, seed=seed, shrink=False,
-                          level="strict").failures
+    return _whole(run_properties(backend, properties, examples=lambda _p: examples, seed=seed, shrink=False,
+                                 level="strict")).failures
+
+
+def _whole(report: Report) -> Report:
+    """``report``, unless Ctrl-C cut it short: a part of a run is no verdict on a mutant."""
+    if report.interrupted:
+        raise KeyboardInterrupt
+    return report
 
 
 class Baseline:
@@ -136,8 +143,8 @@ def hunt(backend: Any, expected: str, *, name: str, properties: Sequence[Propert
     catch = Catch(name, expected, caught_by, credited, time.perf_counter() - start, discredited=discredited)
     if caught_by is not None and shrink:
         start = time.perf_counter()
-        shrunk = run_properties(backend, [_by_name(caught_by.property)], examples=lambda _p: examples,
-                                seed=seed, level="strict").results[0]
+        shrunk = _whole(run_properties(backend, [_by_name(caught_by.property)], examples=lambda _p: examples,
+                                       seed=seed, level="strict")).results[0]
         final = caught_by if shrunk.passed else shrunk
         catch.message, catch.counterexample = final.message, final.counterexample
         catch.shrink_seconds = time.perf_counter() - start
