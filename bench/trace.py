@@ -96,7 +96,8 @@ def run(settings: Settings) -> Section:
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     if report.violation is not None or report.steps != steps:
         raise RuntimeError(f"the benchmark's own trace did not check clean: {report.violation}")
-    section.add(what="check_trace", steps=steps, wall_s=wall, cpu_s=cpu, per_step_ms=1e3 * cpu / steps)
+    section.add(what="check_trace", steps=steps, wall_s=wall, cpu_s=cpu, per_step_ms=1e3 * cpu / steps,
+                bytes_per_step=None)  # the check writes nothing
     projected = cpu * CHECK_STEPS["full"] / steps
     got = Spread.of([projected])
     met = None if settings.size == "smoke" else projected <= TARGET_S

@@ -17,8 +17,8 @@ from kvtable.exitcodes import EXIT_INTERRUPTED
 
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = {
-    "fuzz": ["fuzz", "--backend", "torch", "--examples", "400", "--database", "none", "--no-progress"],
-    "conform": ["conform", "--backend", "torch", "--examples", "10", "--no-progress"],
+    "fuzz": ["fuzz", "--backend", "torch", "--examples", "4000", "--database", "none", "--no-progress"],
+    "conform": ["conform", "--backend", "torch", "--examples", "200", "--no-progress"],
     "zoo": ["zoo", "vllm-13418", "vllm-1486", "vllm-53982", "sglang-25889", "--quiet", "--no-progress"],
     "check": ["check", "--examples", "400", "--no-progress"],
 }

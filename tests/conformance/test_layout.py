@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _modules(package) -> list[str]:
-    return sorted(m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + "."))
+    """The package's modules, but no ``__main__`` (a command: importing it runs it)."""
+    return sorted(m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+                  if not m.name.endswith(".__main__"))
 
 
 MODULES = [*_modules(kvtable.conformance), "kvtable.strategies", *_modules(kvtable.strategies)]

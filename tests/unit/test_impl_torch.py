@@ -381,9 +381,9 @@ def test_drawn_batches_match_the_reference(case: Case, data: st.DataObject) -> N
             if not by_id[g].is_state}
     assert {g: t.tolist() for g, t in got.items()} == want
     assert all(t.dtype == torch.int32 for t in got.values())
-    # the lone calls check the default pad -1 only; decode_locs has no notion of dummy rows, so the debug check
-    # would rightly see their writes to page 0
-    backend = TorchBackend(debug=case.tail_pad == -1 and (batch.mode != "decode" or batch.actual_bs is None))
+    # the lone calls check the default pad -1 only; reanchor_locs has no notion of dummy rows (W4: every row
+    # re-anchors), so the debug check would rightly see their writes to page 0
+    backend = TorchBackend(debug=case.tail_pad == -1 and (batch.mode != "reanchor" or batch.actual_bs is None))
     first = case.attention[0]
     table, ps = live[first.group_id], first.block_granularity
     seq = i32(list(batch.seq_lens))
@@ -392,7 +392,7 @@ def test_drawn_batches_match_the_reference(case: Case, data: st.DataObject) -> N
         extend = [s - p for s, p in zip(batch.seq_lens, batch.prefix_lens, strict=True)]
         lone = backend.extend_locs(table, batch.prefix_lens, extend, ps)
     elif batch.mode == "decode":
-        lone = backend.decode_locs(table, seq, ps)
+        lone = backend.decode_locs(table, seq, ps, actual_bs=batch.actual_bs)
     elif batch.mode == "verify":
         lone = backend.verify_locs(table, seq, ps, batch.n, actual_bs=batch.actual_bs)
     else:
