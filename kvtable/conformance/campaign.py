@@ -18,7 +18,8 @@ backend, profile and level, so every machine of the campaign shares its failures
     pytest --pyargs kvtable.conformance.campaign --kvtable-backend mypkg.kv:Backend \
         --kvtable-database redis://ci-cache:6379 --kvtable-replay
 
-The stateful graph-protocol property has no ``@given`` form here (run it with ``kvtable fuzz --property graph/protocol``).
+The stateful graph-protocol property has no ``@given`` form here (run it with
+``kvtable fuzz --property graph/protocol``).
 """
 
 from __future__ import annotations
