@@ -63,6 +63,10 @@ class Domain:
     """What rows no live token reads (padded rows, columns past a stale length) may hold: ``earlier-ids``:
     page ids the allocator handed out before (and the domain's pads); ``anything``: also pages at the int32
     edge no allocator of a real pool produces."""
+    malformed_tables: bool = True
+    """Whether a call can be handed a table of another dtype or rank, with fewer rows than the batch or no column,
+    or a group's table missing (T1's shape breaches); not where every table is a view of the runner's own
+    persistent int32 ``[max_reqs, width >= 1]`` tensor, one per group (vLLM, SGLang)."""
     contiguous_args: tuple[str, ...] = ()
     """Fused-kernel arguments (``backend.kernels``) the engine always builds as fresh contiguous tensors: the
     kernel strategies lay these out contiguous, never as the strided views they draw for others."""
@@ -353,7 +357,9 @@ VLLM = Profile(
   (``BlockTable.__init__``) keeps the tables in ``torch.zeros`` and ``clear_row`` writes zeros, so a row's
   tail is 0; ``add_row``/``append_row`` write only the new block ids, so columns past a reused row's blocks
   keep ids an earlier request left there (valid ids, never -1). The strategies draw no -1 and stale rows hold
-  earlier ids or 0.
+  earlier ids or 0. ``BlockTable.__init__`` allocates each group's table once, int32
+  ``[max_num_reqs, max_num_blocks_per_req]``, and a step reads rows of it: no call sees a table of another
+  dtype, rank or shape (``domain.malformed_tables = False``; T1's shape breaches are not drawn).
 - Writer: ``csrc/cache_kernels.cu`` (``reshape_and_cache_kernel``, ``reshape_and_cache_flash_kernel``) return
   before writing when ``slot_mapping[token] < 0``: every negative slot is dropped, not only ``PAD_SLOT_ID``;
   the safety oracle treats a negative location as no write.
@@ -375,7 +381,8 @@ vLLM has no per-group CUDA-graph table buffers of kvtable's shape, so the graph 
 kvtable's (a vLLM-style backend simply has no ``graph``).""",
     loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, subpage_holes=True, dummy_rows="unread",
     loc_buffer_tail=PAD_SLOT_ID, validates="scheduler",
-    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids"), writer="skips-negative",
+    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False),
+    writer="skips-negative",
 )
 
 SGLANG = Profile(
@@ -397,7 +404,9 @@ SGLANG = Profile(
   ``req_to_token`` of ``torch.zeros`` with row 0 reserved for padding; a page table is
   ``req_to_token[:, ::page_size] // page_size``. ``ReqToTokenPool.free`` only returns the row index to
   ``free_slots``: a reused row keeps the previous request's slots past its length (never read below
-  ``seq_len``), so "tails read 0" holds only for rows never used (``domain.stale = "earlier-ids"``).
+  ``seq_len``), so "tails read 0" holds only for rows never used (``domain.stale = "earlier-ids"``). The
+  pool is allocated once (``[size + 1, max_context_len]``), so no step sees a table of another shape
+  (``domain.malformed_tables = False``).
 - SWA (``python/sglang/srt/mem_cache/allocator/swa.py``, ``SWATokenToKVPoolAllocator``):
   ``full_to_swa_index_mapping`` is int64 with one extra entry, the sentinel -1, so that translating
   ``last_loc = -1`` gives -1; evicted or absent slots map to 0; ``translate_loc_from_full_to_swa`` returns
@@ -413,7 +422,7 @@ SGLANG = Profile(
 - Validation lives in the scheduler; the attention backends trust what they get.""",
     loc_dtype="int64", tail_pad=0, dummy_rows="unread", loc_buffer_tail=0, loc_buffer_tail_on="padded",
     validates="scheduler", allocator=Allocator(debug_env="SGLANG_DEBUG_MEMORY_POOL"),
-    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids"),
+    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False),
 )
 
 TOKENSPEED = Profile(

@@ -12,13 +12,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-from hypothesis import assume
+from hypothesis import assume, reject
 from hypothesis import strategies as st
 
 from kvtable.reference import NULL_PAGE
 from kvtable.reference.model import Table, write_positions
 from kvtable.reference.tables import needed_columns
 from kvtable.strategies.batches import MAX_N, PAGE_LIMIT, Case, CaseOptions, as_tensor, ceil_div, draw_case
+from kvtable.strategies.domain import current
 from kvtable.strategies.draws import BOOLEANS, TAIL_PADS, between, pick
 
 Where = tuple[str | None, int | None, int | None]
@@ -370,6 +371,16 @@ class Variant:
     base: Mapping[str, Any] = field(default_factory=dict)
     """Fields of :class:`CaseOptions` for a base case the mutation can apply to."""
 
+    @property
+    def malformed_table(self) -> bool:
+        """A T1 shape breach (dtype, rank, rows, columns, a group's table): what ``Domain.malformed_tables``
+        says whether the engine's state can hold."""
+        return self.clause == "T1" and self.cheap
+
+    def held(self) -> bool:
+        """Whether the running profile's engine can be handed this breach (``domain.current()``)."""
+        return current().malformed_tables or not self.malformed_table
+
 
 _FIXED = ("decode", "verify", "reanchor")
 _PADDED = {"modes": _FIXED, "min_pad": 1, "padding": True}
@@ -455,6 +466,7 @@ def broken_cases(clauses: Sequence[str] | None = None, *, cheap: bool | None = N
 
     @st.composite
     def one(draw: st.DrawFn) -> Broken:
-        return draw_broken(draw, pick(draw, chosen), tail_pads=tail_pads, padding=padding)
+        held = [v for v in chosen if v.held()] or reject()  # the running profile's engine can be handed these
+        return draw_broken(draw, pick(draw, held), tail_pads=tail_pads, padding=padding)
 
     return one()

@@ -38,6 +38,15 @@ class NeedsAny:
         return f"the backend has none of {', '.join(self.methods)}"
 
 
+def malformed_tables_held(ctx: Context) -> str | None:
+    """``Property.not_applicable`` of the T1 shape breaches: N/A where the profile's engine is never handed a
+    table of another shape than its runner allocates (``Domain.malformed_tables``), else as ``NeedsAny(LOCS)``."""
+    if not ctx.profile.domain.malformed_tables:
+        return (f"profile {ctx.profile.name!r}: every table is a view of the runner's own int32 tensor, so no "
+                "call is handed one of another dtype, rank or shape (T1)")
+    return NeedsAny()(ctx)
+
+
 def calls(ctx: Context, mode: str, *, group: bool = True) -> tuple[bool, bool]:
     """(group_locs, the mode's lone call) as the backend has them; an example with neither is discarded."""
     grouped, lone = group and has(ctx, "group_locs"), has(ctx, LONE[mode])
@@ -56,7 +65,8 @@ def debug_or_plain(ctx: Context) -> Any:
 
 
 _OTHER = {"missing_kernels": "backend.kernels", "missing_grouped_locs": "backend.kernels",
-          "missing_grouped_extend": "backend.kernels", "no_adapter": "cache_groups", "scrubbed_dummy_rows": None}
+          "missing_grouped_extend": "backend.kernels", "no_adapter": "cache_groups", "scrubbed_dummy_rows": None,
+          "malformed_tables_held": None}
 """What the other ``not_applicable`` checks ask for (None: a location call, as ``NeedsAny(LOCS)``)."""
 
 

@@ -16,7 +16,7 @@ from kvtable.conformance.checks import expect_raises, judge
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import STRICTNESS
-from kvtable.conformance.properties.applies import LOCS, LONE, NeedsAny, calls
+from kvtable.conformance.properties.applies import LOCS, LONE, NeedsAny, calls, malformed_tables_held
 from kvtable.reference import GroupSpec
 from kvtable.strategies import Broken, Case, CaseOptions, broken_cases, draw_case
 from kvtable.strategies.draws import BOOLEANS, between
@@ -126,7 +126,7 @@ PROPERTIES = (
     Property("rejects/actual-bs", "T9", "verify_locs with actual_bs outside [0, bs] is refused in any mode",
              _bad_actual_bs(), _rejects_actual_bs, tier=STRICTNESS, needs=("verify_locs",)),
     Property("rejects-cheap/T1", "T1", "T1 " + _CHEAP, _cheap("T1"), _rejects_cheap, tier=STRICTNESS,
-             not_applicable=NeedsAny(LOCS)),
+             not_applicable=malformed_tables_held),
     Property("rejects-cheap/T8", "T8", "T8 " + _CHEAP, _cheap("T8"), _rejects_cheap, tier=STRICTNESS,
              not_applicable=NeedsAny(LOCS)),
     Property("rejects-cheap/T9", "T9", "T9 " + _CHEAP, _cheap("T9"), _rejects_cheap, tier=STRICTNESS,
