@@ -50,12 +50,15 @@ class OutOfBoundsIndex(IndexError):
     dim: int
     size: int
     shape: tuple[int, ...]
+    call: str = ""
+    """The backend call it ran in (``watched`` names it)."""
 
     def __str__(self) -> str:
         at = f" at index position {list(self.position)}" if self.position else ""
         shape = f" (tensor of shape {list(self.shape)})" if self.shape else ""
-        return (f"out-of-bounds {self.access}: {self.op} with index {self.index}{at} into dimension {self.dim} of "
-                f"size {self.size}{shape}")
+        within = f" in {self.call}" if self.call else ""
+        return (f"out-of-bounds {self.access}{within}: {self.op} with index {self.index}{at} into dimension "
+                f"{self.dim} of size {self.size}{shape}")
 
 
 class IndexGuard(TorchDispatchMode):

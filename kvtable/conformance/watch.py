@@ -8,6 +8,7 @@ property may take any exception for a refusal, and an out-of-bounds read is neve
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -32,12 +33,12 @@ def watched(call: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: di
     """Run one backend call: its indexing ops bounds-checked, its inputs compared with their copies after it."""
     inputs = Inputs(call, fn, args, kwargs, exempt)
     try:
-        with IndexGuard(FOUND.append):
+        with IndexGuard(lambda hit: FOUND.append(dataclasses.replace(hit, call=call))):
             yield
     except IndexError as err:
         if not isinstance(err, OutOfBoundsIndex) and (found := _SELECT.search(str(err))):
             index, dim, size = (int(v) for v in found.groups())
-            FOUND.append(OutOfBoundsIndex("tensor[...] (aten.select)", "read", index, (), dim, size, ()))
+            FOUND.append(OutOfBoundsIndex("tensor[...] (aten.select)", "read", index, (), dim, size, (), call))
         raise
     finally:
         if (changed := inputs.changed()) is not None:

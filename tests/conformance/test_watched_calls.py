@@ -24,7 +24,7 @@ def test_an_eager_gather_past_the_width_is_an_unsafe_read_naming_the_op_and_inde
     result = _one("EagerGatherDecode")
     assert (result.status, result.tier, result.clause_id) == ("failed", "safety", "T8")
     assert result.failures[0].kind == "out-of-bounds read (aten.index)"
-    assert "out-of-bounds read: aten.index with index " in result.message
+    assert "out-of-bounds read in backend.decode_locs: aten.index with index " in result.message
     assert "into dimension 1 of size " in result.message
 
 
