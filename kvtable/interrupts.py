@@ -5,15 +5,18 @@ Python raises ``KeyboardInterrupt`` wherever the signal lands; landing in a call
 installs a handler that records the interrupt before raising, the run checks ``check()`` at its safe points
 (each example, each property, each zoo entry) and the command exits 130 when ``pending()``. Outside
 ``raising()`` (start-up, printing the final table) the interrupt is only recorded: the table is always whole.
+A ``KeyboardInterrupt`` such a callback swallows is not reported ("Exception ignored in ..."): it is recorded.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 __all__ = ["check", "deferred", "handled", "hold", "pending", "raising"]
 
@@ -24,6 +27,16 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
     _state["pending"] = True
     if _state["raise"]:
         raise KeyboardInterrupt
+
+
+def _quieting(previous: Callable[[Any], object]) -> Callable[[Any], None]:
+    """``previous`` unraisable hook, less the swallowed Ctrl-C it would print: that one is recorded."""
+
+    def hook(unraisable: Any) -> None:
+        if not (unraisable.exc_type is KeyboardInterrupt and _state["pending"]):
+            previous(unraisable)
+
+    return hook
 
 
 def pending() -> bool:
@@ -45,6 +58,8 @@ def handled() -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGINT, _on_sigint)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _quieting(previous_hook)
     saved = _state["raise"]
     _state["depth"] += 1
     _state["raise"] = False
@@ -54,6 +69,7 @@ def handled() -> Iterator[None]:
         _state["depth"] -= 1
         _state["raise"] = saved
         signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = previous_hook
         if not _state["depth"]:
             _state["pending"] = False
 

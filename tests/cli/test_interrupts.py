@@ -52,3 +52,23 @@ def test_ctrl_c_at_any_moment_exits_130_with_the_finished_table(command: str) ->
         assert "INTERRUPTED after" in summary, where
         header = r"bug\s" if command == "zoo" else r"clause\s+property\s+result"
         assert re.search(header, out), where
+
+
+def test_a_ctrl_c_a_callback_swallows_is_recorded_not_printed() -> None:
+    """Where Python can only report a KeyboardInterrupt ("Exception ignored in": an at-fork or gc callback), the
+    recorded Ctrl-C is not shown as a traceback; any other unraisable error still is."""
+    script = (
+        "import kvtable.interrupts as i\n"
+        "class Swallowed:\n"
+        "    def __init__(self, error): self.error = error\n"
+        "    def __del__(self): raise self.error\n"
+        "with i.handled():\n"
+        "    i._on_sigint(2, None)\n"
+        "    Swallowed(KeyboardInterrupt())\n"
+        "    Swallowed(ValueError('still shown'))\n"
+        "    print('pending', i.pending())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "pending True\n"
+    assert "KeyboardInterrupt" not in done.stderr
+    assert "ValueError: still shown" in done.stderr
