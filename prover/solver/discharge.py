@@ -7,8 +7,9 @@ original bit-vector query, so a counterexample is reported only if z3's own bit-
 confirm it.
 
 z3's limit is its resource count (``rlimit``), not time: the same query gets the same verdict on any machine
-at any load. A wall-clock cap stays only as a guard against a hang; reaching either limit is ``unknown``,
-never a verdict about the query.
+at any load. Each query is solved in a z3 context of its own, so neither the verdict nor the work spent depends
+on what the process solved before. A wall-clock cap stays only as a guard against a hang; reaching either limit
+is ``unknown``, never a verdict about the query.
 """
 
 from __future__ import annotations
@@ -55,21 +56,21 @@ class Outcome:
     """z3's resource count spent on it (``rlimit count``): what ``DEFAULT_RLIMIT`` is calibrated against."""
 
 
-def _nonlinear() -> z3.Solver:
-    return z3.SolverFor("QF_UFNIA")
+def _nonlinear(ctx: z3.Context) -> z3.Solver:
+    return z3.SolverFor("QF_UFNIA", ctx=ctx)
 
 
-def _normalized() -> z3.Solver:
+def _normalized(ctx: z3.Context) -> z3.Solver:
     """Polynomials in sum-of-monomials form and bounds propagated before the search."""
-    return z3.Then(z3.With("simplify", arith_lhs=True, som=True), "propagate-values", "solve-eqs",
-                   "propagate-ineqs", "smt").solver()
+    return z3.Then(z3.With("simplify", arith_lhs=True, som=True, ctx=ctx), "propagate-values", "solve-eqs",
+                   "propagate-ineqs", "smt", ctx=ctx).solver()
 
 
-def _simplified() -> z3.Solver:
-    return z3.Then("simplify", "propagate-values", "solve-eqs", "smt").solver()
+def _simplified(ctx: z3.Context) -> z3.Solver:
+    return z3.Then("simplify", "propagate-values", "solve-eqs", "smt", ctx=ctx).solver()
 
 
-STRATEGIES: tuple[tuple[str, Callable[[], z3.Solver]], ...] = (
+STRATEGIES: tuple[tuple[str, Callable[[z3.Context], z3.Solver]], ...] = (
     ("nia", _nonlinear), ("normalized", _normalized), ("simplified", _simplified))
 """z3 configurations tried in turn; nonlinear integer search is sensitive to the formula's shape."""
 
@@ -93,14 +94,14 @@ RLIMIT_REACHED = "resource limit reached"
 class Budget:
     """One obligation's z3 resources (deterministic) and its wall-clock hang guard, spent check by check."""
 
-    def __init__(self, rlimit: int, guard_ms: int) -> None:
-        self.rlimit, self.guard_ms = rlimit, guard_ms
-        self.start = _count()
+    def __init__(self, rlimit: int, guard_ms: int, ctx: z3.Context) -> None:
+        self.rlimit, self.guard_ms, self.ctx = rlimit, guard_ms, ctx
+        self.start = _count(ctx)
         self.deadline = time.perf_counter() + guard_ms / 1000
 
     @property
     def spent(self) -> int:
-        return _count() - self.start
+        return _count(self.ctx) - self.start
 
     def left(self) -> int:
         return self.rlimit - self.spent
@@ -124,9 +125,9 @@ class Budget:
         return self.left() <= 0 or time.perf_counter() >= self.deadline
 
 
-def _count() -> int:
-    """z3's resource count so far in this process (a trivial check reads it)."""
-    solver = z3.Solver()
+def _count(ctx: z3.Context) -> int:
+    """z3's resource count so far in ``ctx`` (a trivial check reads it)."""
+    solver = z3.Solver(ctx=ctx)
     solver.check()
     return int(solver.statistics().get_key_value("rlimit count"))
 
@@ -141,10 +142,12 @@ def discharge(query: Query, guard_ms: int = HANG_GUARD_MS, *, rlimit: int = DEFA
     ``[-small, small]`` is looked for first, so an expected one reads easily; finding none there proves nothing
     and the search goes on.
     """
-    budget = Budget(rlimit, guard_ms)
+    ctx = z3.Context()
+    query = _translated(query, ctx)
+    budget = Budget(rlimit, guard_ms, ctx)
     start = time.perf_counter()
     known = [*query.assumptions, *(fact for _, fact in query.stated)]
-    if _decide(known, z3.BoolVal(False), (), budget, None).status == "proved":  # nothing satisfies the premises
+    if _decide(known, z3.BoolVal(False, ctx), (), budget, None).status == "proved":  # nothing satisfies the premises
         return Outcome("vacuous", time.perf_counter() - start, detail="the premises are unsatisfiable: the goal"
                        " would hold of nothing", work=budget.spent)
     for number, step in enumerate(query.steps, 1):
@@ -157,10 +160,20 @@ def discharge(query: Query, guard_ms: int = HANG_GUARD_MS, *, rlimit: int = DEFA
     return replace(outcome, seconds=time.perf_counter() - start, work=budget.spent)
 
 
+def _translated(query: Query, ctx: z3.Context) -> Query:
+    """``query`` rebuilt term by term in ``ctx``."""
+    def move(e: z3.ExprRef) -> z3.ExprRef:
+        return e.translate(ctx)
+    return Query(tuple(map(move, query.assumptions)), move(query.goal),
+                 tuple((name, move(term)) for name, term in query.show), tuple(map(move, query.steps)),
+                 tuple((text, move(fact)) for text, fact in query.stated))
+
+
 def _decide(assumptions: list[z3.BoolRef], goal: z3.BoolRef, show: tuple[tuple[str, z3.ExprRef], ...],
             budget: Budget, small: int | None) -> Outcome:
     negated = z3.And(*assumptions, z3.Not(goal))
-    blaster = IntBlaster(assumptions)
+    ctx = budget.ctx
+    blaster = IntBlaster(assumptions)  # images in the terms' own context
     image = blaster.translate(negated)
     start = time.perf_counter()
 
@@ -173,7 +186,7 @@ def _decide(assumptions: list[z3.BoolRef], goal: z3.BoolRef, show: tuple[tuple[s
         return Outcome("counterexample", time.perf_counter() - start, values, strategy)
 
     if small is not None:
-        solver = _nonlinear()
+        solver = _nonlinear(ctx)
         bounded = [img for _, img in blaster.variables.values()] + [img for _, img in blaster.applications]
         solver.add(*blaster.side, image, *(z3.And(-small <= x, x <= small) for x in bounded))
         if budget.check(solver, SMALL_SHARE) == z3.sat:
@@ -186,7 +199,7 @@ def _decide(assumptions: list[z3.BoolRef], goal: z3.BoolRef, show: tuple[tuple[s
             if budget.spent_all():
                 reasons.append(budget.why(None))
                 return Outcome("unknown", time.perf_counter() - start, detail="; ".join(reasons))
-            solver = make()
+            solver = make(ctx)
             solver.add(*blaster.side, image)
             answer = budget.check(solver, share)
             if answer == z3.unsat:
@@ -205,8 +218,8 @@ def _value(model: z3.ModelRef, term: z3.ExprRef) -> int | bool:
 def _literal(like: z3.ExprRef, value: int | bool) -> z3.ExprRef:
     """``value`` as a z3 constant of ``like``'s sort."""
     if z3.is_bv(like):
-        return z3.BitVecVal(value, like.size())
-    return z3.BoolVal(value) if z3.is_bool(like) else z3.IntVal(value)
+        return z3.BitVecVal(value, like.size(), like.ctx)
+    return z3.BoolVal(value, like.ctx) if z3.is_bool(like) else z3.IntVal(value, like.ctx)
 
 
 def _values(blaster: IntBlaster, model: z3.ModelRef,

@@ -179,7 +179,7 @@ class IntBlaster:
             if not z3.is_bv(e):
                 self.variables[name] = (e, e)
                 return e
-            image = z3.Int(f"{name}!bv{e.size()}")
+            image = z3.Int(f"{name}!bv{e.size()}", e.ctx)
             self.variables[name] = (e, image)
         else:
             function = self._functions.get(name)
@@ -196,7 +196,7 @@ class IntBlaster:
 
     @staticmethod
     def _sort(sort: z3.SortRef) -> z3.SortRef:
-        return z3.IntSort() if sort.kind() == z3.Z3_BV_SORT else sort
+        return z3.IntSort(sort.ctx) if sort.kind() == z3.Z3_BV_SORT else sort
 
     # Bit-vector terms: signed images with intervals -------------------------------------------------
     def _bv(self, e: z3.BitVecRef) -> tuple[z3.ArithRef, Interval]:
@@ -206,7 +206,7 @@ class IntBlaster:
         args = e.children()
         if kind == z3.Z3_OP_BNUM:
             value = e.as_signed_long()
-            return z3.IntVal(value), Interval(value, value)
+            return z3.IntVal(value, e.ctx), Interval(value, value)
         if kind == z3.Z3_OP_UNINTERPRETED:
             return self._uninterpreted(e), full
         if kind == z3.Z3_OP_ITE:
