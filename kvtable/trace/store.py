@@ -240,8 +240,9 @@ def _step(line: dict[str, Any], get: Callable[[str], np.ndarray | None], tables:
     delta = set(line.get("delta", ()))
     for gid, page_size in line.get("groups", {}).items():
         if gid in delta:
-            table = tables[gid].copy()
-            table.reshape(-1)[get(f"{gid}/cells")] = get(f"{gid}/values")
+            values = get(f"{gid}/values")  # int64 where a value passes int32, though the last table fit it
+            table = tables[gid].astype(np.result_type(tables[gid], values))
+            table.reshape(-1)[get(f"{gid}/cells")] = values
             tables[gid] = table
         else:
             table = get(f"{gid}/table")

@@ -39,6 +39,19 @@ def test_steps_round_trip_with_row_deltas(tmp_path: Path) -> None:
     assert len(list((tmp_path / "t" / CHUNKS).iterdir())) == 2
 
 
+def test_a_delta_past_int32_reads_back_exact(tmp_path: Path) -> None:
+    """A table that fit int32 and then gains a slot >= 2^31 (an allocator's int64 token table) reads back
+    unwrapped: the delta's int64 values widen the table instead of wrapping into its int32 copy."""
+    seq = np.array([5, 6])
+    tables = [np.array([[1, 2, 0, 0], [3, 4, 0, 0]], np.int64), np.array([[1, 2, 2**31, 0], [3, 4, 0, 0]], np.int64)]
+    with Recorder(tmp_path / "t", groups=GROUPS, backend="torch") as rec:
+        for table in tables:
+            rec.locations("decode", {"full": table}, {"full": table[:, 1] * 4}, seq)
+    steps = list(TraceReader(tmp_path / "t").steps())
+    assert '"delta":["full"]' in (tmp_path / "t" / MANIFEST).read_text().splitlines()[2]
+    assert [s.groups["full"].table.tolist() for s in steps] == [t.tolist() for t in tables]
+
+
 def test_a_truncated_last_line_ends_the_trace_and_says_so(tmp_path: Path) -> None:
     _record(tmp_path / "t")
     manifest = tmp_path / "t" / MANIFEST
