@@ -20,6 +20,7 @@ from kvtable.reference.allocation import AllocOutcome, AllocStep, judge_allocati
 from kvtable.trace.judge import Violation
 from kvtable.trace.recorder import Recorder
 from kvtable.trace.store import Step
+from kvtable.trace.watching import call_watched
 
 OPERATION = {"decode": "alloc_decode", "verify": "alloc_verify", "extend": "alloc_extend"}
 
@@ -101,18 +102,20 @@ class AllocSimulator:
         step = AllocStep(mode, self.table.tolist(), rows, prefix, seq, list(reversed(self.free_pages)), self.ps,
                          self.pool_pages)
         state, arena = alloc_state(step)
-        error = outcome = None
-        try:
-            outcome = alloc_outcome(getattr(self.backend, OPERATION[mode])(state), arena)
-        except Exception as err:
-            error = f"{type(err).__name__}: {err}"
+        call = call_watched(f"backend.{OPERATION[mode]}", getattr(self.backend, OPERATION[mode]), state)
+        error, outcome = call.refusal, None
+        if call.error is None:
+            try:
+                outcome = alloc_outcome(call.value, arena)
+            except Exception as err:  # not an Allocation of the state's tensors
+                error = f"{type(err).__name__}: {err}"
         self.rec.allocation(mode, step.req_to_token, rows, prefix, seq, step.free_pages, page_size=self.ps,
                             pool_pages=self.pool_pages, locs=None if outcome is None else outcome.locs,
                             recorded=None if outcome is None else outcome.req_to_token,
                             guard_before=None if outcome is None else outcome.guard_before,
                             guard_after=None if outcome is None else outcome.guard_after,
                             canary=0 if outcome is None else outcome.canary,
-                            req_ids=[-1] * phantom + [r["id"] for r in batch], error=error)
+                            req_ids=[-1] * phantom + [r["id"] for r in batch], error=error, unsafe=call.unsafe)
         if outcome is not None:
             skip = max(seq[0] - prefix[0], 0) if phantom else 0
             self._advance(mode, batch, counts, outcome.locs[skip:], outcome.req_to_token)

@@ -66,6 +66,8 @@ class TraceJudge:
         return found
 
     def _judge(self, step: Step) -> list[Violation]:
+        if step.unsafe is not None:  # an out-of-bounds read or a write into an input: unsafe, whatever it returned
+            return [Violation(step.index, "safety", "safety", step.error_group, None, None, None, None, step.unsafe)]
         if step.kind in LOCATION_KINDS:
             self.saw_locations = True
             return self._locations(step, step.kind)

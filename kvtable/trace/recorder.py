@@ -83,17 +83,19 @@ class Recorder:
     def locations(self, kind: str, tables: Mapping[str, Any], locs: Mapping[str, Any] | None,
                   seq_lens: Any, *, page_sizes: Mapping[str, int] | None = None, n: int = 1,
                   actual_bs: int | None = None, prefix_lens: Any = None, req_ids: Any = None,
-                  error: str | None = None, error_group: str | None = None) -> int:
+                  error: str | None = None, error_group: str | None = None, unsafe: str | None = None) -> int:
         """A location step (decode / verify / reanchor / extend): each group's table and the locations the engine
         produced for it. ``error``: the engine refused the step (in ``error_group``, after computing the groups in
-        ``locs``; None: every group). Extend: ``seq_lens`` are ``prefix + extend`` per row. Returns the step number."""
+        ``locs``; None: every group). ``unsafe``: what a sanitizer saw the step do that no output shows (an
+        out-of-bounds read, a write into an input): a safety violation whatever the step returned or raised.
+        Extend: ``seq_lens`` are ``prefix + extend`` per row. Returns the step number."""
         if kind not in LOCATION_KINDS:
             raise ValueError(f"a location step is one of {LOCATION_KINDS}, got {kind!r}")
         locs = locs or {}
         arrays = {"seq_lens": seq_lens, "prefix_lens": prefix_lens, "req_ids": req_ids,
                   **{f"{gid}/locs": loc for gid, loc in locs.items()}}
         return self._emit(kind, arrays, tables=tables, groups=self._page_sizes(list(tables), page_sizes),
-                          n=n, actual_bs=actual_bs, error=error, error_group=error_group)
+                          n=n, actual_bs=actual_bs, error=error, error_group=error_group, unsafe=unsafe)
 
     def graph(self, specs: Sequence[GroupSpec], *, max_bs: int, max_kernel_pages: int, kernel_page_size: int,
               spec_n: int = 1, tail_pad: int = -1, expand: bool = True) -> int:
@@ -110,26 +112,29 @@ class Recorder:
 
     def replay(self, tables: Mapping[str, Any], seq_lens: Any, *, bs: int, locs: Mapping[str, Any] | None = None,
                buffers: Mapping[str, Any] | None = None, n: int = 1, actual_bs: int | None = None,
-               req_ids: Any = None, error: str | None = None) -> int:
+               req_ids: Any = None, error: str | None = None, unsafe: str | None = None) -> int:
         """A graph replay: the live tables delivered, and after it each group's location buffer ``[:bs*n]`` and
-        table buffer rows ``[:bs]`` (what the captured kernels will read and write)."""
+        table buffer rows ``[:bs]`` (what the captured kernels will read and write); ``unsafe`` as for
+        ``locations``."""
         arrays = {"seq_lens": seq_lens, "req_ids": req_ids, **{f"{g}/locs": v for g, v in (locs or {}).items()},
                   **{f"{g}/buf": v for g, v in (buffers or {}).items()}}
         return self._emit("replay", arrays, tables=tables, groups=self._page_sizes(list(tables), None), n=n,
-                          actual_bs=actual_bs, error=error, meta={"bs": bs})
+                          actual_bs=actual_bs, error=error, unsafe=unsafe, meta={"bs": bs})
 
     def allocation(self, mode: str, req_to_token: Any, rows: Any, prefix_lens: Any, seq_lens: Any, free_pages: Any,
                    *, page_size: int, pool_pages: int, locs: Any, recorded: Any, guard_before: Any = (),
-                   guard_after: Any = (), canary: int = 0, req_ids: Any = None, error: str | None = None) -> int:
+                   guard_after: Any = (), canary: int = 0, req_ids: Any = None, error: str | None = None,
+                   unsafe: str | None = None) -> int:
         """An allocator-driven step (A1-A5, SGLang's route): the token table and free pages the allocator was
         handed, the slots it chose (``locs``, request order), the table as it recorded them, and the cells
-        around its output buffer (``guard_before``/``guard_after``, which held ``canary`` before the step)."""
+        around its output buffer (``guard_before``/``guard_after``, which held ``canary`` before the step);
+        ``unsafe`` as for ``locations``."""
         arrays = {"rows": rows, "prefix_lens": prefix_lens, "seq_lens": seq_lens, "free_pages": free_pages,
                   "locs": locs, "guard_before": guard_before, "guard_after": guard_after, "req_ids": req_ids}
         tables = {"req_to_token": req_to_token} if recorded is None else {"req_to_token": req_to_token,
                                                                           "recorded": recorded}
         return self._emit("allocate", arrays, tables=tables, groups={g: page_size for g in tables}, error=error,
-                          meta={"mode": mode, "pool_pages": pool_pages, "canary": canary})
+                          unsafe=unsafe, meta={"mode": mode, "pool_pages": pool_pages, "canary": canary})
 
     def free(self, group: str, pages: Any) -> int:
         """The engine returned these pages of ``group`` to its free list (their contents stay stale)."""

@@ -24,6 +24,7 @@ import torch
 from kvtable.backends.profiles import get_profile
 from kvtable.contract import GroupSpec
 from kvtable.trace.recorder import Recorder
+from kvtable.trace.watching import Watched, call_watched
 from kvtable.trace.wrap import replay_buffers
 
 DEFAULT_GROUPS = (GroupSpec("full", "full", 4), GroupSpec("swa", "sliding", 8, window=16),
@@ -191,27 +192,26 @@ class Simulator:
               prefix: list[int] | None, rids: list[int]) -> bool:
         """One eager location step over every attention group; returns whether the backend accepted it."""
         locs: dict[str, Any] = {}
-        error = failed = None
+        outcome, failed = Watched(), None
         seq_t = torch.tensor(seq, dtype=torch.int32)
         for g in self.attn:
-            failed = g.group_id
-            try:
-                table, ps = tables[g.group_id], g.block_granularity
-                if kind == "extend":
-                    assert prefix is not None
-                    locs[g.group_id] = self.backend.extend_locs(table, prefix, [s - p for s, p in zip(seq, prefix,
-                                                                                                   strict=True)], ps)
-                elif kind == "decode":
-                    locs[g.group_id] = self.backend.decode_locs(table, seq_t, ps)
-                else:
-                    method = self.backend.verify_locs if kind == "verify" else self.backend.reanchor_locs
-                    locs[g.group_id] = method(table, seq_t, ps, n)
-            except Exception as err:
-                error = f"{type(err).__name__}: {err}"
+            failed, table, ps = g.group_id, tables[g.group_id], g.block_granularity
+            if kind == "extend":
+                assert prefix is not None
+                name, args = "extend_locs", (table, prefix, [s - p for s, p in zip(seq, prefix, strict=True)], ps)
+            elif kind == "decode":
+                name, args = "decode_locs", (table, seq_t, ps)
+            else:
+                name, args = ("verify_locs" if kind == "verify" else "reanchor_locs"), (table, seq_t, ps, n)
+            outcome = call_watched(f"backend.{name}", getattr(self.backend, name), *args)
+            if outcome.error is None:
+                locs[g.group_id] = outcome.value
+            if outcome.error is not None or outcome.unsafe is not None:
                 break
-        self.rec.locations(kind, tables, locs, seq, n=n, prefix_lens=prefix, req_ids=rids, error=error,
-                           error_group=failed if error else None)
-        return error is None
+        stopped = outcome.error is not None or outcome.unsafe is not None
+        self.rec.locations(kind, tables, locs, seq, n=n, prefix_lens=prefix, req_ids=rids, error=outcome.refusal,
+                           error_group=failed if stopped else None, unsafe=outcome.unsafe)
+        return outcome.error is None
 
     def _graph(self) -> Any:
         kernel = min(g.block_granularity for g in self.attn)
@@ -230,15 +230,11 @@ class Simulator:
         bs = min(s for s in self.cfg.capture_sizes if s >= len(batch))
         tables = {gid: t for gid, t in self._tables(batch).items() if gid in self.width}
         lengths = torch.tensor(seq + [1] * (bs - len(batch)), dtype=torch.int32)
-        error = locs = buffers = None
-        try:
-            self.runner.replay(bs, tables, lengths, n, actual_bs=len(batch))
-            locs, buffers = replay_buffers(self.runner, bs, n)
-        except Exception as err:
-            error = f"{type(err).__name__}: {err}"
+        outcome = call_watched("runner.replay", self.runner.replay, bs, tables, lengths, n, actual_bs=len(batch))
+        locs, buffers = replay_buffers(self.runner, bs, n) if outcome.error is None else (None, None)
         self.rec.replay(tables, lengths, bs=bs, locs=locs, buffers=buffers, n=n, actual_bs=len(batch),
-                        req_ids=[r.rid for r in batch], error=error)
-        return error is None
+                        req_ids=[r.rid for r in batch], error=outcome.refusal, unsafe=outcome.unsafe)
+        return outcome.error is None
 
     # -- steps -----------------------------------------------------------------------------------
     def step(self) -> None:

@@ -79,6 +79,8 @@ def snippet(header: dict[str, Any], step: Step, violation: Violation, graph_step
     if violation.token is not None and violation.group is not None:
         recorded = "" if violation.loc is None else f"the trace recorded {violation.loc}: "
         lines.append(f"print(locs[{violation.token}])  # {recorded}{violation.reason}")
+    elif step.unsafe is not None:
+        lines.append(f"print(locs)  # unsafe in the trace: {step.unsafe}")
     else:
         lines.append("print(locs)")
     return "\n".join(lines)

@@ -2,8 +2,9 @@
 
 Each protocol call is one step. A lone call (``decode_locs`` and the like) names no group, so its group is
 ``ps<page_size>``; ``group_locs`` and graph replays record the real group ids. A call that raises is
-recorded as a refused step and the exception propagates unchanged. Lone calls carry no request ids, so
-only the per-step rules apply to them (``Recorder`` takes ``req_ids`` for the rules across steps).
+recorded as a refused step and the exception propagates unchanged; every call is watched (``trace.watching``),
+so an out-of-bounds read or a write into an input is recorded as unsafe, not as a refusal. Lone calls carry
+no request ids, so only the per-step rules apply to them (``Recorder`` takes ``req_ids`` for the rules across steps).
 """
 
 from __future__ import annotations
@@ -17,12 +18,9 @@ from kvtable.backends import spec_of
 from kvtable.backends.protocol import Backend
 from kvtable.contract import GroupSpec
 from kvtable.trace.recorder import Recorder
+from kvtable.trace.watching import Watched, call_watched
 
 _LONE = {"decode_locs": "decode", "verify_locs": "verify", "reanchor_locs": "reanchor", "extend_locs": "extend"}
-
-
-def _error(err: BaseException) -> str:
-    return f"{type(err).__name__}: {err}"
 
 
 def replay_buffers(runner: Any, bs: int, n: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -48,16 +46,13 @@ class RecordingRunner:
 
     def replay(self, bs: int, tables: Mapping[str, Any] | None, seq_lens: Any, tokens_per_req: int = 1, *,
                actual_bs: int | None = None) -> None:
-        error = None
-        try:
-            self._runner.replay(bs, tables, seq_lens, tokens_per_req, actual_bs=actual_bs)
-        except Exception as err:
-            error = _error(err)
-            raise
-        finally:
-            locs, buffers = replay_buffers(self._runner, bs, tokens_per_req) if error is None else (None, None)
-            self._recorder.replay(dict(tables or {}), seq_lens, bs=bs, locs=locs, buffers=buffers, n=tokens_per_req,
-                                  actual_bs=actual_bs, error=error)
+        outcome = call_watched("runner.replay", self._runner.replay, bs, tables, seq_lens, tokens_per_req,
+                               actual_bs=actual_bs)
+        locs, buffers = replay_buffers(self._runner, bs, tokens_per_req) if outcome.error is None else (None, None)
+        self._recorder.replay(dict(tables or {}), seq_lens, bs=bs, locs=locs, buffers=buffers, n=tokens_per_req,
+                              actual_bs=actual_bs, error=outcome.refusal, unsafe=outcome.unsafe)
+        if outcome.error is not None:
+            raise outcome.error
 
 
 class RecordingBackend:
@@ -89,26 +84,26 @@ class RecordingBackend:
             else:
                 fields.update(seq=given.get("seq_lens", given.get("frontier")), n=given.get("n", 1),
                               actual_bs=given.get("actual_bs"))
-            return self._record(kind, {gid: given["table"]}, lambda: {gid: call(*args, **kwargs)}, single=True,
-                                **fields)
+            return self._record(kind, {gid: given["table"]}, call_watched(f"backend.{name}", call, *args, **kwargs),
+                                seq=fields.pop("seq"), group=gid, **fields)
         return recorded
 
-    def _record(self, kind: str, tables: Mapping[str, Any], run: Callable[[], Mapping[str, Any]], *, seq: Any,
-                single: bool = False, **fields: Any) -> Any:
-        try:
-            out = run()
-        except Exception as err:
-            self.recorder.locations(kind, tables, None, seq, error=_error(err), **fields)
-            raise
-        self.recorder.locations(kind, tables, out, seq, **fields)
-        return next(iter(out.values())) if single else out
+    def _record(self, kind: str, tables: Mapping[str, Any], outcome: Watched, *, seq: Any, group: str | None = None,
+                **fields: Any) -> Any:
+        """Record one watched call (a lone call's locations are ``group``'s), then return or raise as it did."""
+        out = outcome.value if group is None or outcome.error is not None else {group: outcome.value}
+        self.recorder.locations(kind, tables, out, seq, error=outcome.refusal, unsafe=outcome.unsafe, **fields)
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.value
 
     def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, Any], batch: Any, **kwargs: Any
                    ) -> Any:
         sizes = {s.group_id: s.block_granularity for s in specs if not s.is_state}
         live = {gid: t for gid, t in tables.items() if gid in sizes}
-        return self._record(batch.mode, live, lambda: self.target.group_locs(specs, tables, batch, **kwargs),
-                            seq=list(batch.seq_lens), page_sizes=sizes, n=batch.n, actual_bs=batch.actual_bs,
+        outcome = call_watched("backend.group_locs", self.target.group_locs, specs, tables, batch, **kwargs)
+        return self._record(batch.mode, live, outcome, seq=list(batch.seq_lens), page_sizes=sizes, n=batch.n,
+                            actual_bs=batch.actual_bs,
                             prefix_lens=None if batch.prefix_lens is None else list(batch.prefix_lens))
 
     def graph(self, specs: Sequence[GroupSpec], **sizes: Any) -> RecordingRunner:

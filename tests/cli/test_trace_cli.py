@@ -20,13 +20,19 @@ def _record(out: Path, backend: str = "torch", steps: int = 40, *extra: str) -> 
                  *extra]) == 0
 
 
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return (a is None) == (b is None) and (a is None or np.array_equal(a, b))
+
+
 def _first_difference(a: Path, b: Path) -> int:
-    """The first step where two traces of one seed recorded different locations or refusals."""
+    """The first step where two traces of one seed recorded different locations, tables or refusals (an
+    allocator's chosen slots and recorded token table included)."""
     for x, y in zip(TraceReader(a).steps(), TraceReader(b).steps(), strict=False):
+        if (x.error is None) != (y.error is None) or not _same(x.arrays.get("locs"), y.arrays.get("locs")):
+            return x.index
         for gid, gx in x.groups.items():
             gy = y.groups[gid]
-            if (x.error is None) != (y.error is None) or (gx.locs is None) != (gy.locs is None) or (
-                    gx.locs is not None and not np.array_equal(gx.locs, gy.locs)):
+            if not (_same(gx.locs, gy.locs) and _same(gx.table, gy.table)):
                 return x.index
     raise AssertionError("the traces agree")
 
@@ -47,6 +53,34 @@ def test_a_seeded_bug_fails_at_the_step_it_first_differs_with_a_snippet(tmp_path
     step = _first_difference(tmp_path / "bug", tmp_path / "good")
     assert f"FAILED at step {step}" in out and "negative slot" in out
     assert "backend = load(" in out and "backend.extend_locs(" in out
+
+
+ALLOCATOR = ("--route", "allocator")
+SEEDED = {  # each example backend seeded with an engine's bug: its passing twin, profile, options, what is said
+    "vllm_style.py:backend_53982": ("vllm_style.py:backend", "vllm", (), "out-of-bounds read in backend.decode_locs"),
+    "sglang_style.py:backend_prefix_past_length": ("sglang_style.py:backend", "sglang", ALLOCATOR,
+                                                   "before the output buffer"),
+    "sglang_style.py:backend_short_verify": ("sglang_style.py:backend", "sglang", ALLOCATOR, "(a row of no request"),
+    "sglang_style.py:backend_int32_pool": ("sglang_style.py:backend", "sglang",
+                                           (*ALLOCATOR, "--pool-pages", str(2**31 + 512)), "outside the pool"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", sorted(SEEDED))
+def test_every_seeded_example_fails_at_the_step_it_first_differs(bug: str, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The simulator finds each seeded engine bug at default rates (an eager read past the table is unsafe, not a
+    refusal), at the step where the bug's trace first leaves its passing twin's, with a snippet that redoes it."""
+    good, profile, extra, said = SEEDED[bug]
+    _record(tmp_path / "bug", f"{ROOT}/examples/{bug}", 300, "--profile", profile, *extra)
+    _record(tmp_path / "good", f"{ROOT}/examples/{good}", 300, "--profile", profile, *extra)
+    assert main(["trace", "check", str(tmp_path / "good")]) == 0
+    capsys.readouterr()
+    assert main(["trace", "check", str(tmp_path / "bug")]) == 1
+    out = capsys.readouterr().out
+    assert f"FAILED at step {_first_difference(tmp_path / 'bug', tmp_path / 'good')}" in out
+    assert said in out and "[safety]" in out and "backend = load(" in out, out
 
 
 def test_a_cut_trace_is_checked_to_its_last_whole_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

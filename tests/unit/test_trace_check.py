@@ -88,6 +88,30 @@ def test_wrap_records_a_backend_and_its_refusals(tmp_path: Path) -> None:
     assert report.steps == 3 and report.violation is None and "no request ids" in report.notes[0]
 
 
+class GathersPastTheTable(TorchBackend):
+    """Decode as an unguarded kernel does it: the block-table load has no column bound (vLLM #53982)."""
+
+    def decode_locs(self, table, seq_lens, page_size, *, actual_bs=None):  # type: ignore[no-untyped-def]
+        import torch
+
+        pos = seq_lens.long() - 1
+        flat = table.reshape(-1).long()
+        return flat[torch.arange(len(pos)) * table.shape[1] + pos // page_size] * page_size + pos % page_size
+
+
+def test_wrap_records_a_read_past_the_table_as_unsafe_not_a_refusal(tmp_path: Path) -> None:
+    import torch
+
+    backend = wrap(GathersPastTheTable(), tmp_path / "t")
+    table = torch.tensor([[1, 2], [3, 4]], dtype=torch.int32)
+    with pytest.raises(IndexError):  # the call raises as it did unwrapped
+        backend.decode_locs(table, torch.tensor([5, 9], dtype=torch.int32), 4)  # row 1 needs column 2 of 2
+    backend.recorder.close()
+    report = check_trace(tmp_path / "t")
+    assert report.violation is not None and report.violation.tier == "safety"
+    assert "out-of-bounds read in backend.decode_locs: aten.index with index 4" in report.violation.reason
+
+
 def test_a_simulated_torch_run_is_clean_and_a_seed_gives_the_same_trace(tmp_path: Path) -> None:
     config = SimConfig(faults=0.1)
     for name in ("a", "b"):
