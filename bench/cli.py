@@ -7,10 +7,7 @@ import importlib
 import time
 from pathlib import Path
 
-import torch
-
 from kvtable.argtypes import positive_int, writable_file
-from kvtable.bench.harness import Settings, host_info, write_json
 
 BENCHMARKS: dict[str, str] = {
     "ops": "kvtable.bench.ops",
@@ -52,6 +49,10 @@ def command_line(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     writable_file(args.json, "--json")
+    import torch
+
+    from kvtable.bench.harness import Settings, host_info, write_json
+
     torch.set_num_threads(args.threads)
     size = "smoke" if args.smoke else "quick" if args.quick else "full"
     settings = Settings.for_size(size)

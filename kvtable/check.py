@@ -10,7 +10,8 @@ import argparse
 
 from kvtable import interrupts
 from kvtable.argtypes import positive_int
-from kvtable.exitcodes import EXIT_INTERRUPTED, most_serious
+from kvtable.backends import BackendNotFound, check_spec
+from kvtable.exitcodes import EXIT_INTERRUPTED, UsageError, most_serious
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from kvtable.cli import main
 
+    try:
+        check_spec(args.backend)  # before minutes of proving
+    except BackendNotFound as err:
+        raise UsageError(str(err)) from None
     interrupts.check()  # Ctrl-C while starting up: nothing runs
     proved = main(["prove"])
     if proved == EXIT_INTERRUPTED or interrupts.pending():  # Ctrl-C while proving ends the job: no fuzz after it

@@ -37,8 +37,8 @@ from kvtable.backends.protocol import (
 
 __all__ = [
     "BUILTIN", "ENV_VAR", "OPERATIONS", "Backend", "BackendNotFound", "BackendUnavailable", "GraphRunner",
-    "NoDebugMode", "NotABackend", "debug_twin", "is_backend", "load", "missing_methods", "present_methods",
-    "resolve", "spec_of",
+    "NoDebugMode", "NotABackend", "check_spec", "debug_twin", "is_backend", "load", "missing_methods",
+    "present_methods", "resolve", "spec_of",
 ]
 
 ENV_VAR = "KVTABLE_BACKEND"
@@ -89,10 +89,7 @@ def resolve(spec: str | None = None) -> Factory | Backend:
             importlib.import_module("triton")
         except ImportError as err:
             raise BackendUnavailable(f"backend 'triton' skipped: triton is not importable ({err})") from err
-    module_name, sep, attr = target.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise BackendNotFound(f"backend {spec!r}: expected 'pkg.mod:factory', 'pkg.mod:object', "
-                              f"'path/to/file.py:factory' or one of {sorted(BUILTIN)}")
+    module_name, attr = _parts(spec, target)
     if module_name.endswith(".py"):
         module = _import_file(spec, module_name)
     else:
@@ -104,6 +101,31 @@ def resolve(spec: str | None = None) -> Factory | Backend:
         except AttributeError:
             raise BackendNotFound(f"backend {spec!r}: {module_name!r} has no attribute {attr!r}") from None
     return obj
+
+
+def _parts(spec: str, target: str) -> tuple[str, str]:
+    """``target``'s module (or file) and attribute; a malformed name is ``BackendNotFound``."""
+    module_name, sep, attr = target.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise BackendNotFound(f"backend {spec!r}: expected 'pkg.mod:factory', 'pkg.mod:object', "
+                              f"'path/to/file.py:factory' or one of {sorted(BUILTIN)}")
+    return module_name, attr
+
+
+def check_spec(spec: str | None = None) -> None:
+    """What a backend name shows without importing anything: its form, and that its file or top-level package
+    exists (``BackendNotFound`` otherwise). Checked before any heavy import, so a typo costs no start-up."""
+    spec = spec or default_spec()
+    if spec in BUILTIN:
+        return
+    module_name, _ = _parts(spec, spec)
+    if module_name.endswith(".py"):
+        if not Path(module_name).is_file():
+            raise BackendNotFound(f"backend {spec!r}: no such file {module_name!r} (relative to {os.getcwd()})")
+        return
+    top = module_name.split(".")[0]
+    if importlib.util.find_spec(top) is None and not (Path(top).is_dir() or Path(f"{top}.py").is_file()):
+        raise BackendNotFound(f"backend {spec!r}: cannot import {module_name!r}: No module named {top!r}")
 
 
 def _import_module(spec: str, module_name: str) -> ModuleType:

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from kvtable import reference
 from kvtable.reference import Batch, GroupSpec
@@ -27,13 +25,15 @@ from kvtable.reference.model import Table
 from kvtable.reference.safety import Token, UnsafeWrite, unsafe_writes
 from kvtable.reference.tables import as_table, specs_by_id
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["ALIASES", "ANY_DOMAIN", "DOMAIN_ANY", "PAD_SLOT_ID", "PROFILES", "Allocator", "Domain", "Profile",
            "get_profile"]
 
 PAD_SLOT_ID = -1
 """vLLM's slot for tokens that must not be written (its KV writers skip every slot < 0)."""
 
-LOC_DTYPES = {"int32": torch.int32, "int64": torch.int64}
 CHOICES = {
     "loc_dtype": ("int32", "int64"),
     "tail_pad": (-1, 0),
@@ -182,11 +182,13 @@ class Profile:
     # -- conventions the properties ask about ---------------------------------------------------
     @property
     def torch_loc_dtype(self) -> torch.dtype:
-        return LOC_DTYPES[self.loc_dtype]
+        import torch  # here, not at import: the CLI reads the profiles' names before any torch is loaded
+
+        return getattr(torch, self.loc_dtype)
 
     def accepts_loc_dtype(self, dtype: torch.dtype) -> bool:
         """Location tensors may come back in the profile's dtype, or int32 for an int64 engine (compared by value)."""
-        return dtype in (torch.int32, self.torch_loc_dtype)
+        return str(dtype) in ("torch.int32", f"torch.{self.loc_dtype}")
 
     def accepts_short_verify(self) -> bool:
         return self.clamp_short_verify

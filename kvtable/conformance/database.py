@@ -10,21 +10,17 @@ raises ``DatabaseFailed`` (a ``UsageError``: exit 2), never a verdict on the bac
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
-from urllib.parse import urlsplit
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
-from kvtable.argtypes import writable_folder
+from kvtable.conformance.options import database_target
 from kvtable.exitcodes import UsageError
 
 __all__ = ["DatabaseFailed", "KeyedDatabase", "database_prefix", "open_database"]
 
-URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
-REDIS_SCHEMES = ("redis", "rediss")
 T = TypeVar("T")
 
 
@@ -35,38 +31,20 @@ class DatabaseFailed(UsageError):
 def open_database(spec: str | Path | ExampleDatabase | None) -> ExampleDatabase | None:
     """An example database from a directory, a ``redis://host:port`` URL, ``"none"`` or None, checked now:
     a malformed URL, an unreachable server or a folder that cannot be written is a ``UsageError``."""
-    if spec is None or isinstance(spec, ExampleDatabase):
+    if isinstance(spec, ExampleDatabase):
         return spec
-    text = str(spec)
-    if text.lower() in ("", "none"):
+    target = database_target(spec)
+    if target is None:
         return None
-    scheme = URL_SCHEME.match(text)
-    if scheme is None:
-        return DirectoryBasedExampleDatabase(writable_folder(Path(text), "--database"))
-    if scheme[1].lower() not in REDIS_SCHEMES or not urlsplit(text).hostname or "://" not in text:
-        raise UsageError(f"--database {text}: malformed URL; expected a directory, redis://host:port[/db] or none "
-                         "(write ./NAME for a folder whose name has a colon)")
-    try:
-        urlsplit(text).port  # noqa: B018 - a port that is no number raises here, not deep in the client
-    except ValueError as err:
-        raise UsageError(f"--database {text}: malformed URL: {err}") from None
-    return _redis(text)
+    return DirectoryBasedExampleDatabase(target) if isinstance(target, Path) else _redis(target)
 
 
 def _redis(url: str) -> ExampleDatabase:
-    """hypothesis' ``RedisExampleDatabase`` on ``url``, once the server answers a ping."""
-    try:
-        import redis
-        from hypothesis.extra.redis import RedisExampleDatabase
-    except ImportError as err:
-        raise UsageError(f"--database {url}: the shared Redis database needs the redis package "
-                         f"(pip install redis): {err}") from None
-    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
-    try:
-        client.ping()
-    except redis.RedisError as err:
-        raise UsageError(f"--database {url}: cannot reach Redis: {err}") from None
-    return RedisExampleDatabase(client)
+    """hypothesis' ``RedisExampleDatabase`` on ``url`` (a server ``database_target`` found answering)."""
+    import redis
+    from hypothesis.extra.redis import RedisExampleDatabase
+
+    return RedisExampleDatabase(redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30))
 
 
 def database_prefix(backend: str, profile: str, level: str) -> bytes:

@@ -25,27 +25,21 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import Any
-
-from hypothesis.database import ExampleDatabase
+from typing import TYPE_CHECKING, Any
 
 from kvtable.backends import BackendUnavailable, default_spec
-from kvtable.backends.profiles import Profile
-from kvtable.conformance.conform import (
-    add_common,
-    emit,
-    execution,
-    interrupted_before_any,
-    profile_arg,
-    unavailable,
-)
-from kvtable.conformance.database import open_database
-from kvtable.conformance.preflight import checked_properties
-from kvtable.conformance.properties import PROPERTIES, Property
-from kvtable.conformance.runner import BackendLike, Progress, Report, run_properties
+from kvtable.conformance.conform import emit, execution, interrupted_before_any, unavailable
+from kvtable.conformance.options import add_common, precheck, profile_arg
 from kvtable.console import progress_bar, wants_progress
 
-__all__ = ["DEFAULT_DATABASE", "budget", "fuzz", "open_database"]
+if TYPE_CHECKING:
+    from hypothesis.database import ExampleDatabase
+
+    from kvtable.backends.profiles import Profile
+    from kvtable.conformance.properties import Property
+    from kvtable.conformance.runner import BackendLike, Progress, Report
+
+__all__ = ["DEFAULT_DATABASE", "budget", "fuzz"]
 
 DEFAULT_DATABASE = ".hypothesis/kvtable"
 MIN_EXAMPLES = 5
@@ -64,6 +58,10 @@ def fuzz(backend: BackendLike, *, examples: int, seed: int, database: str | Exam
 
     ``execution``: ``level``, ``isolate``, ``workers``, ``timeout``, as ``run_properties`` takes them.
     """
+    from kvtable.conformance.database import open_database
+    from kvtable.conformance.properties import PROPERTIES
+    from kvtable.conformance.runner import run_properties
+
     chosen = PROPERTIES if properties is None else properties
     shares = budget(examples, chosen)
     return run_properties(backend, chosen, examples=lambda p: shares[p.name], seed=seed, profile=profile,
@@ -79,6 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    precheck(args)  # before the suite is imported: a bad invocation costs no start-up
+    from kvtable.conformance.database import open_database
+    from kvtable.conformance.preflight import checked_properties
+
     spec = args.backend or default_spec()
     properties = checked_properties(args.property)
     database = open_database(args.database)

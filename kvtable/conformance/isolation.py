@@ -34,6 +34,7 @@ from kvtable import interrupts
 from kvtable.conformance.checks import Transcript
 from kvtable.conformance.core import Context
 from kvtable.conformance.database import DatabaseFailed
+from kvtable.conformance.options import DEFAULT_TIMEOUT_S
 from kvtable.conformance.preflight import check_backend
 from kvtable.conformance.properties import BY_NAME, Property
 from kvtable.conformance.runner import PropertyResult, counterexample_text, make_context, run_property
@@ -41,12 +42,10 @@ from kvtable.conformance.sanitize import sanitizing
 from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
 
-__all__ = ["CRASH", "DEFAULT_TIMEOUT_S", "TIMEOUT", "WorkerSetup", "process_pool", "run_isolated", "start_server"]
+__all__ = ["CRASH", "TIMEOUT", "WorkerSetup", "process_pool", "run_isolated", "start_server"]
 
 CRASH = "crash"
 TIMEOUT = "timeout"
-DEFAULT_TIMEOUT_S = 60.0
-"""Seconds a worker may go without a word (each backend call is one) before its property times out."""
 POISONED = ("CUDA error", "device-side assert", "illegal memory access")
 """An error naming one of these left the worker's CUDA context unusable: a crash, and a fresh worker."""
 _CONTEXT = multiprocessing.get_context("forkserver")

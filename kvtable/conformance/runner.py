@@ -538,7 +538,8 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
         database = KeyedDatabase(database, database_prefix(spec, profile_name, level))
     results: Iterator[PropertyResult]
     if isolating:
-        from kvtable.conformance.isolation import DEFAULT_TIMEOUT_S, WorkerSetup, run_isolated
+        from kvtable.conformance.isolation import WorkerSetup, run_isolated
+        from kvtable.conformance.options import DEFAULT_TIMEOUT_S
 
         setup = WorkerSetup(backend, profile_name, seed, shrink, database is not None, level, sanitize)
         results = run_isolated(setup, properties, examples, workers=workers, database=database,

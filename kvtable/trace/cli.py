@@ -7,11 +7,15 @@ import json
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvtable.argtypes import positive_int
+from kvtable.conformance.levels import LEVELS
 from kvtable.exitcodes import EXIT_FAILED, EXIT_PASSED, UsageError
-from kvtable.trace.check import LEVELS, Report, check_trace
-from kvtable.trace.store import MANIFEST, TraceError
+from kvtable.trace.store import MANIFEST
+
+if TYPE_CHECKING:
+    from kvtable.trace.check import Report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,6 +83,8 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _check_one(job: tuple[Path, str | None, str]) -> Report:
+    from kvtable.trace.check import check_trace
+
     return check_trace(*job)
 
 
@@ -86,6 +92,8 @@ def _check(args: argparse.Namespace) -> int:
     for path in args.paths:
         if not (path / MANIFEST).is_file():
             raise UsageError(f"{path}: no trace here (no {MANIFEST})")
+    from kvtable.trace.store import TraceError
+
     jobs = [(path, args.profile, args.level) for path in args.paths]
     start = time.perf_counter()
     try:

@@ -7,8 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvtable.conformance.watch import FOUND, watched
-
 
 @dataclass(frozen=True)
 class Watched:
@@ -27,6 +25,8 @@ class Watched:
 def call_watched(call: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Watched:
     """``fn(*args, **kwargs)`` with its indexing bounds-checked and its inputs compared after it (``call`` names
     it in what is found); an exception it raises is returned, not raised."""
+    from kvtable.conformance.watch import FOUND, watched  # torch's dispatch modes: imported with the first call
+
     FOUND.clear()
     try:
         with watched(call, fn, args, kwargs):
@@ -37,6 +37,8 @@ def call_watched(call: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
 
 
 def _first_found() -> str | None:
+    from kvtable.conformance.watch import FOUND
+
     found = [str(f) for f in FOUND]
     FOUND.clear()
     return found[0] if found else None

@@ -30,6 +30,7 @@ BAD_INVOCATIONS = [
     (["conform", "--property", "typo"], "--property: no property or clause ['typo']"),
     (["conform", "--backend", "nosuch.mod:thing"], "backend 'nosuch.mod:thing': cannot import 'nosuch.mod'"),
     (["fuzz", "--backend", "kvtable"], "backend 'kvtable': expected 'pkg.mod:factory'"),
+    (["check", "--backend", "nope"], "backend 'nope': expected 'pkg.mod:factory'"),  # before any proving
     (["conform", "--backend", "kvtable:nothing"], "'kvtable' has no attribute 'nothing'"),
     (["conform", "--backend", "kvtable:__version__"], "'kvtable:__version__' gave str, which has none"),
     (["fuzz", "--database", "redis:/typo"], "--database redis:/typo: malformed URL"),
@@ -140,3 +141,20 @@ def test_help_and_prove_never_import_torch_or_hypothesis() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
+
+
+LOADED = (["conform", "--backend", "kvtable:nothing"], ["conform", "--backend", "kvtable:__version__"])
+"""Names only the backend's own module can answer: it is imported (in a worker process, as every backend is
+first touched) to find out, which costs a start-up; every other bad invocation is refused before one."""
+
+
+@pytest.mark.parametrize("argv", [a for a, _ in BAD_INVOCATIONS if a not in LOADED], ids=" ".join)
+def test_a_usage_error_costs_under_half_a_second_of_cpu(argv: list[str]) -> None:
+    """Process CPU time (user + system, from ``wait4``), not wall time: the same on a quiet or a busy machine."""
+    child = subprocess.Popen([sys.executable, "-m", "kvtable.cli", *argv], cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(child.pid, 0)
+    assert child.stderr is not None
+    err = child.stderr.read()
+    assert os.waitstatus_to_exitcode(status) == EXIT_USAGE, err
+    assert usage.ru_utime + usage.ru_stime < 0.5, (usage.ru_utime, usage.ru_stime, err)

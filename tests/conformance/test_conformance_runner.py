@@ -17,7 +17,8 @@ from kvtable.backends import BackendNotFound, BackendUnavailable, load, spec_of
 from kvtable.backends.profiles import PROFILES, get_profile
 from kvtable.backends.reference_backend import ReferenceBackend
 from kvtable.backends.torch_backend import TorchBackend
-from kvtable.conformance.fuzz import budget, fuzz, open_database
+from kvtable.conformance.database import open_database
+from kvtable.conformance.fuzz import budget, fuzz
 from kvtable.conformance.properties import PROPERTIES, select
 from kvtable.conformance.runner import run_conformance
 from kvtable.impl import locs as impl_locs
