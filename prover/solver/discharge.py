@@ -156,8 +156,27 @@ def discharge(query: Query, guard_ms: int = HANG_GUARD_MS, *, rlimit: int = DEFA
             detail = f"step {number} ({step}) not proved: {outcome.status} {outcome.detail}".strip()
             return Outcome("unknown", time.perf_counter() - start, outcome.model, detail, work=budget.spent)
         known.append(step)
-    outcome = _decide(known, query.goal, query.show, budget, small)
+    outcome = _decide_each(known, query.goal, query.show, budget, small)
     return replace(outcome, seconds=time.perf_counter() - start, work=budget.spent)
+
+
+def _decide_each(assumptions: list[z3.BoolRef], goal: z3.BoolRef, show: tuple[tuple[str, z3.ExprRef], ...],
+                 budget: Budget, small: int | None) -> Outcome:
+    """A conjunction decided part by part (the premises imply ``A and B`` iff they imply each): a counterexample
+    to any part refutes the goal, an unknown part leaves it unknown, all proved proves it. One query of many
+    parts can cost z3 far more than the parts alone (vLLM V2's coverage: 38 s whole, 3 s in parts)."""
+    parts = goal.children() if z3.is_and(goal) else [goal]
+    outcomes = []
+    for part in parts:
+        outcome = _decide(assumptions, part, show, budget, small)
+        if outcome.status == "counterexample":
+            return outcome
+        outcomes.append(outcome)
+    unknown = [o for o in outcomes if o.status != "proved"]
+    if unknown:
+        return unknown[0]
+    return replace(outcomes[0], seconds=sum(o.seconds for o in outcomes),
+                   detail=", ".join(dict.fromkeys(o.detail for o in outcomes)))
 
 
 def _translated(query: Query, ctx: z3.Context) -> Query:
