@@ -15,6 +15,7 @@ import inspect
 import json
 import multiprocessing
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -202,6 +203,38 @@ def format_model(model: Iterable[tuple[str, int | bool]]) -> str:
     return ", ".join(f"{name}={value}" for name, value in model)
 
 
+ACCESS = re.compile(r"^(load|store) (\d+) (\S+) (.+)$")
+"""A kernel counterexample's per-access value: ``store 8 out@path1 index[0]`` (the access, its field)."""
+SHOWN_FIELDS = ("value", "expected", "row", "position", "column", "page", "slot")
+"""The fields a store's line names after its element, in this order, where the model has them."""
+
+
+def kernel_model_text(model: Iterable[tuple[str, int | bool]]) -> list[str]:
+    """A kernel counterexample as a reader wants it: the inputs (no masked-off loads' free values), then one line
+    per access that happens (its mask on): the element it reads or writes, its line, and for a store what it
+    stored and what the clause says. ``--show-counterexamples`` prints every value as the query has them."""
+    inputs, accesses = [], {}
+    for name, value in model:
+        found = ACCESS.match(name)
+        if found is None:
+            if not name.startswith("undefined#"):
+                inputs.append(f"{name}={value}")
+            continue
+        kind, number, where, field_name = found.groups()
+        accesses.setdefault((kind, int(number), where), {})[field_name] = value
+    lines = [", ".join(inputs)]
+    for (kind, number, where), fields in accesses.items():
+        if not fields.get("mask", True):
+            continue
+        tensor, _, path = where.partition("@")
+        index = ", ".join(str(fields[f"index[{k}]"]) for k in range(4) if f"index[{k}]" in fields)
+        line = f" (line {fields['line']})" if "line" in fields else ""
+        text = f"{kind} {number} {tensor}[{index}]{line}{f' on {path}' if path else ''}"
+        said = [f"{f} {fields[f]}" for f in SHOWN_FIELDS if f in fields]
+        lines.append(text + (": " + ", ".join(said) if said else ""))
+    return lines
+
+
 class Table:
     """The progress table: a header, then one row per obligation as it finishes, then a summary."""
 
@@ -223,8 +256,12 @@ class Table:
             self.out.write("    assumes: " + "; ".join(outcome.assumed) + "\n")
         if outcome.detail and (not result.passed or (replayed and self.show_counterexamples)):
             self.out.write("    why: " + outcome.detail.replace("\n", "\n         ") + "\n")
-        if outcome.model and (self.show_counterexamples or not result.passed):
+        if outcome.model and self.show_counterexamples:
             self.out.write(f"    counterexample: {format_model(outcome.model)}\n")
+        elif outcome.model and not result.passed:
+            text = kernel_model_text(outcome.model) if isinstance(ob, KernelObligation) else [
+                format_model(outcome.model)]
+            self.out.write("    counterexample: " + "\n      ".join(text) + "\n")
         self.out.flush()
 
     def summary(self, results: Sequence[Result], seconds: float) -> None:

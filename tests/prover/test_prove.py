@@ -327,3 +327,15 @@ def test_unsupported_operations_are_refused() -> None:
     x = int32("x")
     with pytest.raises(UnsupportedOperation):
         IntBlaster().translate(x & 1 == 0)
+
+
+def test_a_kernel_counterexample_reads_as_inputs_then_the_accesses_that_happen() -> None:
+    model = (("N", 1), ("undefined#3", -7), ("table[1, 1]", 64),
+             ("load 2 table@path1 mask", True), ("load 2 table@path1 line", 47), ("load 2 table@path1 index[0]", 1),
+             ("load 2 table@path1 index[1]", 1), ("load 2 table@path2 mask", False), ("load 2 table@path2 index[0]", 0),
+             ("store 3 out mask", True), ("store 3 out index[0]", 0), ("store 3 out value", 4096),
+             ("store 3 out expected", -1), ("store 3 out page", 64))
+    assert prove.kernel_model_text(model) == [
+        "N=1, table[1, 1]=64",  # a masked-off load's free value (undefined#) is no input
+        "load 2 table[1, 1] (line 47) on path1",  # path2's load has its mask off: it does not happen
+        "store 3 out[0]: value 4096, expected -1, page 64"]
