@@ -84,12 +84,11 @@ class GroupGraphBuffers:
         """G2 capture-views: ``[:bs]`` of the tables and ``[:bs*N]`` of the locations; state ids skipped."""
         self._check_step(bs, tokens_per_req, "G2")
         wanted = [gid for gid in group_ids if gid not in self.state_ids]
-        if not wanted:
-            return None, None
-        unknown = sorted(set(wanted) - set(self.group_ids))
-        if unknown:
+        if unknown := sorted(set(wanted) - set(self.group_ids)):
             raise ContractViolation("G2", f"groups {unknown} have no persistent buffers "
                                     f"(buffers: {list(self.group_ids)}); declare them before graph init")
+        if not wanted:  # state groups only: nothing to capture
+            return None, None
         tables = {gid: self.table_buffers[gid][:bs] for gid in wanted}
         locs = {gid: self.loc_buffers[gid][: bs * tokens_per_req] for gid in wanted}
         return tables, locs

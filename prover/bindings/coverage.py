@@ -25,7 +25,7 @@ from kvtable.prover.bindings.contracts import contract, signed
 from kvtable.prover.bindings.queries import symbolic_run
 from kvtable.prover.solver.discharge import Query
 from kvtable.prover.symexec.tl import Access, Trace
-from kvtable.prover.symexec.values import KernelNotSupported
+from kvtable.prover.symexec.values import KernelNotSupported, free_constants
 
 Witness = dict[str, z3.BitVecRef]
 """Program id, lane or loop iteration (by name) -> its value as a function of the output element."""
@@ -47,8 +47,8 @@ def _loops(trace: Trace) -> list[Loop]:
     for fact in trace.assumptions:
         if not z3.is_eq(fact):
             continue
-        iteration = [c for c in _terms(fact.arg(0)) if c.decl().name().startswith("iteration#")]
-        k = [c for c in _terms(fact.arg(1)) if c.decl().name().startswith("k#")]
+        iteration = [c for c in free_constants(fact.arg(0)) if c.decl().name().startswith("iteration#")]
+        k = [c for c in free_constants(fact.arg(1)) if c.decl().name().startswith("k#")]
         if len(iteration) != 1 or len(k) != 1:
             continue
         at = [z3.simplify(z3.substitute(fact.arg(1), (k[0], z3.BitVecVal(v, 64)))) for v in (0, 1)]
@@ -58,23 +58,9 @@ def _loops(trace: Trace) -> list[Loop]:
     return out
 
 
-def _terms(term: z3.ExprRef) -> list[z3.ExprRef]:
-    """The free constants of ``term``."""
-    seen, todo, out = set(), [term], []
-    while todo:
-        t = todo.pop()
-        if t.get_id() in seen:
-            continue
-        seen.add(t.get_id())
-        if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-            out.append(t)
-        todo.extend(t.children())
-    return out
-
-
 def _constants(term: z3.ExprRef) -> set[str]:
     """The names of the free constants in ``term`` (tensor contents, function applications, excluded)."""
-    return {t.decl().name() for t in _terms(term)}
+    return {t.decl().name() for t in free_constants(term)}
 
 
 def _coefficient(index: z3.BitVecRef, var: z3.BitVecRef, bound: list[z3.BitVecRef]) -> int:

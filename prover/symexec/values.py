@@ -77,16 +77,16 @@ DIVISIONS: ContextVar[list[Division] | None] = ContextVar("DIVISIONS", default=N
 wherever the query's assumptions rule out a zero divisor)."""
 
 
-def _constants(term: z3.ExprRef) -> set[z3.ExprRef]:
-    """The free constants of ``term``."""
-    seen, out, todo = set(), set(), [term]
+def free_constants(term: z3.ExprRef) -> list[z3.ExprRef]:
+    """The free constants of ``term`` (each once)."""
+    seen, todo, out = set(), [term], []
     while todo:
         t = todo.pop()
         if t.get_id() in seen:
             continue
         seen.add(t.get_id())
         if z3.is_const(t) and t.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-            out.add(t)
+            out.append(t)
         todo.extend(t.children())
     return out
 
@@ -213,7 +213,7 @@ class Sym:
         condition = self.term if self.dtype.bits == 1 else self.term != 0
         if branches is None:
             raise KernelNotSupported("a Python `if`/`while` on a symbolic value (branch with tl.where and masks)")
-        if any(str(c).startswith("lane") for c in _constants(condition)):
+        if any(str(c).startswith("lane") for c in free_constants(condition)):
             raise KernelNotSupported("a Python `if`/`while` on a block (a per-lane value): Triton needs a scalar")
         return branches(condition)
 
