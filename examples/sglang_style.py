@@ -12,7 +12,8 @@ What it models (read from SGLang's ``python/sglang/srt/mem_cache/`` and ``python
   with ``write_req_to_token_pool_triton`` and ``assign_req_to_token_pool``;
 - with a sliding-window pool, the SWA allocator runs the same kernel over the SWA free pages from the
   translated last location (``translate_loc_from_full_to_swa``: ``mapping[loc]``, the sentinel -1 for
-  ``last_loc = -1``), records ``mapping[full] = swa`` and returns int32 SWA locations;
+  ``last_loc = -1``), records ``mapping[full] = swa`` and returns the SWA locations as the int64 mapping holds
+  them (older releases cast them to int32);
 - the location route (decode/verify/re-anchor/extend, per group) reads slots through the token table a page
   table stands for, ``req_to_token[row, pos] = page * ps + pos % ps`` (so a page table is
   ``req_to_token[:, ::ps] // ps``); padded rows' tokens write the reserved slot 0;
@@ -227,7 +228,7 @@ class SglangStyleBackend:
         swa_out = torch.zeros_like(state.out)
         alloc_extend(prefix, seq, mapping[last], state.swa.free_pages, swa_out, ps, signed_starts=self.signed_starts)
         mapping[state.out] = swa_out
-        return Allocation(state.out, pool.req_to_token, swa_out.to(torch.int32), mapping)
+        return Allocation(state.out, pool.req_to_token, swa_out, mapping)  # int64, as the mapping's entries
 
     def alloc_decode(self, state: AllocState) -> Allocation:
         return self._allocate(state)

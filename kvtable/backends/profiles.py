@@ -114,8 +114,8 @@ class Allocator:
 
     loc_dtype: Literal["int32", "int64"] = "int64"
     """The dtype of the slots the allocator hands out (``out_cache_loc``)."""
-    swa_loc_dtype: Literal["int32", "int64"] = "int32"
-    """The dtype of translated SWA locations; the ``alloc/swa-*`` properties check it."""
+    swa_loc_dtypes: tuple[Literal["int32", "int64"], ...] = ("int32",)
+    """The dtypes translated SWA locations may have (engine versions differ); ``alloc/swa-*`` checks them."""
     debug_env: str = ""
     """The switch of the engine's own allocator debug asserts, if it has one."""
 
@@ -411,8 +411,9 @@ SGLANG = Profile(
   (``domain.malformed_tables = False``).
 - SWA (``python/sglang/srt/mem_cache/allocator/swa.py``, ``SWATokenToKVPoolAllocator``):
   ``full_to_swa_index_mapping`` is int64 with one extra entry, the sentinel -1, so that translating
-  ``last_loc = -1`` gives -1; evicted or absent slots map to 0; ``translate_loc_from_full_to_swa`` returns
-  int32 locations (``allocator.swa_loc_dtype``).
+  ``last_loc = -1`` gives -1; evicted or absent slots map to 0. ``translate_loc_from_full_to_swa`` cast the
+  translated locations to int32 in older releases; from 0.5.2x (``swa_memory_pool.py``) it returns the int64
+  mapping's entries as they are, so both dtypes are accepted (``allocator.swa_loc_dtypes``).
 - ``SGLANG_DEBUG_MEMORY_POOL`` switches on the paged allocator's asserts (``alloc_extend``/``alloc_decode``:
   ``last_loc`` agrees with the prefix length modulo the page size, the output slots are unique; ``free``: no
   duplicate free pages): SGLang's own debug mode (``allocator.debug_env``).
@@ -423,7 +424,8 @@ SGLANG = Profile(
   ``seq_lens`` are the fill value 1; their rows are never read for writes.
 - Validation lives in the scheduler; the attention backends trust what they get.""",
     loc_dtype="int64", tail_pad=0, dummy_rows="unread", loc_buffer_tail=0, loc_buffer_tail_on="padded",
-    validates="scheduler", allocator=Allocator(debug_env="SGLANG_DEBUG_MEMORY_POOL"),
+    validates="scheduler",
+    allocator=Allocator(swa_loc_dtypes=("int32", "int64"), debug_env="SGLANG_DEBUG_MEMORY_POOL"),
     domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False),
 )
 

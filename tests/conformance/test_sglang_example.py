@@ -3,9 +3,11 @@ seeded SGLang bug class fails at the safety tier naming the request's row and th
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
+import torch
 
 from kvtable.backends import load
 from kvtable.conformance.properties import PROPERTIES, select
@@ -46,6 +48,26 @@ def test_each_seeded_sglang_bug_fails_safety_naming_row_and_token(factory: str, 
     assert named, result.message
     if clause == "A2":  # the token recorded from the negative start is one with no position of its own
         assert int(named.group(2)) < 0
+
+
+class Int32SwaLocations:
+    """The example as older SGLang releases return SWA locations: cast to int32."""
+
+    def __init__(self, debug: bool | None = None) -> None:
+        self.inner = load_example("backend", debug=bool(debug))
+        self.name, self.device = "sglang-style-int32-swa", "cpu"
+
+    def alloc_extend(self, state):  # type: ignore[no-untyped-def]
+        got = self.inner.alloc_extend(state)
+        return dataclasses.replace(got, swa_locs=None if got.swa_locs is None else got.swa_locs.to(torch.int32))
+
+
+def test_swa_locations_pass_as_int64_and_as_int32_under_the_profile() -> None:
+    """SGLang returns the int64 mapping's entries (0.5.2x) or casts them to int32 (older): both are its engine."""
+    for spec in (f"{EXAMPLE}:backend", f"{__name__}:Int32SwaLocations"):
+        report = run_conformance(spec, examples=10, seed=0, profile="sglang", properties=select(["alloc/swa-extend"]),
+                                 level="correct", isolate=False)
+        assert report.passed and report.results[0].examples > 0, report.details()
 
 
 def test_a_seeded_bug_passes_the_properties_of_the_other_classes() -> None:

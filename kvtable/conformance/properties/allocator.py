@@ -102,13 +102,13 @@ def _check_dtypes(ctx: Context, case: AllocCase, got: Allocation, what: str) -> 
     conventions = ctx.profile.allocator
     if conventions is None:
         return
-    wanted = [("A1", "locations", got.locs, conventions.loc_dtype)]
+    wanted = [("A1", "locations", got.locs, (conventions.loc_dtype,))]
     if case.step.swa is not None and got.swa_locs is not None:
-        wanted.append(("A5", "SWA locations", got.swa_locs, conventions.swa_loc_dtype))
+        wanted.append(("A5", "SWA locations", got.swa_locs, conventions.swa_loc_dtypes))
     for clause, name, tensor, want in wanted:
-        if str(tensor.dtype).removeprefix("torch.") != want:
+        if str(tensor.dtype).removeprefix("torch.") not in want:
             raise Mismatch(clause, f"{what}: {name} are {tensor.dtype}; profile {ctx.profile.name!r} says the "
-                           f"engine's are {want}", tier=CORRECTNESS, kind=f"{name} dtype")
+                           f"engine's are {' or '.join(want)}", tier=CORRECTNESS, kind=f"{name} dtype")
 
 
 def case_clause(case: AllocCase) -> str:
