@@ -2,8 +2,9 @@
 
 A backend is named by ``"pkg.mod:factory"`` (a class or function returning a ``Backend``; it is called
 with ``debug=`` when a debug-mode instance is wanted), ``"pkg.mod:object"`` (an instance),
-``"path/to/file.py:factory"`` (a Python file, loaded as a module: no package or install needed), or one
-of the built-in names ``reference``, ``torch`` and ``triton``. A module that is not on ``sys.path`` is
+``"path/to/file.py:factory"`` (a Python file, loaded as a module with its folder on ``sys.path`` for its
+sibling modules: no package or install needed), or one of the built-in names ``reference``, ``torch`` and
+``triton``. A module that is not on ``sys.path`` is
 also looked up in the current directory (so ``examples.vllm_style:backend`` works from a clone's root,
 as with ``python -m``). With no name, ``$KVTABLE_BACKEND`` decides (default ``torch``). The ``kvtable
 conform/fuzz --backend`` options and the pytest option ``--kvtable-backend`` all go through here.
@@ -156,6 +157,8 @@ def _import_file(spec: str, path: str) -> ModuleType:
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module  # before exec: dataclasses and pickling look the module up by name
+    if str(file.parent) not in sys.path:  # its sibling modules import, as under ``python file.py``
+        sys.path.append(str(file.parent))
     try:
         module_spec.loader.exec_module(module)
     except Exception as err:

@@ -114,3 +114,23 @@ def test_torch_stacked_is_the_torch_backend_through_the_proved_stacked_formula()
                              examples=20, seed=0, isolate=False)
     assert sorted((r.property, r.status) for r in report.results) == [
         ("group_locs/extend", "passed"), ("kernels/grouped-locs", "not applicable"), ("kernels/replay-fill", "passed")]
+
+
+def test_a_file_backend_imports_its_sibling_modules_from_any_directory(tmp_path: Path) -> None:
+    """An adapter beside the engine code it wraps (``adapter.py`` importing ``engine.py``) loads by path from
+    elsewhere, as ``python adapter.py`` would run it, in the command's workers too."""
+    (tmp_path / "engine.py").write_text("def slot(page, pos, ps):\n    return page * ps + pos % ps\n")
+    (tmp_path / "adapter.py").write_text(textwrap.dedent('''
+        import torch
+        import engine
+        class Decode:
+            def decode_locs(self, table, seq_lens, page_size):
+                pos = seq_lens.long() - 1
+                return engine.slot(table[torch.arange(len(seq_lens)), pos // page_size], pos, page_size).to(
+                    torch.int32)
+        '''))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = _kvtable("conform", "--backend", str(tmp_path / "adapter.py") + ":Decode", "--property", "decode_locs",
+                      "--examples", "10", cwd=elsewhere)
+    assert result.returncode == 0, result.stdout + result.stderr
