@@ -7,6 +7,7 @@ lone-table call of the case's mode, ``check_group_locs`` judges one ``group_locs
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,9 @@ import torch
 from kvtable.conformance.checks import Mismatch, Outcome, check_tensor, judge
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context
+from kvtable.conformance.levels import SAFETY
 from kvtable.reference.model import Table
+from kvtable.reference.safety import Token, UnsafeWrite, token_positions
 from kvtable.reference.tables import as_table
 from kvtable.strategies import Case
 
@@ -72,12 +75,53 @@ def tensor_compare(ctx: Context, clause: str, what: str) -> Callable[[Any, Any],
     return lambda got, want: check_tensor(clause, what, got, want, device=ctx.device, dtypes=loc_dtypes(ctx))
 
 
+def token_slots(case: Case, actual_bs: int | None) -> list[Token]:
+    """Each output location's ``(row, position)`` for the case's batch (position None: a padded row's token)."""
+    batch = case.batch
+    extend = case.extend_lens if batch.mode == "extend" else None
+    return token_positions(batch.mode, batch.seq_lens, n=batch.n, prefix_lens=batch.prefix_lens, extend_lens=extend,
+                           actual_bs=actual_bs)
+
+
+def failure_kind(write: UnsafeWrite) -> str:
+    """A failure kind from the oracle's reason, numbers left out (``another page``, ``negative slot``, ...)."""
+    return "unsafe write: " + re.sub(r"-?\d+", "N", write.reason.split(":")[0])[:48]
+
+
+def check_safe(ctx: Context, clause: str, what: str, case: Case, gid: str, got: Any, actual_bs: int | None) -> None:
+    """Raise the safety failure of ``got`` (group ``gid``'s locations) if any is outside its token's allowed slots
+    (the profile's writer applied): a wrong location on valid input is unsafe too when it lands elsewhere."""
+    if not hasattr(got, "tolist"):
+        return  # not a location tensor: a correctness matter
+    ps = case.spec(gid).block_granularity
+    bad = ctx.profile.unsafe_writes(case.tables[gid], got, token_slots(case, actual_bs), ps, group=gid)
+    if bad:
+        first = bad[0]
+        raise Mismatch(clause, f"{what}: {len(bad)} unsafe write(s); first: group {first.group!r} row {first.row} "
+                       f"token {first.token} position {first.position} wrote loc {first.loc}: {first.reason}",
+                       tier=SAFETY, kind=failure_kind(first))
+
+
+def location_compare(ctx: Context, clause: str, what: str, case: Case, gid: str,
+                     actual_bs: int | None) -> Callable[[Any, Any], None]:
+    """``tensor_compare``, where a result that differs is judged by the safety oracle first."""
+    def compare(got: Any, want: Any) -> None:
+        try:
+            check_tensor(clause, what, got, want, device=ctx.device, dtypes=loc_dtypes(ctx))
+        except Mismatch:
+            check_safe(ctx, clause, what, case, gid, got, actual_bs)
+            raise
+
+    return compare
+
+
 def check_lone(ctx: Context, backend: Any, case: Case, clause: str | None = None) -> None:
     """Every attention group's lone-table call equals the reference (or refuses with its clause)."""
     for spec in case.attention:
         what, expected, call = lone_call(ctx, backend, case, spec.group_id)
         tag = clause or MODE_CLAUSE[case.batch.mode]
-        judge(tag, what, expected, call, tensor_compare(ctx, tag, what))
+        told = decode_padding(backend, case.batch.actual_bs) if case.batch.mode == "decode" else case.batch.actual_bs
+        judge(tag, what, expected, call, location_compare(ctx, tag, what, case, spec.group_id, told))
 
 
 def _group_compare(ctx: Context, case: Case, clause: str) -> Callable[[Any, Any], None]:
@@ -91,8 +135,7 @@ def _group_compare(ctx: Context, case: Case, clause: str) -> Callable[[Any, Any]
             raise Mismatch("T6" if leaked else clause, f"group_locs keys {sorted(got)}, expected {sorted(want)}"
                            + (f" (state groups {leaked} must be shed)" if leaked else ""))
         for gid in sorted(want):
-            check_tensor(clause, f"group_locs[{gid!r}]", got[gid], want[gid], device=ctx.device,
-                         dtypes=loc_dtypes(ctx))
+            location_compare(ctx, clause, f"group_locs[{gid!r}]", case, gid, case.batch.actual_bs)(got[gid], want[gid])
 
     return compare
 

@@ -22,7 +22,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, Verbosity, given, reproduce_failure, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import ExampleDatabase
-from hypothesis.errors import DidNotReproduce, HypothesisException, Unsatisfiable
+from hypothesis.errors import DidNotReproduce, FlakyFailure, HypothesisException, Unsatisfiable
 from hypothesis.stateful import run_state_machine_as_test
 
 import kvtable.internals
@@ -49,6 +49,8 @@ STEPS_PER_MACHINE = 12
 NOT_APPLICABLE = "not applicable"
 MAX_FAILURES = 4
 """Distinct failures (by clause and kind) sought per property before the search stops."""
+FLAKY_NOTE = (" (not deterministic: this example failed once, then passed or was refused when replayed; a backend"
+              " that reads memory it does not own, or uninitialised memory, does this)")
 
 
 @dataclass
@@ -368,12 +370,16 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
                 break
             except DidNotReproduce:  # the example of ``reproduce`` passes now
                 break
-            except Mismatch as err:
-                count.failed()  # where the failing example's own hook did not see it (a machine's __init__)
+            except (Mismatch, FlakyFailure) as caught:
+                err = caught if isinstance(caught, Mismatch) else count.mismatch
+                if err is None:  # flaky with no failure of ours: the run itself broke
+                    raise
+                count.failed(err)  # where the failing example's own hook did not see it (a machine's __init__)
                 ctx.seen.add((err.clause, err.kind))
                 tier = err.tier or prop.tier
+                flaky = "" if caught is err else FLAKY_NOTE
                 failures.append(Failure(clause_label(err.clause), tier, err.kind,
-                                        str(err) + _validation_note(ctx.profile, tier),
+                                        str(err) + flaky + _validation_note(ctx.profile, tier),
                                         _counterexample(ctx, spec, err, prop.name, level)))
             except Unsatisfiable:
                 if not failures:
@@ -413,6 +419,8 @@ class _Count:
     examples: int = 0
     searched: int = 0
     found_at: int = 0
+    mismatch: Mismatch | None = None
+    """The last failure an example raised: what a run Hypothesis then found flaky failed with."""
     _mark: int = 0
     _hit: bool = True
 
@@ -420,8 +428,9 @@ class _Count:
         """A search begins."""
         self._mark, self._hit = self.examples, False
 
-    def failed(self) -> None:
+    def failed(self, err: Mismatch | None = None) -> None:
         """The search running failed (its first failure counts: the shrinking after it is not searching)."""
+        self.mismatch = err or self.mismatch
         if not self._hit:
             self._hit = True
             self.searched += self.examples - self._mark
@@ -451,8 +460,8 @@ def _search(prop: Property, ctx: Context, count: _Count, *, examples: int, seed:
         try:
             with ctx.example(prop.clause):
                 check(ctx, example)
-        except Mismatch:
-            count.failed()
+        except Mismatch as err:
+            count.failed(err)
             raise
 
     # settings outside @seed: @seed alone would also switch the example database off
@@ -473,8 +482,8 @@ def _counting_init(base: type, count: _Count) -> Callable[[Any], None]:
 
 def _counting_teardown(base: type, count: _Count) -> Callable[[Any], None]:
     def teardown(self: Any) -> None:
-        if isinstance(sys.exc_info()[1], Mismatch):  # a step failed: the search is over, shrinking begins
-            count.failed()
+        if isinstance(failure := sys.exc_info()[1], Mismatch):  # a step failed: the search is over, shrinking begins
+            count.failed(failure)
         base.teardown(self)
 
     return teardown

@@ -41,6 +41,30 @@ class DecodeLastOffByOne(TorchBackend):
         return out
 
 
+class GarbageOnce(TorchBackend):
+    """Reads memory it does not own, once: its first decode writes a slot past the pool, every later one is right."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls = 0
+
+    def decode_locs(self, table, seq_lens, page_size, *, actual_bs=None):
+        out = super().decode_locs(table, seq_lens, page_size, actual_bs=actual_bs)
+        self.calls += 1
+        if self.calls == 1 and out.numel():
+            out[0] = 2**31 - 1
+        return out
+
+
+def test_a_failure_that_does_not_replay_is_reported_not_an_error() -> None:
+    """Hypothesis calls such a run flaky; the verdict is still the unsafe write, with the backend named as not
+    deterministic (as an engine reading garbage is), never an ERROR of the run."""
+    report = run_conformance(GarbageOnce(), examples=20, seed=0, properties=select(["decode_locs"]), isolate=False)
+    [result] = report.results
+    assert result.status == "failed" and result.tier == "safety", report.details()
+    assert "not deterministic: this example failed once" in result.message
+
+
 class StateNotShed(TorchBackend):
     """T6: state groups come back with locations."""
 

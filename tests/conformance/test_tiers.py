@@ -111,7 +111,9 @@ def test_every_distinct_failure_is_reported_with_its_own_counterexample() -> Non
     report = run_conformance(TwoBugs, examples=60, seed=0, properties=select(["decode_locs"]))
     result = report.results[0]
     kinds = {f.kind for f in result.failures}
-    assert kinds == {"crashed (IndexError)", "correctness"}, result.failures
+    wrong = kinds - {"crashed (IndexError)"}  # a location one slot off lands on another token's slot: unsafe
+    assert "crashed (IndexError)" in kinds and wrong and all(k.startswith("unsafe write: ") for k in wrong), kinds
+    assert all(f.tier == "safety" for f in result.failures if f.kind in wrong)
     assert all(f.counterexample.startswith("import torch") for f in result.failures)
     assert {f.clause for f in result.failures} == {"W1 decode-loc"} and result.property_clause == "W1 decode-loc"
     assert report.to_dict()["results"][0]["failures"][0]["clause"] == "W1 decode-loc"
@@ -194,3 +196,22 @@ def test_a_lone_decode_declares_its_padded_rows_and_the_properties_use_it() -> N
     assert run_conformance(PadsDecodeRows, examples=40, seed=0, profile="vllm", properties=props).passed
     report = run_conformance(HearsNoPadding, examples=40, seed=0, profile="vllm", properties=props, shrink=False)
     assert re.search(r"decode_locs\[\w+\]: index \d+: got 0, expected -1", report.results[0].message), report.details()
+
+
+class LastOffByOne(TorchBackend):
+    """W1: the last request's decode location is one slot past its own (another token's slot)."""
+
+    def decode_locs(self, table, seq_lens, page_size, *, actual_bs=None):
+        out = super().decode_locs(table, seq_lens, page_size, actual_bs=actual_bs)
+        out[-1:] += 1
+        return out
+
+
+def test_a_wrong_location_on_valid_input_fails_the_safety_level() -> None:
+    """A value the reference would not give is judged by the safety oracle first: one slot off writes another
+    token's slot, which fails even ``--level safety``, naming the group, row and token."""
+    report = run_conformance(LastOffByOne, examples=30, seed=0, properties=select(["decode_locs"]), level="safety")
+    result = report.results[0]
+    assert not report.passed and result.tier == "safety" and result.clause == "W1 decode-loc", report.details()
+    assert re.search(r"unsafe write\(s\); first: group '\w+' row \d+ token \d+ position \d+ wrote loc \d+",
+                     result.message), result.message

@@ -6,18 +6,14 @@ never a negative slot other than the pad.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
-from kvtable.conformance.calls import decode_padding, lone_call
-from kvtable.conformance.checks import Mismatch
+from kvtable.conformance.calls import check_safe, decode_padding, lone_call
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import SAFETY
 from kvtable.conformance.properties.applies import LOCS, NeedsAny, calls
 from kvtable.errors import Unsupported
-from kvtable.reference.safety import UnsafeWrite, token_positions
-from kvtable.strategies import Case
 from kvtable.strategies.unsafe import UNSAFE_KINDS, UnsafeCase, unsafe_cases
 
 _ANY_LOCS = NeedsAny(LOCS)
@@ -31,13 +27,6 @@ def scrubbed_dummy_rows(ctx: Context) -> str | None:
     return _ANY_LOCS(ctx)
 
 
-def _tokens(case: Case, actual_bs: int | None) -> list[tuple[int, int | None]]:
-    batch = case.batch
-    extend = case.extend_lens if batch.mode == "extend" else None
-    return token_positions(batch.mode, batch.seq_lens, n=batch.n, prefix_lens=batch.prefix_lens, extend_lens=extend,
-                           actual_bs=actual_bs)
-
-
 def _refused(call: Callable[[], Any]) -> tuple[bool, Any]:
     """Run a backend call; any exception but ``Unsupported`` is a refusal (safe)."""
     try:
@@ -48,21 +37,8 @@ def _refused(call: Callable[[], Any]) -> tuple[bool, Any]:
         return True, None
 
 
-def _kind(write: UnsafeWrite) -> str:
-    """A failure kind from the oracle's reason, numbers left out (``another page``, ``negative slot``, ...)."""
-    return "unsafe write: " + re.sub(r"-?\d+", "N", write.reason.split(":")[0])[:48]
-
-
 def _judge(ctx: Context, clause: str, what: str, u: UnsafeCase, gid: str, got: Any, actual_bs: int | None) -> None:
-    if not hasattr(got, "tolist"):
-        return  # not a location tensor: a correctness matter, judged by the valid-input properties
-    ps = u.case.spec(gid).block_granularity
-    bad = ctx.profile.unsafe_writes(u.case.tables[gid], got, _tokens(u.case, actual_bs), ps, group=gid)
-    if bad:
-        first = bad[0]
-        raise Mismatch(clause, f"{what} on {u.kind} ({u.how}): {len(bad)} unsafe write(s); first: group "
-                       f"{first.group!r} row {first.row} token {first.token} position {first.position} wrote "
-                       f"loc {first.loc}: {first.reason}", tier=SAFETY, kind=_kind(first))
+    check_safe(ctx, clause, f"{what} on {u.kind} ({u.how})", u.case, gid, got, actual_bs)
 
 
 def _check(clause: str) -> Callable[[Context, UnsafeCase], None]:
