@@ -34,6 +34,7 @@ from kvtable import interrupts
 from kvtable.conformance.checks import Transcript
 from kvtable.conformance.core import Context
 from kvtable.conformance.database import DatabaseFailed
+from kvtable.conformance.levels import SAFETY
 from kvtable.conformance.options import DEFAULT_TIMEOUT_S
 from kvtable.conformance.preflight import check_backend
 from kvtable.conformance.properties import BY_NAME, Property
@@ -213,7 +214,8 @@ def _lost(worker: _Worker, status: str, why: str, spec: str) -> PropertyResult:
                + (f", in {call.partition('(')[0]}(...)" if call else ""))
     return PropertyResult(job.prop.name, clause_label(job.prop.clause), status, worker.examples,
                           time.perf_counter() - job.started, job.prop.debug, message,
-                          counterexample_text(spec, "\n".join(lines), f"{status.upper()}: {message}"))
+                          counterexample_text(spec, "\n".join(lines), f"{status.upper()}: {message}"),
+                          clause_label(job.prop.clause), SAFETY)  # a crash or a hang is never safe
 
 
 def _named(setup: WorkerSetup) -> str:
@@ -303,7 +305,7 @@ class _Pool:
         elif kind == "result":
             result: PropertyResult = message[1]
             if not result.passed and any(mark in result.message for mark in POISONED):
-                result.status = CRASH  # the worker's CUDA context is gone: a fresh worker runs the rest
+                result.status, result.tier = CRASH, SAFETY  # the CUDA context is gone: a fresh worker runs the rest
             return result
         return None
 

@@ -38,6 +38,7 @@ def test_a_kernel_that_aborts_is_a_crash_with_its_example(capsys: pytest.Capture
     rc, out = _conform(capsys, "AbortOnMalformedTable")  # not built-in: isolated by default
     assert rc == EXIT_FAILED
     assert _row(out, "rejects/T1")[3] == "CRASH"
+    assert _row(out, "rejects/T1")[-1] == "safety"  # a crash is never safe, whatever the property's own tier
     assert [_row(out, p)[3] for p in ("decode_locs", "verify_locs", "graph/init")] == ["PASSED"] * 3
     assert "the backend killed the worker process (SIGABRT) during example" in out
     crash = out[out.index("=== CRASH [T1 table-shape] rejects/T1"):]
@@ -50,6 +51,7 @@ def test_a_kernel_that_hangs_is_a_timeout_with_its_example(capsys: pytest.Captur
     rc, out = _conform(capsys, "HangOnBs5", "--timeout", "10")  # generous: a loaded CI box is slow
     assert rc == EXIT_FAILED
     assert _row(out, "verify_locs")[3] == "TIMEOUT"
+    assert _row(out, "verify_locs")[-1] == "safety"  # nor is a hang
     assert [_row(out, p)[3] for p in ("rejects/T1", "decode_locs", "graph/init")] == ["PASSED"] * 3
     timeout = out[out.index("=== TIMEOUT [W2 verify-loc] verify_locs"):]
     assert "gave no sign of life for 10 s (killed)" in timeout
