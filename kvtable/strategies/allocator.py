@@ -96,8 +96,7 @@ def _step(draw: st.DrawFn, mode: AllocMode, kind: str, swa: bool | None, paged: 
     held = r.randrange(0, 3)
     spare = r.randrange(0, 3)
     total = sum(own) + sum(idle_pages) + held + new + spare
-    base = INT32_SLOTS // ps if kind == "int32 slots" else 0  # every page's slots past 2^31 - 1
-    ids = [base + p for p in r.sample(range(1, total + 1), total)]
+    ids = r.sample(range(1, total + 1), total)
     table = [[0] * width for _ in range(n_rows)]
     taken = 0
     page_of: dict[tuple[int, int], int] = {}
@@ -116,7 +115,10 @@ def _step(draw: st.DrawFn, mode: AllocMode, kind: str, swa: bool | None, paged: 
             page, taken = ids[taken], taken + 1
             for pos in range(col * ps, min((col + 1) * ps, width)):
                 table[row][pos] = page * ps + pos % ps
-    free = ids[taken + held:]  # the ``held`` pages before them: neither free nor in a row (a cache holds them)
+    # the ``held`` pages before them: neither free nor in a row (a cache holds them). int32 slots: the pages the
+    # step may take lie past 2^31 - 1 slots (a pool that large), the rows hold the low ones an int32 table can
+    base = INT32_SLOTS // ps if kind == "int32 slots" else 0
+    free = [base + p for p in ids[taken + held:]]
     stale = [p for p in ids if r.random() < 0.5] or ids[:1]
     for row, prefix in zip(rows, prefixes, strict=True):
         if shape[4]:  # an uncleared row: past the prefix, an earlier occupant's slots

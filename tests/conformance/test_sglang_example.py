@@ -50,6 +50,16 @@ def test_each_seeded_sglang_bug_fails_safety_naming_row_and_token(factory: str, 
         assert int(named.group(2)) < 0
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_int32_slots_blame_only_the_steps_own_tokens(seed: int) -> None:
+    """The rows before the step hold slots an int32 table holds; only the slots the step takes pass 2^31, so
+    every fault is the step's own recording (A1), never a row it did not touch (A2)."""
+    report = run_conformance(f"{EXAMPLE}:backend_int32_pool", examples=15, seed=seed, profile="sglang",
+                             properties=select(["alloc/int32-slots"]), level="safety")
+    [result] = report.results
+    assert not result.passed and {f.clause for f in result.failures} == {"A1 alloc-recorded"}, report.details()
+
+
 class Int32SwaLocations:
     """The example as older SGLang releases return SWA locations: cast to int32."""
 
