@@ -4,8 +4,9 @@ A verdict that needs them is "holds under the stated assumptions", printed with 
 only ever one that satisfies all of them, so a bug is hidden only by an assumption the binding states.
 Three forms:
 
-- ``"<tensor or role> entries >= 0"``: every value the kernel loads from that tensor is >= 0 (vLLM's block
-  ids: the null block is 0, a -1 is outside what its block tables can hold);
+- ``"<tensor or role> entries >= 0"``: every value the kernel loads from that tensor (from the tensors behind it,
+  for a table of pointers) is >= 0 (vLLM's block ids: the null block is 0, a -1 is outside what its block
+  tables can hold);
 - ``"positions < width * page_size"``: every position the kernel loads has its block inside the table's
   width (the scheduler never sends a token past the table);
 - any other text: a comparison over the parameters, the stride arguments, the program ids ``pid0``..``pid2``
@@ -83,10 +84,11 @@ def _positions_fit(launch: Launch, trace: Trace) -> list[z3.BoolRef]:
 
 def _facts(launch: Launch, trace: Trace, text: str) -> list[z3.BoolRef]:
     found = _ENTRIES.match(text)
-    if found:
+    if found:  # a table of pointers stands for the tensors behind it (vLLM V2's per-group tables)
         tensor = _tensor(launch, found["name"], text)
-        return [z3.Implies(load.mask, _signed(launch.read(tensor, load.pointer)) >= 0)
-                for load in trace.loads if load.pointer.tensor == tensor]
+        behind = {t for t in launch.binding.pointer_tables.get(tensor, (tensor,)) if t in launch.binding.tensors}
+        return [z3.Implies(load.mask, _signed(launch.read(load.pointer.tensor, load.pointer)) >= 0)
+                for load in trace.loads if load.pointer.tensor in behind]
     if text == POSITIONS_FIT:
         return _positions_fit(launch, trace)
     return [_expression(launch, text)]

@@ -181,6 +181,19 @@ def test_v2_int32_block_times_block_size_is_found() -> None:
     assert 0 <= token < model["N"]
 
 
+def test_v2_entries_assumption_covers_the_tables_behind_the_pointer_table() -> None:
+    """``table entries >= 0`` names the table of pointers; it holds of every entry loaded from the per-group tables
+    behind it, so no counterexample rests on a negative block id (vLLM's pool hands out none)."""
+    model = dict(discharge(kq.safety(load_binding(V2)), TIMEOUT_MS).model)
+    loaded = [k.removesuffix(" mask") for k, v in model.items()
+              if k.startswith("load ") and " table_g" in k and k.endswith(" mask") and v]
+    assert loaded
+    for label in loaded:
+        tensor = label.split()[2].split("@")[0]
+        entry = f"{tensor}[{model[f'{label} index[0]']}, {model[f'{label} index[1]']}]"
+        assert model[entry] >= 0, (entry, model[entry])
+
+
 def test_v2_without_the_guard_reads_past_a_groups_row() -> None:
     binding = dataclasses.replace(load_binding(V2), kernel=load_object(V2_UNGUARDED))
     model = dict(discharge(kq.in_bounds(binding), TIMEOUT_MS).model)
