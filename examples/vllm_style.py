@@ -114,7 +114,8 @@ class VllmStyleBackend:
 
     def expand_table(self, table: torch.Tensor, ratio: int, *, max_kernel_pages: int | None = None,
                      tail_pad: int = -1, actual_bs: int | None = None) -> torch.Tensor:
-        """Manager blocks to kernel blocks: ``b -> b*r + j``; the null block (and anything <= 0) -> ``j``; tail 0."""
+        """Manager blocks to kernel blocks: ``b -> b*r + j``; the null block (and anything <= 0) -> ``j``; tail 0.
+        Every row is mapped alike (``map_to_kernel_blocks`` knows no padded rows: they are never read)."""
         if ratio < 1:
             raise ValueError(f"the kernel block size must divide the manager's block size (ratio {ratio})")
         rows, width = table.shape
@@ -129,8 +130,6 @@ class VllmStyleBackend:
         out = torch.zeros((rows, out_width), dtype=torch.int32)  # vLLM's tables are zero-initialised
         keep = min(out_width, kernel.shape[1])
         out[:, :keep] = kernel[:, :keep]
-        if actual_bs is not None:
-            out[actual_bs:] = 0
         return out
 
 

@@ -198,6 +198,13 @@ class Profile:
         """Whether padded rows must hold page 0 (T2), or may hold anything the engine never reads."""
         return self.dummy_rows == "page0"
 
+    def unread_rows_as_given(self, want: Table, got: Table, live: int | None) -> Table:
+        """``want`` with the padded rows (``>= live``) taken from ``got`` where the engine never reads them: they
+        are not judged (vLLM expands and copies only its live rows, ``map_to_kernel_blocks``)."""
+        if self.scrubs_dummy_rows or live is None:
+            return want
+        return [*want[:live], *got[live:len(want)]]
+
     @property
     def buffers_at_init(self) -> bool:
         """Whether ``graph()`` itself must allocate every group's buffers (G1), not the first capture."""
