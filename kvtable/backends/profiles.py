@@ -67,6 +67,10 @@ class Domain:
     """Whether a call can be handed a table of another dtype or rank, with fewer rows than the batch or no column,
     or a group's table missing (T1's shape breaches); not where every table is a view of the runner's own
     persistent int32 ``[max_reqs, width >= 1]`` tensor, one per group (vLLM, SGLang)."""
+    broken_lengths: bool = True
+    """Whether a call can be handed lengths no scheduler of the engine builds (a live seq_len 0, a prefix that is
+    negative or past its length, a verify row shorter than N: T9's and W2's breaches); not where positions come
+    from token counts the scheduler keeps (vLLM's ``num_computed_tokens``, SGLang's ``prefix_lens``)."""
     contiguous_args: tuple[str, ...] = ()
     """Fused-kernel arguments (``backend.kernels``) the engine always builds as fresh contiguous tensors: the
     kernel strategies lay these out contiguous, never as the strided views they draw for others."""
@@ -369,6 +373,9 @@ VLLM = Profile(
   earlier ids or 0. ``BlockTable.__init__`` allocates each group's table once, int32
   ``[max_num_reqs, max_num_blocks_per_req]``, and a step reads rows of it: no call sees a table of another
   dtype, rank or shape (``domain.malformed_tables = False``; T1's shape breaches are not drawn).
+- Lengths: positions are ``num_computed_tokens + arange(num_scheduled_tokens)`` (``_prepare_inputs``), so no
+  live position is negative, no prefix passes its length and a verify row holds its N tokens
+  (``domain.broken_lengths = False``: T9's and W2's length breaches are not drawn).
 - Writer: ``csrc/cache_kernels.cu`` (``reshape_and_cache_kernel``, ``reshape_and_cache_flash_kernel``) return
   before writing when ``slot_mapping[token] < 0``: every negative slot is dropped, not only ``PAD_SLOT_ID``;
   the safety oracle treats a negative location as no write.
@@ -390,7 +397,8 @@ vLLM has no per-group CUDA-graph table buffers of kvtable's shape, so the graph 
 kvtable's (a vLLM-style backend simply has no ``graph``).""",
     loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, subpage_holes=True, dummy_rows="unread",
     loc_buffer_tail=PAD_SLOT_ID, validates="scheduler",
-    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False),
+    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,
+                  broken_lengths=False),
     writer="skips-negative",
 )
 
@@ -415,7 +423,8 @@ SGLANG = Profile(
   ``free_slots``: a reused row keeps the previous request's slots past its length (never read below
   ``seq_len``), so "tails read 0" holds only for rows never used (``domain.stale = "earlier-ids"``). The
   pool is allocated once (``[size + 1, max_context_len]``), so no step sees a table of another shape
-  (``domain.malformed_tables = False``).
+  (``domain.malformed_tables = False``). The scheduler keeps ``prefix_lens <= seq_lens`` and allocates a verify
+  step's N slots past the committed length (``domain.broken_lengths = False``).
 - SWA (``python/sglang/srt/mem_cache/allocator/swa.py``, ``SWATokenToKVPoolAllocator``):
   ``full_to_swa_index_mapping`` is int64 with one extra entry, the sentinel -1, so that translating
   ``last_loc = -1`` gives -1; evicted or absent slots map to 0. ``translate_loc_from_full_to_swa`` cast the
@@ -433,7 +442,8 @@ SGLANG = Profile(
     loc_dtype="int64", tail_pad=0, dummy_rows="unread", loc_buffer_tail=0, loc_buffer_tail_on="padded",
     validates="scheduler",
     allocator=Allocator(swa_loc_dtypes=("int32", "int64"), debug_env="SGLANG_DEBUG_MEMORY_POOL"),
-    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False),
+    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,
+                  broken_lengths=False),
 )
 
 TOKENSPEED = Profile(

@@ -19,7 +19,7 @@ from kvtable.reference import NULL_PAGE
 from kvtable.reference.model import Table, write_positions
 from kvtable.reference.tables import needed_columns
 from kvtable.strategies.batches import MAX_N, PAGE_LIMIT, Case, CaseOptions, as_tensor, ceil_div, draw_case
-from kvtable.strategies.domain import current
+from kvtable.strategies.domain import Domain, current
 from kvtable.strategies.draws import BOOLEANS, TAIL_PADS, between, pick
 
 Where = tuple[str | None, int | None, int | None]
@@ -156,7 +156,8 @@ def _t2_dummy_entry(draw: st.DrawFn, case: Case) -> Mutated:
     gid = _pick_group(draw, case)
     row = draw(between(case.batch.live_rows, case.batch.bs - 1))
     col = draw(between(0, len(tables[gid][row]) - 1))
-    tables[gid][row][col] = pick(draw, (-1, fresh_page(tables[gid])))
+    tables[gid][row][col] = pick(draw, (-1, fresh_page(tables[gid])) if current().negative_ids else
+                                 (fresh_page(tables[gid]),))
     return (replace(case, tables=tables), f"dummy row {row} of {gid!r} holds {tables[gid][row][col]} at col {col}",
             _cells(gid, row, [col]))
 
@@ -371,15 +372,17 @@ class Variant:
     base: Mapping[str, Any] = field(default_factory=dict)
     """Fields of :class:`CaseOptions` for a base case the mutation can apply to."""
 
-    @property
-    def malformed_table(self) -> bool:
-        """A T1 shape breach (dtype, rank, rows, columns, a group's table): what ``Domain.malformed_tables``
-        says whether the engine's state can hold."""
-        return self.clause == "T1" and self.cheap
+    negative: bool = False
+    """It puts a negative entry into a table (which ``Domain.negative_ids`` says whether the engine holds)."""
 
-    def held(self) -> bool:
-        """Whether the running profile's engine can be handed this breach (``domain.current()``)."""
-        return current().malformed_tables or not self.malformed_table
+    def held(self, domain: Domain) -> bool:
+        """Whether an engine whose state is ``domain`` can be handed this breach: no shape breach where every
+        table is the runner's own tensor, no length breach its scheduler never builds, no negative id where the
+        tables hold none."""
+        malformed = self.clause == "T1" and self.cheap  # dtype, rank, rows, columns, a group's table
+        lengths = self.clause in ("T9", "W2")
+        return ((domain.malformed_tables or not malformed) and (domain.broken_lengths or not lengths)
+                and (domain.negative_ids or not self.negative))
 
 
 _FIXED = ("decode", "verify", "reanchor")
@@ -391,13 +394,14 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("T1", "no columns", _t1_no_columns, True),
     Variant("T1", "missing group table", _t1_missing, True),
     Variant("T1", "undeclared group table", _t1_undeclared, True),
-    Variant("T1", "entry below -1", _t1_below_pad, False),
+    Variant("T1", "entry below -1", _t1_below_pad, False, negative=True),
     Variant("T2", "nonzero dummy row", _t2_dummy_entry, False, _PADDED),
     Variant("T2", "dummy row seq_len != 1", _t2_dummy_seq, False, _PADDED),
     Variant("T3", "real page after the pad", _t3_page_after_pad, False, {"min_live": 1}),
     Variant("T3", "pad value of the other convention", _t3_foreign_pad, False,
-            {"min_live": 1, "require": "full"}),
-    Variant("T4", "-1 inside the live length", _t4_pad_inside, False, {"min_live": 1, "tail_pads": (-1,)}),
+            {"min_live": 1, "require": "full"}, negative=True),
+    Variant("T4", "-1 inside the live length", _t4_pad_inside, False, {"min_live": 1, "tail_pads": (-1,)},
+            negative=True),
     Variant("T4", "page 0 at col 0 of a full row", _t4_full_front_hole, False,
             {"min_live": 1, "require": "full"}),
     Variant("T4", "page 0 inside the live length of a 0-padded full row", _t4_full_zero_tail, False,
@@ -466,7 +470,7 @@ def broken_cases(clauses: Sequence[str] | None = None, *, cheap: bool | None = N
 
     @st.composite
     def one(draw: st.DrawFn) -> Broken:
-        held = [v for v in chosen if v.held()] or reject()  # the running profile's engine can be handed these
+        held = [v for v in chosen if v.held(current())] or reject()  # the running profile's engine is handed these
         return draw_broken(draw, pick(draw, held), tail_pads=tail_pads, padding=padding)
 
     return one()

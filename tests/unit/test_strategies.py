@@ -220,3 +220,36 @@ def test_extend_rows_of_length_zero_are_drawn() -> None:
     case = find(cases(modes=("extend",)), lambda c: 0 in c.extend_lens and max(c.extend_lens) > 0,
                 settings=settings(database=None))
     assert case.batch.mode == "extend" and 0 in case.extend_lens
+
+
+@pytest.mark.parametrize("profile", ["vllm", "sglang"])
+def test_breaches_a_schedulers_engine_is_never_handed_are_not_drawn(profile: str) -> None:
+    """Under vLLM's and SGLang's domains no near-valid case has a negative table entry, another table shape or a
+    length breach (T9, W2): their state cannot hold one, so no verdict may rest on one."""
+    from kvtable.backends.profiles import get_profile
+    from kvtable.strategies.broken import broken_cases
+    from kvtable.strategies.domain import drawing
+
+    domain = get_profile(profile).domain
+
+    @settings(max_examples=60, derandomize=True, suppress_health_check=list(HealthCheck), database=None)
+    @given(broken_cases())
+    def drawn(b) -> None:  # type: ignore[no-untyped-def]
+        assert b.clause not in ("T9", "W2") and not (b.clause == "T1" and b.cheap), b.how
+        assert all(v >= 0 for table in b.case.tables.values() for row in table for v in row), b.how
+
+    with drawing(domain):
+        drawn()
+
+
+def test_properties_drawing_only_breaches_the_engine_never_builds_are_not_applicable() -> None:
+    from kvtable.backends.torch_backend import TorchBackend
+    from kvtable.conformance.properties import select
+    from kvtable.conformance.runner import run_conformance
+
+    names = ["rejects-cheap/T1", "rejects-cheap/T9", "rejects-cheap/W2", "rejects/T9", "rejects/W2"]
+    vllm = run_conformance(TorchBackend, examples=5, seed=0, profile="vllm", properties=select(names),
+                           isolate=False)
+    assert all(r.status == "not applicable" and "never handed these breaches" in r.message for r in vllm.results)
+    assert all(r.applicable for r in run_conformance(TorchBackend, examples=5, seed=0, properties=select(names),
+                                                     isolate=False).results)

@@ -15,6 +15,7 @@ from hypothesis import reject
 
 from kvtable.backends import NoDebugMode
 from kvtable.conformance.core import Context, Property
+from kvtable.strategies.broken import variants
 
 LONE = {"decode": "decode_locs", "verify": "verify_locs", "reanchor": "reanchor_locs", "extend": "extend_locs"}
 """The lone-table call of each mode."""
@@ -38,13 +39,22 @@ class NeedsAny:
         return f"the backend has none of {', '.join(self.methods)}"
 
 
-def malformed_tables_held(ctx: Context) -> str | None:
-    """``Property.not_applicable`` of the T1 shape breaches: N/A where the profile's engine is never handed a
-    table of another shape than its runner allocates (``Domain.malformed_tables``), else as ``NeedsAny(LOCS)``."""
-    if not ctx.profile.domain.malformed_tables:
-        return (f"profile {ctx.profile.name!r}: every table is a view of the runner's own int32 tensor, so no "
-                "call is handed one of another dtype, rank or shape (T1)")
-    return NeedsAny()(ctx)
+@dataclass(frozen=True)
+class BreachesHeld:
+    """``Property.not_applicable`` of a property drawing near-valid cases: N/A where the profile's engine is never
+    handed any of the breaches it draws (``Variant.held``: its input domain), else as ``NeedsAny(methods)``."""
+
+    clauses: tuple[str, ...]
+    cheap: bool | None = None
+    methods: tuple[str, ...] = LOCS
+
+    def __call__(self, ctx: Context) -> str | None:
+        domain = ctx.profile.domain
+        if not any(v.held(domain) for v in variants(self.clauses, cheap=self.cheap)):
+            return (f"profile {ctx.profile.name!r}: its engine is never handed these breaches of "
+                    f"{', '.join(self.clauses)} (no other table shape, no lengths its scheduler does not build, no "
+                    "negative ids where its tables hold none)")
+        return NeedsAny(self.methods)(ctx)
 
 
 def calls(ctx: Context, mode: str, *, group: bool = True) -> tuple[bool, bool]:
@@ -65,8 +75,7 @@ def debug_or_plain(ctx: Context) -> Any:
 
 
 _OTHER = {"missing_kernels": "backend.kernels", "missing_grouped_locs": "backend.kernels",
-          "missing_grouped_extend": "backend.kernels", "no_adapter": "cache_groups", "scrubbed_dummy_rows": None,
-          "malformed_tables_held": None}
+          "missing_grouped_extend": "backend.kernels", "no_adapter": "cache_groups", "scrubbed_dummy_rows": None}
 """What the other ``not_applicable`` checks ask for (None: a location call, as ``NeedsAny(LOCS)``)."""
 
 
@@ -76,6 +85,8 @@ def unlocks(properties: tuple[Property, ...]) -> dict[str, list[str]]:
     table: dict[str, list[str]] = {}
     for prop in properties:
         needs_any = prop.not_applicable
+        if isinstance(needs_any, BreachesHeld):
+            needs_any = NeedsAny(needs_any.methods)
         if getattr(needs_any, "__name__", "") in _OTHER:
             other = _OTHER[needs_any.__name__]  # type: ignore[union-attr]
             needs_any = NeedsAny() if other is None else None

@@ -21,7 +21,7 @@ from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.graph_harness import GraphHarness
 from kvtable.conformance.levels import STRICTNESS
-from kvtable.conformance.properties.applies import NeedsAny, calls
+from kvtable.conformance.properties.applies import BreachesHeld, NeedsAny, calls
 from kvtable.conformance.properties.kernels import (
     check_grouped_extend_locs,
     check_grouped_locs,
@@ -348,7 +348,8 @@ PROPERTIES = (
              "a float length, or a bare number for the mirror, is refused", _numpy_lengths(), _numpy_length_mirrors,
              needs=("extend_locs",)),
     Property("rejects/T1-devices", "T1", "tables of one batch on two devices (one on meta) are refused in any "
-             "mode", _tables_on_two_devices(), _rejects_two_devices, tier=STRICTNESS, needs=("group_locs",)),
+             "mode", _tables_on_two_devices(), _rejects_two_devices, tier=STRICTNESS, needs=("group_locs",),
+             not_applicable=BreachesHeld(("T1",), cheap=True)),
     Property("group_locs/idle-row-past-width", "W3", "extend over groups of different reach: a request with "
              "extend 0 past a group's columns writes nothing and leaves the others' locations as they are",
              _idle_row_past_width(), _idle_row_locs, needs=("group_locs",)),

@@ -16,7 +16,7 @@ from kvtable.conformance.checks import expect_raises, judge
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import STRICTNESS
-from kvtable.conformance.properties.applies import LOCS, LONE, NeedsAny, calls, malformed_tables_held
+from kvtable.conformance.properties.applies import LOCS, LONE, BreachesHeld, NeedsAny, calls
 from kvtable.reference import GroupSpec
 from kvtable.strategies import Broken, Case, CaseOptions, broken_cases, draw_case
 from kvtable.strategies.draws import BOOLEANS, between
@@ -122,19 +122,21 @@ _CHEAP = "breaches visible without a device sync are refused in any mode, naming
 _DEBUG = "debug mode refuses every breach of the clause, naming it and the offending group, row and column"
 PROPERTIES = (
     Property("rejects/n", "W2", "tokens per request < 1 is refused (W2 verify, W4 re-anchor)",
-             _bad_n(), _rejects_n, tier=STRICTNESS, not_applicable=NeedsAny(("verify_locs", "reanchor_locs"))),
+             _bad_n(), _rejects_n, tier=STRICTNESS,
+             not_applicable=BreachesHeld(("W2",), methods=("verify_locs", "reanchor_locs"))),
     Property("rejects/actual-bs", "T9", "verify_locs with actual_bs outside [0, bs] is refused in any mode",
-             _bad_actual_bs(), _rejects_actual_bs, tier=STRICTNESS, needs=("verify_locs",)),
+             _bad_actual_bs(), _rejects_actual_bs, tier=STRICTNESS, needs=("verify_locs",),
+             not_applicable=BreachesHeld(("T9",))),
     Property("rejects-cheap/T1", "T1", "T1 " + _CHEAP, _cheap("T1"), _rejects_cheap, tier=STRICTNESS,
-             not_applicable=malformed_tables_held),
+             not_applicable=BreachesHeld(("T1",), cheap=True)),
     Property("rejects-cheap/T8", "T8", "T8 " + _CHEAP, _cheap("T8"), _rejects_cheap, tier=STRICTNESS,
              not_applicable=NeedsAny(LOCS)),
     Property("rejects-cheap/T9", "T9", "T9 " + _CHEAP, _cheap("T9"), _rejects_cheap, tier=STRICTNESS,
-             not_applicable=NeedsAny(LOCS)),
+             not_applicable=BreachesHeld(("T9",), cheap=True)),
     Property("rejects-cheap/W2", "W2", "W2 " + _CHEAP, _cheap("W2"), _rejects_cheap, tier=STRICTNESS,
-             not_applicable=NeedsAny(LOCS)),
+             not_applicable=BreachesHeld(("W2",), cheap=True)),
     Property("rejects/T1", "T1", "T1: " + _DEBUG, _debug("T1"), _rejects_debug, debug=True, tier=STRICTNESS,
-             needs=("group_locs",)),
+             needs=("group_locs",), not_applicable=BreachesHeld(("T1",))),
     Property("rejects/T2", "T2", "T2: " + _DEBUG, _debug("T2"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",)),
     Property("rejects/T3", "T3", "T3: " + _DEBUG, _debug("T3"), _rejects_debug, debug=True, tier=STRICTNESS,
@@ -148,9 +150,9 @@ PROPERTIES = (
     Property("rejects/T8", "T8", "T8: " + _DEBUG, _debug("T8"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",)),
     Property("rejects/T9", "T9", "T9: " + _DEBUG, _debug("T9"), _rejects_debug, debug=True, tier=STRICTNESS,
-             needs=("group_locs",)),
+             needs=("group_locs",), not_applicable=BreachesHeld(("T9",))),
     Property("rejects/W2", "W2", "W2: " + _DEBUG, _debug("W2"), _rejects_debug, debug=True, tier=STRICTNESS,
-             needs=("group_locs",)),
+             needs=("group_locs",), not_applicable=BreachesHeld(("W2",))),
     Property("rejects/W5", "W5", "W5: " + _DEBUG, _debug("W5"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",)),
     Property("rejects/lone-table", "T4", "debug mode: lone-table calls refuse what the reference's do",
