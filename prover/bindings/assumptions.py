@@ -10,7 +10,7 @@ Three forms:
 - ``"positions < width * page_size"``: every position the kernel loads has its block inside the table's
   width (the scheduler never sends a token past the table);
 - any other text: a comparison over the parameters, the stride arguments, the program ids ``pid0``..``pid2``
-  and tensor elements ``name[i, ...]``, all exact integers (``"R * W < 2**31"``,
+  and tensor elements ``name[i, ...]``, all exact integers, ``/`` their integer division (``"R * W < 2**31"``,
   ``"kv_indptr[pid0] + lens[pid0] <= T"``).
 """
 
@@ -57,8 +57,11 @@ def _expression(launch: Launch, text: str) -> z3.BoolRef:
     scope.update(min=lambda a, c: z3.If(a < c, a, c), max=lambda a, c: z3.If(a > c, a, c))
     try:
         fact = eval(text, {"__builtins__": {}}, scope)  # noqa: S307 (the user's own binding)
+    except TypeError as exc:  # an operator z3's integers lack (``//``, ``%`` of a term by a term)
+        raise KernelNotSupported(f"assumption {text!r}: {exc} (over exact integers '/' is "
+                                 "z3's integer division; '//' is not defined)") from None
     except Exception as exc:  # a name the binding lacks, a syntax error: one line naming the assumption
-        raise KernelNotSupported(f"assumption {text!r}: {exc}") from None
+        raise KernelNotSupported(f"assumption {text!r}: {type(exc).__name__}: {exc}") from None
     if not z3.is_bool(fact):
         raise KernelNotSupported(f"assumption {text!r} is not a comparison")
     return fact
@@ -92,6 +95,19 @@ def _facts(launch: Launch, trace: Trace, text: str) -> list[z3.BoolRef]:
     if text == POSITIONS_FIT:
         return _positions_fit(launch, trace)
     return [_expression(launch, text)]
+
+
+def check_assumption(launch: Launch, text: str) -> None:
+    """Refuse (``ValueError``, one line) an assumption no proof could read: an unknown tensor or role, a name the
+    binding lacks, an operator the integers have no meaning for (``//``: write ``/``, integer division)."""
+    try:
+        found = _ENTRIES.match(text)
+        if found:
+            _tensor(launch, found["name"], text)
+        elif text != POSITIONS_FIT:
+            _expression(launch, text)
+    except KernelNotSupported as exc:
+        raise ValueError(f"assumes: {exc}") from None
 
 
 def stated(launch: Launch, trace: Trace) -> tuple[tuple[str, z3.BoolRef], ...]:

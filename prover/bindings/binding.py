@@ -13,11 +13,13 @@ that fit as int32), every program id an int32 below its grid size (CUDA allows 2
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
+import sys
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,10 @@ from kvtable.prover.symexec.tl import Trace
 from kvtable.prover.symexec.values import DTYPES, INT32, INT64, IntType, KernelNotSupported, Parts, Pointer, Sym
 
 INT32_MAX = 2**31 - 1
+ROLES = frozenset({"table", "page_sizes", "widths", "lengths", "rows", "positions", "query_start_loc",
+                   "row_of_program", "program_axis", "tokens", "padded", "pad", "beyond_width", "trusted", "out",
+                   "n", "bs", "actual_bs", "meta", "dst_w", "packed", "packed_numel", "tail_pad"})
+"""The parts of a clause a ``[roles]`` key may name (prover/bindings/contracts.py and queries.py read them)."""
 POINTER_DTYPE = "uint64"
 """The element type of a table of pointers (``torch.uint64`` of ``data_ptr()``s, vLLM V2)."""
 GRID_LIMITS = (INT32_MAX, 65535, 65535)
@@ -133,6 +139,8 @@ def _import(module_name: str) -> Any:
     if spec is None or spec.loader is None:
         raise ValueError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
+    if str(path.resolve().parent) not in sys.path:  # its sibling modules import, as under ``python file.py``
+        sys.path.append(str(path.resolve().parent))
     spec.loader.exec_module(module)
     return module
 
@@ -154,6 +162,14 @@ def binding_from_toml(path: str | Path) -> Binding:
 
 def _from_toml(path: str | Path) -> Binding:
     data = tomllib.loads(Path(path).read_text())
+    keys = {f.name for f in fields(Binding)}
+    unknown = sorted(set(data) - keys)
+    if unknown:
+        hints = [f"{k!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(k, keys, 1)) else
+                 repr(k) for k in unknown]
+        raise ValueError(f"unknown key(s) {', '.join(hints)}; a binding has {sorted(keys)}")
+    if not isinstance(data.get("grid", []), list):
+        raise ValueError(f"grid = {data['grid']!r}: a list of expressions, one per axis (grid = [\"R + 1\"])")
     tensors = {name: TensorSpec(t["dtype"], tuple(t["sizes"]), tuple(t["strides"]))
                for name, t in data.pop("tensors").items()}
     params = {name: (int(lo), int(hi)) for name, (lo, hi) in data.pop("params").items()}
@@ -349,16 +365,26 @@ def check_binding(binding: Binding, arguments: list[str]) -> None:
     if unbound:
         raise ValueError(f"the kernel's argument(s) {unbound} are bound by none of the binding's tensors, strides,"
                          " scalars or constexprs")
+    unknown_roles = sorted(set(binding.roles) - ROLES)
+    if unknown_roles:
+        hints = [f"{r!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(r, ROLES, 1)) else
+                 repr(r) for r in unknown_roles]
+        raise ValueError(f"roles: unknown role(s) {', '.join(hints)}; the roles are {sorted(ROLES)}")
     launch = Launch(binding)
     texts = [*(("grid", g) for g in binding.grid), *(("requires", r) for r in binding.requires),
              *((f"scalars.{n}", t) for n, t in binding.scalars.items()),
-             *((f"tensors.{n}.sizes", s) for n, t in binding.tensors.items() for s in t.sizes)]
+             *((f"tensors.{n}.sizes", s) for n, t in binding.tensors.items() for s in t.sizes),
+             *([("pad_programs", binding.pad_programs)] if binding.pad_programs else [])]
     for where, text in texts:
         try:
-            launch.condition(text) if where == "requires" else launch.expr(text)
+            launch.condition(text) if where in ("requires", "pad_programs") else launch.expr(text)
         except Exception as exc:  # a name the binding lacks, a syntax error
             raise ValueError(f"{where}: {text!r}: {type(exc).__name__}: {exc}") from None
     known = {*binding.tensors, *binding.params, *binding.roles, "program"}
     for role, value in binding.roles.items():
         if value.isidentifier() and value not in known:
             raise ValueError(f"roles.{role} = {value!r}: neither a tensor of the binding nor one of its parameters")
+    from kvtable.prover.bindings.assumptions import check_assumption
+
+    for text in binding.assumes:
+        check_assumption(launch, text)

@@ -69,6 +69,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "unknown_grid_param": toml.replace('grid = ["cdiv(M, 64)"]', 'grid = ["cdiv(Q, 64)"]'),
         "extra_scalar": toml.replace('[scalars]', '[scalars]\nnum_reqs = "R"'),
         "unbound_argument": toml.replace('block_size = "BS"\n', ''),
+        "misspelt_role": toml.replace('beyond_width = "pad"', 'beyond_widht = "pad"'),
+        "misspelt_key": toml.replace('assumes = [', 'asumes = ['),
+        "grid_not_a_list": toml.replace('grid = ["cdiv(M, 64)"]', 'grid = "cdiv(M, 64)"'),
+        "assumption_unknown_name": toml.replace('assumes = ["table entries >= 0"]',
+                                                'assumes = ["table entries >= 0", "R * X < 2**31"]'),
+        "assumption_floor_division": toml.replace('assumes = ["table entries >= 0"]', 'assumes = ["R // 2 < W"]'),
+        "pad_programs_unknown_name": toml.replace('assumes = [', 'pad_programs = "pid9 == R"\nassumes = ['),
     }
     for name, text in edits.items():
         (folder / f"{name}.toml").write_text(text)
@@ -89,6 +96,14 @@ CASES = {
     "scalar for an argument the kernel lacks": ("{d}/extra_scalar.toml", None, "names ['num_reqs'], which the kernel"),
     "kernel lacking the binding's arguments": (str(BINDING), "{d}/kernels.py:lacks_an_argument", "no argument for"),
     "store-less @triton.jit kernel": (str(BINDING), "{d}/kernels.py:writes_nothing", "stores nothing into"),
+    "misspelt role": ("{d}/misspelt_role.toml", None, "unknown role(s) 'beyond_widht' (did you mean 'beyond_width'?)"),
+    "misspelt top-level key": ("{d}/misspelt_key.toml", None, "unknown key(s) 'asumes' (did you mean 'assumes'?)"),
+    "grid as a string": ("{d}/grid_not_a_list.toml", None, "a list of expressions, one per axis"),
+    "assumption naming an unknown name": ("{d}/assumption_unknown_name.toml", None,
+                                          "assumption 'R * X < 2**31': NameError"),
+    "assumption with //": ("{d}/assumption_floor_division.toml", None, "'//' is not defined"),
+    "pad_programs naming an unknown name": ("{d}/pad_programs_unknown_name.toml", None,
+                                            "pad_programs: 'pid9 == R': NameError"),
 }
 
 
