@@ -323,7 +323,8 @@ def refuse_unprovable(binding: Binding) -> None:
     kernel = binding.kernel_object()
     if not is_jit(kernel):
         raise KernelNotSupported(f"{getattr(kernel, '__qualname__', kernel)!r} is not a @triton.jit function")
-    check_binding(binding, list(inspect.signature(python_function(kernel)).parameters))
+    parameters = inspect.signature(python_function(kernel)).parameters
+    check_binding(binding, list(parameters), {n for n, p in parameters.items() if p.default is not p.empty})
     launch, trace = symbolic_run(binding)
     if not output_stores(launch, trace):
         raise KernelNotSupported(f"{binding.label}: the kernel stores nothing into {binding.roles.get('out')!r},"

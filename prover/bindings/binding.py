@@ -18,7 +18,7 @@ import importlib
 import importlib.util
 import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -346,9 +346,10 @@ def dtype_of(binding: Binding, tensor: str) -> IntType:
     return element_type(binding.tensors[tensor].dtype)
 
 
-def check_binding(binding: Binding, arguments: list[str]) -> None:
+def check_binding(binding: Binding, arguments: list[str], defaulted: Collection[str] = ()) -> None:
     """Refuse (``ValueError``, one line) a binding no proof could use, before any solving: a clause the spec lacks,
-    a tensor, scalar, constexpr or stride that is not one of the kernel's ``arguments``, an argument left unbound,
+    a tensor, scalar, constexpr or stride that is not one of the kernel's ``arguments``, an argument left unbound
+    (one with a default, in ``defaulted``, keeps it: SGLang's ``token_mapping=None``),
     an expression over unknown parameters, or a role naming something the binding does not have."""
     from kvtable.spec.clauses import clause
 
@@ -361,7 +362,7 @@ def check_binding(binding: Binding, arguments: list[str]) -> None:
     extra = [n for n in named if n not in arguments and n not in behind]
     if extra:
         raise ValueError(f"the binding names {extra}, which the kernel has no argument for (it takes {arguments})")
-    unbound = [a for a in arguments if a not in named]
+    unbound = [a for a in arguments if a not in named and a not in defaulted]
     if unbound:
         raise ValueError(f"the kernel's argument(s) {unbound} are bound by none of the binding's tensors, strides,"
                          " scalars or constexprs")

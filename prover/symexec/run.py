@@ -177,8 +177,9 @@ def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace) -> Tra
     """Run ``kernel`` with ``arguments`` (symbolic values, pointers, constexpr ints), recording into ``trace``:
     once per path through its Python ``if``s on symbolic scalars, each access guarded by its path's condition."""
     fn = python_function(kernel)
-    names = list(inspect.signature(fn).parameters)
-    missing = [n for n in names if n not in arguments]
+    parameters = inspect.signature(fn).parameters
+    names = [n for n in parameters if n in arguments]  # an argument left unbound keeps its default
+    missing = [n for n, p in parameters.items() if n not in arguments and p.default is p.empty]
     if missing:
         raise KernelNotSupported(f"{fn.__name__}: no binding for argument(s) {missing}")
     pending: list[list[bool]] = [[]]

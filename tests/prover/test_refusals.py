@@ -43,6 +43,14 @@ def lacks_an_argument(num_tokens):
     pass
 
 
+@triton.jit
+def pads_with_a_default({ARGS}, token_mapping=None):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if token_mapping is not None:
+        offsets = offsets + 1
+    tl.store(slot_mapping_ptr + offsets, PAD_SLOT_ID, mask=offsets < max_num_tokens)
+
+
 def plain(num_tokens):
     return num_tokens
 '''
@@ -135,6 +143,15 @@ def test_a_kernel_that_masks_every_lane_off_fails_coverage(files: Path, capsys: 
     out = capsys.readouterr().out
     assert "W3.kernel-vllm-slot-mapping-agrees" in out  # agreement alone holds of a kernel that stores nothing
     assert out.splitlines()[-1] == "failed: W3.kernel-vllm-slot-mapping-covers"
+
+
+def test_an_argument_with_a_default_left_unbound_keeps_it(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SGLang's ``create_flashinfer_kv_indices_triton(..., token_mapping=None)``: TOML cannot write None, and the
+    binding need not: the kernel runs with its default (here: no +1, so its stores stay in bounds)."""
+    args = _parse("--binding", str(BINDING), "--kernel", f"{files}/kernels.py:pads_with_a_default",
+                  "--only", "*-in-bounds")
+    assert prove.run(args) == 0
+    assert "W3.kernel-vllm-slot-mapping-in-bounds" in capsys.readouterr().out
 
 
 def test_contradictory_premises_are_vacuous_not_proved() -> None:
