@@ -210,22 +210,26 @@ SHOWN_FIELDS = ("value", "expected", "row", "position", "column", "page", "slot"
 
 
 def kernel_model_text(model: Iterable[tuple[str, int | bool]]) -> list[str]:
-    """A kernel counterexample as a reader wants it: the inputs (no masked-off loads' free values), then one line
-    per access that happens (its mask on): the element it reads or writes, its line, and for a store what it
-    stored and what the clause says. ``--show-counterexamples`` prints every value as the query has them."""
+    """A kernel counterexample as a reader wants it: the inputs (of tensor elements, those an access reads; no
+    masked-off loads' free values), then one line per access that happens (its mask on): the element it reads or
+    writes, its line, and for a store what it stored and what the clause says. ``--show-counterexamples`` prints
+    every value as the query has them."""
     inputs, accesses = [], {}
     for name, value in model:
         found = ACCESS.match(name)
         if found is None:
             if not name.startswith("undefined#"):
-                inputs.append(f"{name}={value}")
+                inputs.append((name, value))
             continue
         kind, number, where, field_name = found.groups()
         accesses.setdefault((kind, int(number), where), {})[field_name] = value
-    lines = [", ".join(inputs)]
-    for (kind, number, where), fields in accesses.items():
-        if not fields.get("mask", True):
-            continue
+    happening = {key: fields for key, fields in accesses.items() if fields.get("mask", True)}
+    read = set()
+    for (_, _, where), fields in happening.items():
+        index = ", ".join(str(fields[f"index[{k}]"]) for k in range(4) if f"index[{k}]" in fields)
+        read.add(f"{where.partition('@')[0]}[{index}]")
+    lines = [", ".join(f"{name}={value}" for name, value in inputs if "[" not in name or name in read)]
+    for (kind, number, where), fields in happening.items():
         tensor, _, path = where.partition("@")
         index = ", ".join(str(fields[f"index[{k}]"]) for k in range(4) if f"index[{k}]" in fields)
         line = f" (line {fields['line']})" if "line" in fields else ""

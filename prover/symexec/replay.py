@@ -47,6 +47,8 @@ class Replay:
     stored: dict[tuple[int, ...], int] = field(default_factory=dict)
     """Output elements named by the counterexample, as the interpreter left them."""
     margins_intact: bool = True
+    diverged: bool = False
+    """The interpreter's accesses went elsewhere than the symbolic run's: the counterexample did not reproduce."""
 
     def __str__(self) -> str:
         return "\n".join(self.lines)
@@ -94,7 +96,7 @@ def replay(binding: Binding, model: Mapping[str, int | bool], *, budget: int = B
         return Replay(False, ["not replayed: needs triton running in its interpreter (no CUDA)"])
     if binding.pointer_tables:
         return Replay(False, [f"not replayed: the kernel loads through a table of pointers "
-                              f"({', '.join(binding.pointer_tables)}), which the Triton interpreter cannot follow"])
+                              f"({', '.join(binding.pointer_tables)}), which kvtable's guarded replay does not fill"])
     params = {p: int(model.get(p, lo)) for p, (lo, _) in binding.params.items()}
     shapes = {name: tuple(_evaluate(s, params) for s in spec.sizes) for name, spec in binding.tensors.items()}
     if any(d < 0 for shape in shapes.values() for d in shape):
@@ -127,6 +129,12 @@ def replay(binding: Binding, model: Mapping[str, int | bool], *, budget: int = B
     result.lines.append(f"replayed {name} in the Triton interpreter on {what}: grid {grid}, program {program}, "
                         f"lane {lane}, parameters {params}")
     _describe(binding, tensors, log, accesses, program, lane, result)
+    if result.diverged:
+        masked = any(k.startswith("undefined#") for k in model)
+        result.lines.append("not reproduced: the interpreter's run is not the symbolic run's (where it accessed, or "
+                            "what it stored)" + (
+            "; the symbolic run gave lanes loaded with their mask off (no other=) values of their own: compiled "
+            "Triton leaves them undefined, the interpreter reads 0" if masked else ""))
     if not result.margins_intact:
         result.lines.append("a poison margin was overwritten: a stray write outside every tensor")
     return result
@@ -187,6 +195,15 @@ def _wrapped(tensor: torch.Tensor | VirtualTensor, index: tuple[int, ...] | None
     return f", element {exact}, at hardware offset {int(offset)} (computed below 64 bits, it wrapped)"
 
 
+def _relative(tensor: str, flat: int | None, region: Any) -> str:
+    """Where element ``flat`` of ``tensor`` lies outside it (before its start, or past its last element)."""
+    extent = region.nbytes // region.itemsize
+    if flat is None or 0 <= flat < extent:
+        return f"element {flat} of {tensor}"
+    return f"{-flat} element(s) before {tensor}" if flat < 0 else f"{flat - extent + 1} element(s) past the end of " \
+        f"{tensor}"
+
+
 Logged = TypeVar("Logged", GuardHit, Touch)
 
 
@@ -226,14 +243,20 @@ def _describe(binding: Binding, tensors: Mapping[str, torch.Tensor | VirtualTens
         if wrapped:
             where += wrapped
         if hit is not None:
-            result.lines.append(f"{where}: the guard blocked it ({hit.nearest})")
+            own = hit.nearest.endswith(f" {tensor}") and hit.offset == exact
+            result.diverged |= not own and not wrapped
+            result.lines.append(f"{where}: the guard blocked it ({_relative(tensor, exact, regions[tensor])})" if own
+                                else f"{where}: the interpreter's access went elsewhere, and the guard blocked it "
+                                f"({hit.nearest})")
         elif touch is not None:
             real = regions[tensor].index(touch.flat) if touch.tensor == tensor and not wrapped else None
             landed = f"{touch.tensor}{list(real) if real is not None else f' element {touch.flat}'}"
+            result.diverged |= (touch.tensor, touch.flat) != (tensor, exact) and not wrapped
             result.lines.append(f"{where}: the interpreter {'read' if kind == 'load' else 'wrote'} {landed}")
         if kind == "store" and index is not None and not outside:
             got = int(tensors[tensor][index])
             result.stored[index] = got
+            result.diverged |= "value" in values and got != int(values["value"]) and not wrapped
             expected = values.get("expected")
             said = [f"the symbolic run stored {values['value']}"] if "value" in values else []
             said += [f"the clause says {expected}"] if expected is not None else []

@@ -44,6 +44,19 @@ def lacks_an_argument(num_tokens):
 
 
 @triton.jit
+def adds_a_masked_off_lane({ARGS}):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = offsets < num_tokens
+    req = tl.load(req_indices_ptr + offsets, mask=live, other=0)
+    pos = tl.load(positions_ptr + offsets, mask=live, other=0)
+    junk = tl.load(positions_ptr + offsets, mask=offsets < 0)  # no other=: undefined in compiled Triton
+    inside = live & (pos // block_size < max_num_blocks)
+    block = tl.load(block_table_ptr + req * block_table_stride + pos // block_size, mask=inside, other=0)
+    slot = tl.where(inside, block * block_size + pos % block_size, PAD_SLOT_ID)
+    tl.store(slot_mapping_ptr + offsets, slot + junk, mask=offsets < max_num_tokens)
+
+
+@triton.jit
 def pads_with_a_default({ARGS}, token_mapping=None):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     if token_mapping is not None:
@@ -143,6 +156,19 @@ def test_a_kernel_that_masks_every_lane_off_fails_coverage(files: Path, capsys: 
     out = capsys.readouterr().out
     assert "W3.kernel-vllm-slot-mapping-agrees" in out  # agreement alone holds of a kernel that stores nothing
     assert out.splitlines()[-1] == "failed: W3.kernel-vllm-slot-mapping-covers"
+
+
+@pytest.mark.slow
+def test_a_counterexample_resting_on_masked_off_lanes_says_it_did_not_reproduce(
+        files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A load with its mask off and no ``other=`` is undefined in compiled Triton (the symbolic run gives it any
+    value) while the interpreter reads 0: the replay says the counterexample did not reproduce, and why."""
+    args = _parse("--binding", str(BINDING), "--kernel", f"{files}/kernels.py:adds_a_masked_off_lane",
+                  "--only", "*-agrees")
+    assert prove.run(args) == EXIT_FAILED
+    out = capsys.readouterr().out
+    assert "not reproduced: the interpreter's run is not the symbolic run's" in out
+    assert "compiled Triton leaves them undefined, the interpreter reads 0" in out
 
 
 def test_an_argument_with_a_default_left_unbound_keeps_it(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
