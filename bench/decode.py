@@ -15,6 +15,7 @@ import torch
 
 from kvtable.bench.baselines import bare_decode_locs, per_group_decode_locs
 from kvtable.bench.harness import (
+    CPU_ROUTE_NOTE,
     Section,
     Settings,
     Size,
@@ -86,6 +87,7 @@ def run(settings: Settings, case_list: list[Case] | None = None) -> Section:
         "stacked = "
         "Kernels.stacked_locs on a prebuilt [G, bs, W] stack, as a CUDA-graph replay runs it",
         "ops = torch ops dispatched per call (allocations and views not counted): on a GPU each is a launch",
+        CPU_ROUTE_NOTE,
     ]
     return section
 

@@ -8,7 +8,17 @@ from dataclasses import dataclass
 import torch
 
 from kvtable.bench.baselines import gather_floor, loop_extend_locs
-from kvtable.bench.harness import Section, Settings, Size, Spread, Target, measure, ratio, require_same
+from kvtable.bench.harness import (
+    CPU_ROUTE_NOTE,
+    Section,
+    Settings,
+    Size,
+    Spread,
+    Target,
+    measure,
+    ratio,
+    require_same,
+)
 from kvtable.bench.workload import Workload, extend_workload
 
 TARGET_BS = 256
@@ -64,6 +74,7 @@ def run(settings: Settings, case_list: list[Case] | None = None) -> Section:
         "loop = upstream's per-request loop: arange per request, one gather per request per group",
         "gather = the memory floor: one index_select per group of the page each token reads (indices computed "
         "beforehand)",
+        CPU_ROUTE_NOTE,
     ]
     return section
 

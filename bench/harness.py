@@ -91,6 +91,12 @@ class Spread:
         return {"min": self.min, "median": self.median, "max": self.max}
 
 
+CPU_ROUTE_NOTE = ("on CPU the default route is the torch route (impl/routes.py), the ops CUDA tensors take; the "
+                  "compiled CPU loops that met these targets on CPU are gone (a benchmark was their only reason), so "
+                  "the CPU rows may miss them: they are the GPU route's targets (bench/gpu_check.sh)")
+"""Said with the CPU rows of the eager location benchmarks (decode, extend)."""
+
+
 def ratio(numerator: Timing, denominator: Timing) -> Spread:
     """``numerator / denominator`` sample by sample: the two were timed interleaved, so sample i of each saw
     the same machine; the spread is over the repetitions."""
