@@ -1,9 +1,5 @@
-"""A minimal slot-mapping adapter: an engine's slot-mapping function behind kvtable's backend protocol.
-
-Replace ``engine_slot_mapping`` with a call into your engine, then, from a clone's root:
-    kvtable conform --backend examples/minimal_adapter.py:SlotMappingAdapter --profile vllm
-Operations it does not define (re-anchor, group_locs, expand_table, the checker, graphs) are not applicable.
-"""
+"""An engine's slot-mapping function behind kvtable's protocol: put a call into your engine in its place, then
+``kvtable conform --backend examples/minimal_adapter.py:SlotMappingAdapter --profile vllm``."""
 
 import torch
 

@@ -31,10 +31,11 @@ _INDICES = {aten.index: "read", aten._unsafe_index: "read", aten.index_put: "wri
             aten._index_put_impl_: "write", aten._unsafe_index_put: "write"}
 """Ops called ``(self, indices, ...)``: advanced indexing, one optional index tensor per leading dimension."""
 _WRAPS = frozenset(op.__name__ for op in (aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_,
-                                          aten.take, aten.select, aten.index_fill, aten.index_fill_))
+                                          aten.take, aten.index_fill, aten.index_fill_))
 """Ops that read a negative index ``i`` as ``size + i`` (the others refuse any negative index)."""
-_WATCHED = frozenset(op.__name__ for op in (*_DIM_INDEX, *_INDICES, aten.take, aten.embedding, aten.select))
-"""Their names: a string lookup per op is the whole cost of every other op."""
+_WATCHED = frozenset(op.__name__ for op in (*_DIM_INDEX, *_INDICES, aten.take, aten.embedding))
+"""Their names: a string lookup per op is the whole cost of every other op. Not ``select`` (``tensor[i]`` with an
+int): a view whose index torch checks on the host on every device, so out of range it is a refusal, never a read."""
 
 
 @dataclass(eq=False)
@@ -97,9 +98,6 @@ def _check(packet: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> OutOfBou
         return _bounds(name, "read", self.reshape(-1) if self.dim() else self.reshape(1), 0, index)
     if packet is aten.embedding:
         return _bounds(name, "read", _arg(args, kwargs, 0, "weight"), 0, _arg(args, kwargs, 1, "indices"))
-    if packet is aten.select:
-        return _bounds(name, "read", _arg(args, kwargs, 0, "self"), int(_arg(args, kwargs, 1, "dim")),
-                       _arg(args, kwargs, 2, "index"))
     return None
 
 

@@ -9,7 +9,6 @@ property may take any exception for a refusal, and an out-of-bounds read is neve
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,14 +16,12 @@ from typing import Any
 import torch
 
 from kvtable.conformance.integrity import Inputs
-from kvtable.conformance.oob import IndexGuard, OutOfBoundsIndex
+from kvtable.conformance.oob import IndexGuard
 
 __all__ = ["FOUND", "watched"]
 
 FOUND: list[Exception] = []
 """What the watched calls (and ``--sanitize``'s Triton guard) found since the example started."""
-_SELECT = re.compile(r"index (-?\d+) is out of bounds for dimension (\d+) with size (\d+)")
-"""torch's own message for ``tensor[i]`` with a Python int out of range (checked before any op is dispatched)."""
 
 
 @contextmanager
@@ -35,11 +32,6 @@ def watched(call: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: di
     try:
         with IndexGuard(lambda hit: FOUND.append(dataclasses.replace(hit, call=call))):
             yield
-    except IndexError as err:
-        if not isinstance(err, OutOfBoundsIndex) and (found := _SELECT.search(str(err))):
-            index, dim, size = (int(v) for v in found.groups())
-            FOUND.append(OutOfBoundsIndex("tensor[...] (aten.select)", "read", index, (), dim, size, (), call))
-        raise
     finally:
         if (changed := inputs.changed()) is not None:
             FOUND.append(changed)

@@ -357,6 +357,10 @@ def check_binding(binding: Binding, arguments: list[str], defaulted: Collection[
         clause(binding.clause)
     except KeyError as exc:
         raise ValueError(f"clause = {binding.clause!r}: {exc.args[0]}") from None
+    twice = sorted(binding.strides() & ({*binding.scalars} | {*binding.constexprs}))
+    if twice:  # the run would take the scalar, and the element it reads would not be the tensor's own
+        raise ValueError(f"{twice} bound twice: as a tensor's stride and as a scalar or constexpr; a stride argument "
+                         "is the tensor's stride (say what it equals in requires, e.g. 'out_stride == cap')")
     named = [*binding.tensors, *binding.scalars, *binding.constexprs, *binding.strides()]
     behind = {n for entries in binding.pointer_tables.values() for n in entries}  # reached through a table of pointers
     extra = [n for n in named if n not in arguments and n not in behind]

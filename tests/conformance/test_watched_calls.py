@@ -67,3 +67,10 @@ def test_the_guard_lets_in_bounds_indices_run_and_negative_ones_where_the_op_wra
         assert table[:, torch.tensor([0, -1])].tolist() == [[0, 3], [4, 7], [8, 11]]
         assert torch.gather(table, 1, torch.tensor([[3], [0], [1]])).tolist() == [[3], [4], [9]]
         assert table[table > 9].tolist() == [10, 11]
+
+
+def test_an_int_index_past_a_table_is_a_refusal_not_an_unsafe_read() -> None:
+    """``table[row]`` with a Python int is a view torch bounds-checks on the host on every device: out of range it
+    raises before any read, so it is a refusal (safe), whatever the input."""
+    result = _one("RowByRowDecode", select(["rejects-cheap/T1"]), examples=60)
+    assert result.passed and result.examples > 0, result.message
