@@ -115,7 +115,9 @@ class AllocSimulator:
                             guard_before=None if outcome is None else outcome.guard_before,
                             guard_after=None if outcome is None else outcome.guard_after,
                             canary=0 if outcome is None else outcome.canary,
-                            req_ids=[-1] * phantom + [r["id"] for r in batch], error=error, unsafe=call.unsafe)
+                            req_ids=[-1] * phantom + [r["id"] for r in batch], error=error, unsafe=call.unsafe,
+                            injected=f"request 0 (row {rows[0]}) is a phantom with prefix {prefix[0]} and length "
+                            f"{seq[0]}, as a scheduler bug publishes" if phantom else None)
         if outcome is not None:
             skip = max(seq[0] - prefix[0], 0) if phantom else 0
             self._advance(mode, batch, counts, outcome.locs[skip:], outcome.req_to_token)

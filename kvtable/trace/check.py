@@ -38,6 +38,8 @@ class Report:
     steps: int = 0
     violation: Violation | None = None
     snippet: str = ""
+    injected: str | None = None
+    """The input fault the failing step carried on purpose (``kvtable trace record --faults``), if any."""
     end_note: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -204,7 +206,7 @@ def check_trace(path: str | Path, profile: str | Profile | None = None, level: s
             replays.append(step)
         found = judge.feed(step)
         if found:
-            report.violation = found[0]
+            report.violation, report.injected = found[0], step.injected
             report.snippet = snippet(header, step, found[0], [*setup, *replays])
             break
     report.end_note = reader.end_note

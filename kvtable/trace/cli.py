@@ -78,7 +78,8 @@ def _record(args: argparse.Namespace) -> int:
             for _ in range(args.steps):
                 sim.step()
     print(f"recorded {recorder.steps} steps of {args.steps} scheduler iterations ({name}, seed {args.seed}) to "
-          f"{args.out}: {recorder.writer.bytes_written / 1e3:.0f} kB, {time.perf_counter() - start:.1f} s")
+          f"{args.out}: {recorder.writer.bytes_written / 1e3:.0f} kB, {time.perf_counter() - start:.1f} s; "
+          f"{recorder.injected} with an input fault put there on purpose (--faults {args.faults:g})")
     return EXIT_PASSED
 
 
@@ -119,7 +120,10 @@ def render(report: Report) -> str:
     lines = [f"{report.path}: {report.steps} steps judged, "
              + ("clean" if report.violation is None else f"FAILED at step {report.violation.step}")]
     if report.violation is not None:
-        lines += [f"  {report.violation.text()}", "  reproduce:"]
+        lines.append(f"  {report.violation.text()}")
+        if report.injected:
+            lines.append(f"  this step's input carries a fault the simulator put there (--faults): {report.injected}")
+        lines.append("  reproduce:")
         lines += [f"    {line}" for line in report.snippet.splitlines()]
     if report.end_note:
         lines.append(f"  trace ends early: {report.end_note}")
@@ -130,4 +134,5 @@ def render(report: Report) -> str:
 def _as_json(report: Report) -> dict:
     v = report.violation
     return {"path": report.path, "steps": report.steps, "end_note": report.end_note, "notes": report.notes,
+            "injected": report.injected,
             "violation": None if v is None else {**v.__dict__, "text": v.text(), "snippet": report.snippet}}

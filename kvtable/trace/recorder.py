@@ -49,6 +49,8 @@ class Recorder:
         self.writer: TraceWriter | MemoryWriter = (
             MemoryWriter() if path is None else TraceWriter(path, header, steps_per_chunk=steps_per_chunk, fsync=fsync))
         self.steps = 0
+        self.injected = 0
+        """Steps recorded with an input fault put there on purpose (``injected``)."""
 
     def __enter__(self) -> Recorder:
         return self
@@ -71,6 +73,7 @@ class Recorder:
         self.writer.add(line, {k: host(v) for k, v in arrays.items()},
                         {gid: host(t) for gid, t in (tables or {}).items()})
         self.steps += 1
+        self.injected += fields.get("injected") is not None
         return index
 
     def _page_sizes(self, gids: Sequence[str], page_sizes: Mapping[str, int] | None) -> dict[str, int]:
@@ -83,11 +86,13 @@ class Recorder:
     def locations(self, kind: str, tables: Mapping[str, Any], locs: Mapping[str, Any] | None,
                   seq_lens: Any, *, page_sizes: Mapping[str, int] | None = None, n: int = 1,
                   actual_bs: int | None = None, prefix_lens: Any = None, req_ids: Any = None,
-                  error: str | None = None, error_group: str | None = None, unsafe: str | None = None) -> int:
+                  error: str | None = None, error_group: str | None = None, unsafe: str | None = None,
+                  injected: str | None = None) -> int:
         """A location step (decode / verify / reanchor / extend): each group's table and the locations the engine
         produced for it. ``error``: the engine refused the step (in ``error_group``, after computing the groups in
         ``locs``; None: every group). ``unsafe``: what a sanitizer saw the step do that no output shows (an
         out-of-bounds read, a write into an input): a safety violation whatever the step returned or raised.
+        ``injected``: an input fault put into the step on purpose (a simulator's), named with its violations.
         Extend: ``seq_lens`` are ``prefix + extend`` per row. Returns the step number."""
         if kind not in LOCATION_KINDS:
             raise ValueError(f"a location step is one of {LOCATION_KINDS}, got {kind!r}")
@@ -95,7 +100,8 @@ class Recorder:
         arrays = {"seq_lens": seq_lens, "prefix_lens": prefix_lens, "req_ids": req_ids,
                   **{f"{gid}/locs": loc for gid, loc in locs.items()}}
         return self._emit(kind, arrays, tables=tables, groups=self._page_sizes(list(tables), page_sizes),
-                          n=n, actual_bs=actual_bs, error=error, error_group=error_group, unsafe=unsafe)
+                          n=n, actual_bs=actual_bs, error=error, error_group=error_group, unsafe=unsafe,
+                          injected=injected)
 
     def graph(self, specs: Sequence[GroupSpec], *, max_bs: int, max_kernel_pages: int, kernel_page_size: int,
               spec_n: int = 1, tail_pad: int = -1, expand: bool = True) -> int:
@@ -124,17 +130,18 @@ class Recorder:
     def allocation(self, mode: str, req_to_token: Any, rows: Any, prefix_lens: Any, seq_lens: Any, free_pages: Any,
                    *, page_size: int, pool_pages: int, locs: Any, recorded: Any, guard_before: Any = (),
                    guard_after: Any = (), canary: int = 0, req_ids: Any = None, error: str | None = None,
-                   unsafe: str | None = None) -> int:
+                   unsafe: str | None = None, injected: str | None = None) -> int:
         """An allocator-driven step (A1-A5, SGLang's route): the token table and free pages the allocator was
         handed, the slots it chose (``locs``, request order), the table as it recorded them, and the cells
         around its output buffer (``guard_before``/``guard_after``, which held ``canary`` before the step);
-        ``unsafe`` as for ``locations``."""
+        ``unsafe`` and ``injected`` as for ``locations``."""
         arrays = {"rows": rows, "prefix_lens": prefix_lens, "seq_lens": seq_lens, "free_pages": free_pages,
                   "locs": locs, "guard_before": guard_before, "guard_after": guard_after, "req_ids": req_ids}
         tables = {"req_to_token": req_to_token} if recorded is None else {"req_to_token": req_to_token,
                                                                           "recorded": recorded}
         return self._emit("allocate", arrays, tables=tables, groups={g: page_size for g in tables}, error=error,
-                          unsafe=unsafe, meta={"mode": mode, "pool_pages": pool_pages, "canary": canary})
+                          unsafe=unsafe, injected=injected,
+                          meta={"mode": mode, "pool_pages": pool_pages, "canary": canary})
 
     def free(self, group: str, pages: Any) -> int:
         """The engine returned these pages of ``group`` to its free list (their contents stay stale)."""

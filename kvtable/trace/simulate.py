@@ -105,6 +105,10 @@ class Simulator:
             self.free[gid].extend(gone)
             self.rec.free(gid, gone)
 
+    def _short(self, req: Request, length: int) -> bool:
+        """Whether some attention group holds too few pages of ``req`` for positions ``[0, length)``."""
+        return any(math.ceil(length / g.block_granularity) > len(req.pages[g.group_id]) for g in self.attn)
+
     def _cover(self, req: Request, length: int) -> bool:
         """Allocate pages so every attention group covers positions ``[0, length)``; False if a pool is short."""
         need = {g.group_id: math.ceil(length / g.block_granularity) - len(req.pages[g.group_id]) for g in self.attn}
@@ -189,8 +193,9 @@ class Simulator:
         return self.cfg.groups
 
     def _call(self, kind: str, tables: dict[str, torch.Tensor], seq: list[int], n: int,
-              prefix: list[int] | None, rids: list[int]) -> bool:
-        """One eager location step over every attention group; returns whether the backend accepted it."""
+              prefix: list[int] | None, rids: list[int], injected: str | None = None) -> bool:
+        """One eager location step over every attention group (``injected``: the input fault put into it on
+        purpose, recorded with it); returns whether the backend accepted it."""
         locs: dict[str, Any] = {}
         outcome, failed = Watched(), None
         seq_t = torch.tensor(seq, dtype=torch.int32)
@@ -210,7 +215,7 @@ class Simulator:
                 break
         stopped = outcome.error is not None or outcome.unsafe is not None
         self.rec.locations(kind, tables, locs, seq, n=n, prefix_lens=prefix, req_ids=rids, error=outcome.refusal,
-                           error_group=failed if stopped else None, unsafe=outcome.unsafe)
+                           error_group=failed if stopped else None, unsafe=outcome.unsafe, injected=injected)
         return outcome.error is None
 
     def _graph(self) -> Any:
@@ -256,6 +261,7 @@ class Simulator:
         """One chunked-prefill (extend) step of ``batch``."""
         chunks = [min(self.cfg.chunk, r.prompt - r.done) for r in batch]
         fault = self.rng.random() < self.cfg.faults
+        lacking = fault and self._short(batch[0], batch[0].done + chunks[0])
         ok = [fault and i == 0 or self._cover(r, r.done + c) for i, (r, c) in enumerate(zip(batch, chunks,
                                                                                           strict=True))]
         batch = [r for r, good in zip(batch, ok, strict=True) if good]
@@ -264,7 +270,9 @@ class Simulator:
             return
         prefix = [r.done for r in batch]
         seq = [p + c for p, c in zip(prefix, chunks, strict=True)]
-        if self._call("extend", self._tables(batch), seq, 1, prefix, [r.rid for r in batch]):
+        injected = (f"row 0 extends to {seq[0]} over pages the scheduler did not allocate (a length ahead of its "
+                    "pages)") if lacking else None
+        if self._call("extend", self._tables(batch), seq, 1, prefix, [r.rid for r in batch], injected):
             for r, c in zip(batch, chunks, strict=True):
                 r.done += c
 
@@ -281,22 +289,25 @@ class Simulator:
         if self._use_graph(batch, graph):
             ok = self._replay(batch, seq, 1)
         else:
+            injected = None
             if self.rng.random() < self.cfg.faults:
-                seq = self._stale(batch, seq)
-            ok = self._call("decode", self._tables(batch), seq, 1, None, [r.rid for r in batch])
+                seq, injected = self._stale(batch, seq)
+            ok = self._call("decode", self._tables(batch), seq, 1, None, [r.rid for r in batch], injected)
         if ok:
             for r in batch:
                 r.done += 1
 
-    def _stale(self, batch: Sequence[Request], seq: list[int]) -> list[int]:
-        """A stale length on one row: one page past its allocated pages, or past the table's width."""
+    def _stale(self, batch: Sequence[Request], seq: list[int]) -> tuple[list[int], str]:
+        """A stale length on one row: one page past its allocated pages, or past the table's width; and its words."""
         i = int(self.rng.integers(len(batch)))
         g = self.attn[0]
         allocated = len(batch[i].pages[g.group_id]) * g.block_granularity
         past = self.width[g.group_id] * g.block_granularity + 1
         seq = list(seq)
-        seq[i] = allocated + 1 if self.rng.random() < 0.5 and allocated + 1 < past else past
-        return seq
+        ahead = self.rng.random() < 0.5 and allocated + 1 < past
+        seq[i] = allocated + 1 if ahead else past
+        where = "one past its allocated pages" if ahead else "past its table's width"
+        return seq, f"row {i} has the stale length {seq[i]}, {where} (group {g.group_id!r})"
 
     def verify(self, batch: Sequence[Request], graph: bool | None = None) -> None:
         """One speculative verify step of ``batch`` (N tokens each), then the draft re-anchor at the frontier."""

@@ -61,6 +61,8 @@ class Step:
     """The group whose call raised ``error`` (None: the step as a whole)."""
     unsafe: str | None = None
     """What a sanitizer saw the step do that no output shows (an out-of-bounds read, a write into an input)."""
+    injected: str | None = None
+    """An input fault put into the step on purpose (``kvtable trace record --faults``)."""
     meta: dict[str, Any] = field(default_factory=dict)
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     """Allocator steps: their other arrays by name (rows, free_pages, locs, guards)."""
@@ -236,7 +238,7 @@ def _step(line: dict[str, Any], get: Callable[[str], np.ndarray | None], tables:
     """A ``Step`` from its manifest line and arrays; ``tables`` keeps each group's last table for the deltas."""
     step = Step(line["step"], line["kind"], line.get("n", 1), line.get("actual_bs"), get("seq_lens"),
                 get("prefix_lens"), get("req_ids"), error=line.get("error"), error_group=line.get("error_group"),
-                unsafe=line.get("unsafe"), meta=line.get("meta", {}))
+                unsafe=line.get("unsafe"), injected=line.get("injected"), meta=line.get("meta", {}))
     if step.kind == "allocate":
         step.arrays = {k: get(k) for k in ("rows", "free_pages", "locs", "guard_before", "guard_after")}
     delta = set(line.get("delta", ()))
