@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import kvtable.internals
+
 SUPPORT = Path(__file__).resolve().parent / "support"
 sys.path.insert(0, str(SUPPORT))
 
@@ -23,9 +25,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under ``-n N`` (xdist's ``load``), keep each ``xdist_group`` on one worker: a group shares a session
-    fixture too costly to build twice (the prover's proof of the registry)."""
+    fixture too costly to build twice (the prover's proof of the registry). Hypothesis draws no constants
+    mined from the modules loaded so far: a derandomized test draws the same examples whatever ran before it."""
     if getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"
+    kvtable.internals.without_local_constants()
 
 
 @pytest.hookimpl(trylast=True)

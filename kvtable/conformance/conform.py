@@ -79,8 +79,9 @@ def unavailable(err: BackendUnavailable, as_json: bool) -> int:
 
 def run(args: argparse.Namespace) -> int:
     precheck(args)  # before the suite is imported: a bad invocation costs no start-up
-    from kvtable.conformance.preflight import checked_properties
-    from kvtable.conformance.runner import run_conformance
+    with interrupts.deferred():  # Ctrl-C while the suite loads waits for the run's first safe point
+        from kvtable.conformance.preflight import checked_properties
+        from kvtable.conformance.runner import run_conformance
 
     spec = args.backend or default_spec()
     properties = checked_properties(args.property)

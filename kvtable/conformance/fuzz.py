@@ -27,6 +27,7 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kvtable import interrupts
 from kvtable.backends import BackendUnavailable, default_spec
 from kvtable.conformance.conform import emit, execution, interrupted_before_any, unavailable
 from kvtable.conformance.options import add_common, precheck, profile_arg
@@ -78,8 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     precheck(args)  # before the suite is imported: a bad invocation costs no start-up
-    from kvtable.conformance.database import open_database
-    from kvtable.conformance.preflight import checked_properties
+    with interrupts.deferred():  # Ctrl-C while the suite loads waits for the run's first safe point
+        from kvtable.conformance.database import open_database
+        from kvtable.conformance.preflight import checked_properties
 
     spec = args.backend or default_spec()
     properties = checked_properties(args.property)

@@ -87,10 +87,11 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"unknown entries {unknown}; known: {known}")
     check_device(args.device)
-    from kvtable.zoo.entries import BY_NAME, ENTRIES, OUTSIDE
-    from kvtable.zoo.hunt import Baseline
-    from kvtable.zoo.mutants import MUTANTS
-    from kvtable.zoo.run import entry_table, judge_mutant, mutant_table
+    with interrupts.deferred():  # Ctrl-C while the zoo loads waits for its first safe point
+        from kvtable.zoo.entries import BY_NAME, ENTRIES, OUTSIDE
+        from kvtable.zoo.hunt import Baseline
+        from kvtable.zoo.mutants import MUTANTS
+        from kvtable.zoo.run import entry_table, judge_mutant, mutant_table
 
     entries = [BY_NAME[n] for n in args.names] if args.names else list(ENTRIES)
     baseline = Baseline(args.device)
