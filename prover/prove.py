@@ -224,19 +224,21 @@ def kernel_model_text(model: Iterable[tuple[str, int | bool]]) -> list[str]:
         kind, number, where, field_name = found.groups()
         accesses.setdefault((kind, int(number), where), {})[field_name] = value
     happening = {key: fields for key, fields in accesses.items() if fields.get("mask", True)}
-    read = set()
-    for (_, _, where), fields in happening.items():
-        index = ", ".join(str(fields[f"index[{k}]"]) for k in range(4) if f"index[{k}]" in fields)
-        read.add(f"{where.partition('@')[0]}[{index}]")
+    element = {key: _element(key[2].partition("@")[0], f) for key, f in happening.items()}
+    read = set(element.values())
     lines = [", ".join(f"{name}={value}" for name, value in inputs if "[" not in name or name in read)]
     for (kind, number, where), fields in happening.items():
-        tensor, _, path = where.partition("@")
-        index = ", ".join(str(fields[f"index[{k}]"]) for k in range(4) if f"index[{k}]" in fields)
+        path = where.partition("@")[2]
         line = f" (line {fields['line']})" if "line" in fields else ""
-        text = f"{kind} {number} {tensor}[{index}]{line}{f' on {path}' if path else ''}"
+        text = f"{kind} {number} {element[kind, number, where]}{line}{f' on {path}' if path else ''}"
         said = [f"{f} {fields[f]}" for f in SHOWN_FIELDS if f in fields]
         lines.append(text + (": " + ", ".join(said) if said else ""))
     return lines
+
+
+def _element(tensor: str, fields: dict[str, int | bool]) -> str:
+    """``tensor[i, j]``, the access's element as the model names a tensor's element."""
+    return f"{tensor}[{', '.join(str(fields[f'index[{k}]']) for k in range(4) if f'index[{k}]' in fields)}]"
 
 
 class Table:

@@ -105,13 +105,13 @@ class Simulator:
             self.free[gid].extend(gone)
             self.rec.free(gid, gone)
 
-    def _short(self, req: Request, length: int) -> bool:
-        """Whether some attention group holds too few pages of ``req`` for positions ``[0, length)``."""
-        return any(math.ceil(length / g.block_granularity) > len(req.pages[g.group_id]) for g in self.attn)
+    def _need(self, req: Request, length: int) -> dict[str, int]:
+        """Pages each attention group still lacks for ``req`` to cover positions ``[0, length)`` (<= 0: none)."""
+        return {g.group_id: math.ceil(length / g.block_granularity) - len(req.pages[g.group_id]) for g in self.attn}
 
     def _cover(self, req: Request, length: int) -> bool:
         """Allocate pages so every attention group covers positions ``[0, length)``; False if a pool is short."""
-        need = {g.group_id: math.ceil(length / g.block_granularity) - len(req.pages[g.group_id]) for g in self.attn}
+        need = self._need(req, length)
         if any(n > len(self.free[gid]) for gid, n in need.items()):
             return False
         for gid, n in need.items():
@@ -261,7 +261,7 @@ class Simulator:
         """One chunked-prefill (extend) step of ``batch``."""
         chunks = [min(self.cfg.chunk, r.prompt - r.done) for r in batch]
         fault = self.rng.random() < self.cfg.faults
-        lacking = fault and self._short(batch[0], batch[0].done + chunks[0])
+        lacking = fault and any(n > 0 for n in self._need(batch[0], batch[0].done + chunks[0]).values())
         ok = [fault and i == 0 or self._cover(r, r.done + c) for i, (r, c) in enumerate(zip(batch, chunks,
                                                                                           strict=True))]
         batch = [r for r, good in zip(batch, ok, strict=True) if good]

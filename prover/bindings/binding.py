@@ -160,14 +160,18 @@ def binding_from_toml(path: str | Path) -> Binding:
         raise ValueError(f"{path}: {exc}") from None
 
 
+def _hinted(unknown: list[str], known: Collection[str]) -> str:
+    """The unknown names, each with the known one it is closest to, where one is close (a likely typo)."""
+    return ", ".join(f"{u!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(u, known, 1))
+                     else repr(u) for u in unknown)
+
+
 def _from_toml(path: str | Path) -> Binding:
     data = tomllib.loads(Path(path).read_text())
     keys = {f.name for f in fields(Binding)}
     unknown = sorted(set(data) - keys)
     if unknown:
-        hints = [f"{k!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(k, keys, 1)) else
-                 repr(k) for k in unknown]
-        raise ValueError(f"unknown key(s) {', '.join(hints)}; a binding has {sorted(keys)}")
+        raise ValueError(f"unknown key(s) {_hinted(unknown, keys)}; a binding has {sorted(keys)}")
     if not isinstance(data.get("grid", []), list):
         raise ValueError(f"grid = {data['grid']!r}: a list of expressions, one per axis (grid = [\"R + 1\"])")
     tensors = {name: TensorSpec(t["dtype"], tuple(t["sizes"]), tuple(t["strides"]))
@@ -372,9 +376,7 @@ def check_binding(binding: Binding, arguments: list[str], defaulted: Collection[
                          " scalars or constexprs")
     unknown_roles = sorted(set(binding.roles) - ROLES)
     if unknown_roles:
-        hints = [f"{r!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(r, ROLES, 1)) else
-                 repr(r) for r in unknown_roles]
-        raise ValueError(f"roles: unknown role(s) {', '.join(hints)}; the roles are {sorted(ROLES)}")
+        raise ValueError(f"roles: unknown role(s) {_hinted(unknown_roles, ROLES)}; the roles are {sorted(ROLES)}")
     launch = Launch(binding)
     texts = [*(("grid", g) for g in binding.grid), *(("requires", r) for r in binding.requires),
              *((f"scalars.{n}", t) for n, t in binding.scalars.items()),
