@@ -23,6 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     record = sub.add_parser("record", help="run the serving-loop simulator on a backend and record its trace")
     record.add_argument("--backend", default=None, help="backend name (as for conform: torch, pkg.mod:factory, "
                         "path/file.py:factory)")
+    record.add_argument("--engine", default=None, help="drive an installed engine's own scheduler instead of the "
+                        "simulator: transformers, vllm or sglang (kvtable engines install NAME)")
+    record.add_argument("--fault", default=None, help="with --engine: a named fault patched into the engine's "
+                        "real code for this run (python -m kvtable.engines lists them)")
     record.add_argument("--profile", default="kvtable", help="the engine's conventions the tables follow")
     record.add_argument("--steps", type=positive_int, default=200, help="scheduler iterations (default 200)")
     record.add_argument("--seed", type=int, default=0)
@@ -50,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
+    if args.engine is not None:
+        from kvtable.engines.record import record_engine
+
+        return record_engine(args)
     from kvtable.backends import BackendNotFound, BackendUnavailable, NoDebugMode, load, spec_of
     from kvtable.backends.profiles import get_profile
     from kvtable.trace.allocation import AllocSimulator
