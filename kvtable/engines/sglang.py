@@ -1,8 +1,27 @@
-"""SGLang's own token pools and paged / SWA allocators with their Triton kernels, judged by kvtable."""
+"""SGLang's own token pools and paged / SWA allocators with their Triton kernels, judged by kvtable.
+
+``backend`` puts SGLang's allocation path on kvtable's allocator route (``alloc_extend`` / ``alloc_decode`` /
+``alloc_verify``: ``kvtable conform --backend kvtable.engines.sglang:backend --profile sglang``); ``record``
+drives it with a seeded serving loop (``kvtable trace record --engine sglang``). The calls are SGLang's
+(``kvtable.engines._sglang_path``); the shims are in ``kvtable.engines._shims_sglang``.
+
+The backend plays the scheduler's side of the boundary too: a step SGLang's scheduler never builds (a cached
+prefix past its request's length, a negative KV length) is refused there, naming why, as the scheduler keeps
+it from the allocator. The ``prefix-past-length`` fault lifts that refusal, so SGLang's real kernels get the
+input class issue 28 (point 8) describes; ``backend_<fault>`` are the faulted factories for ``--backend``.
+"""
 
 from __future__ import annotations
 
-from kvtable.engines.base import EngineInfo
+from collections.abc import Sequence
+from pathlib import Path
+
+from kvtable.backends.protocol import Allocation, AllocState
+from kvtable.engines._sglang_faults import FAULTS, PREFIX_PAST_LENGTH, SWA_TRANSLATION, check, patched
+from kvtable.engines.base import EngineInfo, RunSummary
+from kvtable.errors import ContractViolation
+
+__all__ = ["ENGINE", "FAULTS", "SglangBackend", "backend", "record"]
 
 ENGINE = EngineInfo(
     name="sglang", distribution="sglang", version="0.5.23", profile="sglang", no_deps=True,
@@ -12,4 +31,86 @@ ENGINE = EngineInfo(
                   "partial_json_parser"),
     env={"TRITON_INTERPRET": "1"})
 
-FAULTS: dict[str, str] = {}
+BUILT_POOL_PAGES = 1 << 20
+"""SGLang builds a free list of every page (``arange``) at construction; kvtable lays its own free list in, so a
+pool past this many pages is built at this size (no allocation step reads the allocator's size)."""
+
+
+def scheduler_refusal(mode: str, prefix_lens: Sequence[int], seq_lens: Sequence[int]) -> str:
+    """Why SGLang's scheduler never hands the allocator this step ('' where it may)."""
+    for i, (prefix, seq) in enumerate(zip(prefix_lens, seq_lens, strict=True)):
+        if prefix < 0 or seq < 0:
+            return f"request {i}: KV length {min(prefix, seq)} < 0 (SGLang's kv lengths count tokens)"
+        if mode == "extend" and prefix > seq:
+            return (f"request {i}: cached prefix {prefix} past its length {seq} (the radix match is capped at "
+                    "input_len - 1, Req._compute_max_prefix_len)")
+    return ""
+
+
+class SglangBackend:
+    """kvtable's allocator route over SGLang's allocation path, one fresh set of pools per step."""
+
+    name = "sglang"
+    device = "cpu"
+
+    def __init__(self, *, fault: str | None = None, debug: bool = False) -> None:
+        check(fault)
+        self.fault, self.debug = fault, debug
+
+    def _step(self, mode: str, state: AllocState) -> Allocation:
+        from kvtable.engines._sglang_path import Pools
+
+        why = scheduler_refusal(mode, state.prefix_lens, state.seq_lens)
+        if why and self.fault != PREFIX_PAST_LENGTH:
+            raise ContractViolation("T9", f"SGLang's scheduler never builds this {mode} step: {why}")
+        swa = state.swa
+        pools = Pools(rows=state.req_to_token.shape[0], width=state.req_to_token.shape[1], page_size=state.page_size,
+                      pool_pages=min(state.pool_pages, BUILT_POOL_PAGES),
+                      swa_pool_pages=None if swa is None else min(swa.pool_pages, BUILT_POOL_PAGES), debug=self.debug)
+        pools.lay_out(state.req_to_token, state.free_pages, swa_free_pages=None if swa is None else swa.free_pages,
+                      mapping=None if swa is None else swa.mapping.clone())
+        with patched(self.fault):
+            if mode == "extend":
+                step = pools.extend(state.rows, state.prefix_lens, state.seq_lens)
+            elif mode == "decode":
+                step = pools.decode(state.rows, state.prefix_lens)
+            else:
+                step = pools.verify(state.rows, state.prefix_lens, state.seq_lens)
+        state.out.copy_(step.locs)
+        return Allocation(state.out, pools.req_to_token, step.swa_locs, pools.mapping)
+
+    def alloc_extend(self, state: AllocState) -> Allocation:
+        """``alloc_for_extend``: the chunk ``[prefix, seq)`` of each request."""
+        return self._step("extend", state)
+
+    def alloc_decode(self, state: AllocState) -> Allocation:
+        """``alloc_for_decode``: one token per request."""
+        return self._step("decode", state)
+
+    def alloc_verify(self, state: AllocState) -> Allocation:
+        """``alloc_for_spec_decode``: the draft tokens ``[prefix, seq)`` of each request."""
+        return self._step("verify", state)
+
+
+def backend(*, fault: str | None = None, debug: bool = False) -> SglangBackend:
+    """SGLang's allocation path for ``kvtable conform``; ``debug`` is ``SGLANG_DEBUG_MEMORY_POOL``."""
+    return SglangBackend(fault=fault, debug=debug)
+
+
+def backend_prefix_past_length(*, debug: bool = False) -> SglangBackend:
+    """Seeded: the scheduler publishes a prefix past its request's length (``--backend`` form of the fault)."""
+    return SglangBackend(fault=PREFIX_PAST_LENGTH, debug=debug)
+
+
+def backend_swa_translation_off_by_one(*, debug: bool = False) -> SglangBackend:
+    """Seeded: SGLang's full-to-SWA translation reads one slot off (``--backend`` form of the fault)."""
+    return SglangBackend(fault=SWA_TRANSLATION, debug=debug)
+
+
+def record(out: str | Path, *, steps: int, seed: int, fault: str | None = None) -> RunSummary:
+    """Drive SGLang's allocation path with a seeded serving loop for ``steps`` steps, recording each one."""
+    from kvtable.engines._sglang_run import run
+
+    check(fault)
+    return run(Path(out), steps=steps, seed=seed, fault=fault, version=ENGINE.installed_version())
+
