@@ -54,10 +54,11 @@ def sglang() -> SimpleNamespace:
     from sglang.kernels.ops.memory import common as pool_kernels
     from sglang.kernels.ops.speculative import cache_locs
     from sglang.srt.managers import schedule_batch
-    from sglang.srt.mem_cache import allocation, common, memory_pool, swa_memory_pool
+    from sglang.srt.mem_cache import allocation, allocation_sizing, common, memory_pool, swa_memory_pool
     from sglang.srt.mem_cache.allocator import paged, swa, token
 
     return SimpleNamespace(kernels=kernels, pool_kernels=pool_kernels, cache_locs=cache_locs,
-                           schedule_batch=schedule_batch, allocation=allocation, common=common,
+                           schedule_batch=schedule_batch, allocation=allocation, allocation_sizing=allocation_sizing,
+                           common=common,
                            memory_pool=memory_pool, swa_memory_pool=swa_memory_pool, paged=paged, swa=swa,
                            token=token)
