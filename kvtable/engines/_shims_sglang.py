@@ -53,6 +53,7 @@ def sglang() -> SimpleNamespace:
     from sglang.kernels.ops.memory import allocator as kernels
     from sglang.kernels.ops.memory import common as pool_kernels
     from sglang.kernels.ops.speculative import cache_locs
+    from sglang.srt import utils
     from sglang.srt.managers import schedule_batch
     from sglang.srt.mem_cache import allocation, allocation_sizing, common, memory_pool, swa_memory_pool
     from sglang.srt.mem_cache.allocator import paged, swa, token
@@ -61,4 +62,4 @@ def sglang() -> SimpleNamespace:
                            schedule_batch=schedule_batch, allocation=allocation, allocation_sizing=allocation_sizing,
                            common=common,
                            memory_pool=memory_pool, swa_memory_pool=swa_memory_pool, paged=paged, swa=swa,
-                           token=token)
+                           token=token, utils=utils)

@@ -16,8 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from kvtable.backends.protocol import Allocation, AllocState
 from kvtable.engines._sglang_faults import FAULTS, PREFIX_PAST_LENGTH, SWA_TRANSLATION, check, patched
+from kvtable.engines._sglang_locs import gather
 from kvtable.engines.base import EngineInfo, RunSummary
 from kvtable.errors import ContractViolation
 
@@ -90,6 +93,27 @@ class SglangBackend:
     def alloc_verify(self, state: AllocState) -> Allocation:
         """``alloc_for_spec_decode``: the draft tokens ``[prefix, seq)`` of each request."""
         return self._step("verify", state)
+
+    # -- the location route: SGLang's read of the write slots back from its token table -----------------------
+    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
+        """Each request's slot at ``seq - 1`` (``assign_extend_cache_locs`` over one token)."""
+        seq = seq_lens.tolist()
+        return gather(table, page_size, [s - 1 for s in seq], seq)
+
+    def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
+                    *, actual_bs: int | None = None) -> torch.Tensor:
+        """The ``n`` draft tokens' slots ``[seq - n, seq)`` of each request (EAGLE's verify read); padded
+        requests read the padding row."""
+        seq = seq_lens.tolist()
+        live = len(seq) if actual_bs is None else actual_bs
+        starts = [s - n if i < live else 0 for i, s in enumerate(seq)]
+        return gather(table, page_size, starts, [start + n for start in starts], live)
+
+    def extend_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int],
+                    page_size: int) -> torch.Tensor:
+        """The chunk ``[prefix, prefix + extend)`` of each request (the n-gram worker's extend read)."""
+        return gather(table, page_size, list(prefix_lens),
+                      [p + e for p, e in zip(prefix_lens, extend_lens, strict=True)])
 
 
 def backend(*, fault: str | None = None, debug: bool = False) -> SglangBackend:
