@@ -122,6 +122,9 @@ class Allocator:
     """The dtypes translated SWA locations may have (engine versions differ); ``alloc/swa-*`` checks them."""
     debug_env: str = ""
     """The switch of the engine's own allocator debug asserts, if it has one."""
+    table_dtype: Literal["int32", "int64", ""] = ""
+    """The dtype the engine keeps its token table in (``req_to_token``): the allocator route hands the table in
+    it and the judge checks the recorded one has it; '' : int64 handed, any dtype back."""
 
 
 @dataclass(frozen=True)
@@ -441,7 +444,7 @@ SGLANG = Profile(
 - Validation lives in the scheduler; the attention backends trust what they get.""",
     loc_dtype="int64", tail_pad=0, dummy_rows="unread", loc_buffer_tail=0, loc_buffer_tail_on="padded",
     validates="scheduler",
-    allocator=Allocator(swa_loc_dtypes=("int32", "int64"), debug_env="SGLANG_DEBUG_MEMORY_POOL"),
+    allocator=Allocator(swa_loc_dtypes=("int32", "int64"), debug_env="SGLANG_DEBUG_MEMORY_POOL", table_dtype="int32"),
     domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,
                   broken_lengths=False),
 )

@@ -3,9 +3,12 @@
 A drawn state is one an engine's bookkeeping can hold: row 0 is the padding row; each request's row holds
 its prefix's slots (shared prefix pages allowed, a partially filled last page at page size > 1) and, past
 them, 0 or stale slots of an earlier occupant (``ReqToTokenPool.free`` leaves rows uncleared); idle rows hold
-pages that are neither free nor in the batch; the free list (pages ``>= 1``, slot 0 is the sink) has room
-for the step and comes in any order; a SWA pool maps the live full slots (evicted ones to 0) and keeps the
-``-1`` sentinel last. Page size 1, SGLang's default, is drawn half the time.
+pages that are neither free nor in the batch; free rows (``ReqToTokenPool.free_slots``) hold stale slots;
+the free list (pages ``>= 1``, slot 0 is the sink) has room for the step and comes in any order; a SWA pool
+maps the live full slots (evicted ones to 0) and keeps the ``-1`` sentinel last, and an extend may declare a
+SWA tail (``alloc_extend_swa_tail``). A paged decode or verify may find its request over-allocated by an
+earlier speculative step (``kv_allocated_len`` up to a page end past the committed length). Page size 1,
+SGLang's default, is drawn half the time.
 
 The broken kinds are SGLang's bug classes: a prefix past its request's length (extend), a verify row
 shorter than N, and free pages whose slots pass ``2^31 - 1``.
@@ -76,6 +79,15 @@ def _lengths(mode: AllocMode, kind: str, shape: list[int], r: random.Random) -> 
     return prefixes, seqs, how
 
 
+def _over_allocated(mode: AllocMode, kind: str, prefixes: list[int], seqs: list[int], ps: int,
+                    r: random.Random) -> list[int] | None:
+    """Each request's allocated length: a paged decode or verify request may hold slots up to the end of a page
+    past its committed length (an earlier speculative step rounded up); None: the prefixes."""
+    if ps == 1 or mode == "extend" or kind != "valid" or r.random() < 0.5:
+        return None
+    return [max(p, -(-(p + r.randrange(0, s - p + 1)) // ps) * ps) for p, s in zip(prefixes, seqs, strict=True)]
+
+
 def _step(draw: st.DrawFn, mode: AllocMode, kind: str, swa: bool | None, paged: bool) -> AllocCase:
     shape = digits(draw, (4, 4, len(PAGE_SIZES), 3, 2))
     r = rng(draw)
@@ -83,12 +95,18 @@ def _step(draw: st.DrawFn, mode: AllocMode, kind: str, swa: bool | None, paged: 
     prefixes, seqs, how = _lengths(mode, kind, shape, r)
     if paged and not any(p % ps for p in prefixes):  # request 0 ends inside a page: its last page is partial
         prefixes[0], seqs[0] = prefixes[0] + 1, seqs[0] + 1
+    allocated = _over_allocated(mode, kind, prefixes, seqs, ps, r)
+    held_to = allocated or prefixes  # the positions whose slots the rows hold
     n_req = len(seqs)
     width = max(max(seqs), max(prefixes), 1) + r.randrange(0, 4)
-    n_rows = n_req + 1 + shape[3]
+    if mode != "extend":  # room for a speculative step's allocation up to its page's end (SGLang asserts it)
+        width = max(width, -(-max(seqs) // ps) * ps)
+    n_free_rows = r.randrange(0, n_req + 2)
+    n_rows = n_req + 1 + shape[3] + n_free_rows
     rows = r.sample(range(1, n_rows), n_req)
     idle = [row for row in range(1, n_rows) if row not in rows]
-    own = [_pages(max(p, 0), ps) for p in prefixes]
+    idle, free_rows = idle[:len(idle) - n_free_rows], idle[len(idle) - n_free_rows:]
+    own = [_pages(max(p, 0), ps) for p in held_to]
     # pages the step may take: a negative prefix's tokens get slots too, from column p // ps on
     new = sum(max((s + ps - 1) // ps - (p + ps - 1 if p > 0 else p) // ps, 0) for p, s in zip(prefixes, seqs,
                                                                                             strict=True))
@@ -100,8 +118,8 @@ def _step(draw: st.DrawFn, mode: AllocMode, kind: str, swa: bool | None, paged: 
     table = [[0] * width for _ in range(n_rows)]
     taken = 0
     page_of: dict[tuple[int, int], int] = {}
-    for i, (row, prefix) in enumerate(zip(rows, prefixes, strict=True)):
-        share = i > 0 and ps * (own[0] - 1) > 0 and r.random() < 0.3
+    for i, (row, prefix) in enumerate(zip(rows, held_to, strict=True)):
+        share = i > 0 and ps * (own[0] - 1) > 0 and r.random() < 0.3 and allocated is None
         for col in range(own[i]):
             if share and col < own[0] - 1 and col < own[i] - 1:
                 page = page_of[(0, col)]  # a full page of request 0's prefix (a radix-cache hit)
@@ -120,15 +138,21 @@ def _step(draw: st.DrawFn, mode: AllocMode, kind: str, swa: bool | None, paged: 
     base = INT32_SLOTS // ps if kind == "int32 slots" else 0
     free = [base + p for p in ids[taken + held:]]
     stale = [p for p in ids if r.random() < 0.5] or ids[:1]
-    for row, prefix in zip(rows, prefixes, strict=True):
+    for row, prefix in zip(rows, held_to, strict=True):
         if shape[4]:  # an uncleared row: past the prefix, an earlier occupant's slots
             for pos in range(max(prefix, 0), width):
                 table[row][pos] = r.choice(stale) * ps + pos % ps
+    for row in free_rows:  # a row a finished request left: its slots, never cleared
+        for pos in range(r.randrange(0, width + 1)):
+            table[row][pos] = r.choice(stale) * ps + pos % ps
     pool_pages = base + total + r.randrange(0, 2)
     swa_state = None
     if swa or (swa is None and kind == "valid" and r.random() < 0.25):
-        swa_state = _swa(table, rows, prefixes, ps, pool_pages, new, r)
-    step = AllocStep(mode, table, rows, prefixes, seqs, free, ps, pool_pages, swa_state)
+        swa_state = _swa(table, rows, held_to, ps, pool_pages, new, r)
+        if mode == "extend" and r.random() < 0.3:  # disaggregated decode: SWA slots for each request's tail only
+            tails = [r.randrange(0, max(s - p, 0) + 1) for p, s in zip(prefixes, seqs, strict=True)]
+            swa_state = SwaState(swa_state.mapping, swa_state.free_pages, swa_state.pool_pages, tails)
+    step = AllocStep(mode, table, rows, prefixes, seqs, free, ps, pool_pages, swa_state, allocated, free_rows)
     return AllocCase(step, kind, how or f"{mode}, page size {ps}" + (", SWA" if swa_state else ""))
 
 

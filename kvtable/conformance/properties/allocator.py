@@ -1,60 +1,177 @@
-"""Allocator-driven steps (A1-A5): the backend chooses the slots and records them; ``reference.allocation`` judges.
+"""Allocator-driven steps (A1-A6): the backend chooses the slots and records them; ``reference.allocation`` judges.
 
-Each example hands the backend an ``AllocState`` whose output buffer sits between guard cells, and judges
-the ``Allocation`` it returns with ``judge_allocation``: a fault that shows a write outside what the step may
-touch fails at the safety tier, naming the request, its row and the token; any other fault is a correctness
-failure. On valid input a refusal is a correctness failure; on the broken kinds (SGLang's bug classes) any
-refusal is safe and only what the backend writes is judged.
+Each example hands the backend an ``AllocState`` whose output buffer sits between guard cells and holds a
+sentinel, whose free list is a view of a longer list (the pages popped before it precede it, as in an
+allocator that slices its free list), and whose table has the engine's dtype. A 1-D integer ``torch.empty``
+the backend makes during the call is guarded the same way (SGLang's paged allocator makes its own output).
+It judges the ``Allocation`` returned with ``judge_allocation``: a fault that shows a write outside what the
+step may touch (an input included) or a page handed out twice fails at the safety tier, naming the request,
+its row and the token; any other fault is a correctness failure. On valid input a refusal is a correctness
+failure; on the broken kinds (SGLang's bug classes) any refusal is safe and only what the backend writes is
+judged.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
-from kvtable.backends.protocol import Allocation, AllocState, SwaPool
+from kvtable.alloc_contract import Allocation, AllocState, SwaPool
 from kvtable.conformance.checks import Mismatch
 from kvtable.conformance.core import Context, Property
-from kvtable.conformance.levels import CORRECTNESS, SAFETY
+from kvtable.conformance.levels import CORRECTNESS, LATENT, SAFETY
 from kvtable.errors import Unsupported
-from kvtable.reference.allocation import AllocFault, AllocOutcome, AllocStep, alloc_tokens, judge_allocation
+from kvtable.reference.allocation import (
+    AllocFault,
+    AllocOutcome,
+    AllocStep,
+    alloc_tokens,
+    judge_allocation,
+)
 from kvtable.strategies.allocator import AllocCase, alloc_cases
 
 OPERATION = {"decode": "alloc_decode", "verify": "alloc_verify", "extend": "alloc_extend"}
 GUARD = 2
 """Guard cells on each side of the output buffer."""
 CANARY = -(2**62)
-"""What the guard cells hold: no slot and no pad any engine would write."""
+"""What the guard cells and an unwritten int64 buffer hold: no slot and no pad any engine would write."""
+CANARY32 = -(2**31)
+"""The same for an int32 buffer the engine makes."""
+INT32_LATENT = "latent: needs >= 2^31 slots in one pool (256 GiB at 128 B/token)"
+"""The size a failure of the int32 wrap needs before any real run can reach it."""
 
 
 def _long(values: Any) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int64)
 
 
-def alloc_state(step: AllocStep) -> tuple[AllocState, torch.Tensor]:
-    """The tensors of ``step`` for the backend, and the arena its output buffer is a view of (guards around it)."""
+def _popped(step: AllocStep) -> list[int]:
+    """The pages the batch's rows hold, each once: what an allocator slicing its free list popped before."""
+    pages: dict[int, None] = {}
+    for row, start in zip(step.rows, step.starts, strict=True):
+        for pos in range(max(start, 0)):
+            slot = step.req_to_token[row][pos] if pos < len(step.req_to_token[row]) else 0
+            if slot >= step.page_size:
+                pages.setdefault(slot // step.page_size)
+    return list(pages)
+
+
+def alloc_state(step: AllocStep, table_dtype: torch.dtype = torch.int64) -> tuple[AllocState, torch.Tensor]:
+    """The tensors of ``step`` for the backend, and the arena its output buffer is a view of (guards around it,
+    the sentinel inside). The free list is the tail of a list whose head holds the pages popped before it."""
     n = len(alloc_tokens(step))
     arena = torch.full((GUARD + n + GUARD,), CANARY, dtype=torch.int64)
     swa = None
     if step.swa is not None:
-        swa = SwaPool(_long(step.swa.mapping), _long(step.swa.free_pages), step.swa.pool_pages)
-    state = AllocState(_long(step.req_to_token).reshape(len(step.req_to_token), -1), list(step.rows),
-                       list(step.prefix_lens), list(step.seq_lens), _long(step.free_pages), step.page_size,
-                       step.pool_pages, arena[GUARD:GUARD + n], swa)
+        swa = SwaPool(_long(step.swa.mapping), _long(step.swa.free_pages), step.swa.pool_pages,
+                      None if step.swa.tail_lens is None else list(step.swa.tail_lens))
+    popped = _popped(step)
+    free_list = _long([*popped, *step.free_pages])
+    state = AllocState(_long(step.req_to_token).reshape(len(step.req_to_token), -1).to(table_dtype),
+                       list(step.rows), list(step.prefix_lens), list(step.seq_lens), free_list[len(popped):],
+                       step.page_size, step.pool_pages, arena[GUARD:GUARD + n], swa,
+                       None if step.allocated_lens is None else list(step.allocated_lens), list(step.free_rows))
     return state, arena
 
 
-def alloc_outcome(allocation: Allocation, arena: torch.Tensor) -> AllocOutcome:
-    """What the backend did, as the judge reads it (``AllocOutcome``)."""
-    n = arena.numel() - 2 * GUARD
+class EngineBuffers(TorchFunctionMode):
+    """Guards every 1-D integer ``torch.empty`` made while active: an arena of sentinels around it, so a write
+    before or past it, or an entry never written, shows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arenas: list[torch.Tensor] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func is torch.empty and out.dim() == 1 and out.dtype in (torch.int32, torch.int64):
+            canary = CANARY if out.dtype == torch.int64 else CANARY32
+            arena = torch.full((GUARD + out.numel() + GUARD,), canary, dtype=out.dtype, device=out.device)
+            self.arenas.append(arena)
+            return arena[GUARD:GUARD + out.numel()]
+        return out
+
+
+def _snapshot(state: AllocState) -> dict[str, Any]:
+    """The inputs a step may not write, as they were handed."""
+    free = state.free_pages
+    snap: dict[str, Any] = {name: list(getattr(state, name) or []) for name in
+                            ("rows", "prefix_lens", "seq_lens", "allocated_lens", "free_rows")}
+    snap["free_pages"] = free.as_strided((free.storage_offset() + free.numel(),), (1,), 0).clone()
+    snap["req_to_token"] = state.req_to_token.clone()
+    if state.swa is not None:
+        snap["swa.free_pages"] = state.swa.free_pages.clone()
+        snap["swa.tail_lens"] = list(state.swa.tail_lens or [])
+    return snap
+
+
+def changed_inputs(state: AllocState, before: dict[str, Any], got: Allocation) -> list[str]:
+    """Each input field the step wrote though only ``req_to_token`` (when returned as recorded), ``out`` and the
+    SWA mapping are its to write: the field and its first changed entry."""
+    now = _snapshot(state)
+    if got.req_to_token.untyped_storage().data_ptr() == state.req_to_token.untyped_storage().data_ptr():
+        now["req_to_token"] = before["req_to_token"]  # recorded in place and returned: A1/A2 judge it
+    changed = []
+    offset = state.free_pages.storage_offset()
+    for name, was in before.items():
+        is_ = now[name]
+        if isinstance(was, torch.Tensor):
+            diff = (was != is_).nonzero() if was.shape == is_.shape else torch.zeros((1, 1), dtype=torch.long)
+            if diff.numel():
+                at = tuple(int(v) for v in diff[0])
+                index = at[0] - offset if name == "free_pages" else (at if len(at) > 1 else at[0])
+                changed.append(f"{name}: entry {index} changed from {int(was[at])} to {int(is_[at])}")
+        elif was != is_:
+            changed.append(f"{name}: {was} -> {is_}")
+    return changed
+
+
+def call_allocator(backend: Any, op: str, state: AllocState) -> tuple[Any, list[torch.Tensor], list[str]]:
+    """Run ``backend.op(state)`` as the properties do: the buffers it makes guarded, its inputs compared after.
+    Returns what it returned, the guarded arenas of the buffers it made and the inputs it changed."""
+    snapshot, made = _snapshot(state), EngineBuffers()
+    with made:
+        got = getattr(backend, op)(state)
+    changed = changed_inputs(state, snapshot, got) if isinstance(getattr(got, "req_to_token", None),
+                                                                 torch.Tensor) else []
+    return got, made.arenas, changed
+
+
+def _guards(locs: torch.Tensor, arenas: Sequence[torch.Tensor]) -> tuple[list[int], list[int], int] | None:
+    """The guard cells around ``locs`` and their sentinel, if ``locs`` is a view of one of the guarded arenas."""
+    if not isinstance(locs, torch.Tensor) or locs.dim() != 1 or locs.numel() == 0 and not arenas:
+        return None
+    for arena in arenas:
+        if locs.device == arena.device and locs.untyped_storage().data_ptr() == arena.untyped_storage().data_ptr():
+            at = locs.storage_offset() - arena.storage_offset()
+            canary = CANARY if arena.dtype == torch.int64 else CANARY32
+            return (arena[max(at - GUARD, 0):at].tolist(), arena[at + locs.numel():at + locs.numel() + GUARD].tolist(),
+                    canary)
+    return None
+
+
+def alloc_outcome(allocation: Allocation, arena: torch.Tensor, made: Sequence[torch.Tensor] = (),
+                  changed: Sequence[str] = ()) -> AllocOutcome:
+    """What the backend did, as the judge reads it (``AllocOutcome``): the guards of whichever guarded buffer
+    its locations are (``arena``, kvtable's, or one it made, ``made``); a buffer kvtable did not make (a view
+    of the free list) has none."""
+    guards = _guards(allocation.locs.reshape(-1), [arena, *made])
+    before, after, canary = guards if guards is not None else ([], [], 0)
     swa_locs, swa_mapping = allocation.swa_locs, allocation.swa_mapping
-    return AllocOutcome(allocation.locs.reshape(-1).tolist(), allocation.req_to_token.tolist(),
-                        arena[:GUARD].tolist(), arena[GUARD + n:].tolist(), CANARY,
-                        None if swa_locs is None else swa_locs.reshape(-1).tolist(),
-                        None if swa_mapping is None else swa_mapping.reshape(-1).tolist())
+
+    def _list(values: Any) -> list[int] | None:
+        return None if values is None else [int(v) for v in (values.reshape(-1).tolist()
+                                                              if isinstance(values, torch.Tensor) else values)]
+
+    return AllocOutcome(allocation.locs.reshape(-1).tolist(), allocation.req_to_token.tolist(), before, after,
+                        canary, _list(swa_locs), _list(swa_mapping), _list(allocation.rows),
+                        _list(allocation.allocated_lens), _list(allocation.free_pages),
+                        _list(allocation.freed_pages) or [], list(changed), guarded=guards is not None)
 
 
 def _kind(fault: AllocFault) -> str:
@@ -71,13 +188,31 @@ def _malformed(op: str, got: Any) -> str:
     return ""
 
 
-def _check(broken: bool) -> Callable[[Context, AllocCase], None]:
+def _message(what: str, faults: list[AllocFault]) -> str:
+    """The first fault, then the first of each other clause (a double allocation beside a write before the
+    buffer)."""
+    first = faults[0]
+    others = {f.clause: f for f in reversed(faults) if f.clause != first.clause}
+    also = "".join(f"; also {c}: {f.text()}" for c, f in sorted(others.items()))
+    return f"{what}: {len(faults)} fault(s); first: {first.text()}{also}"
+
+
+def _table_dtype(ctx: Context) -> torch.dtype:
+    """The token table's dtype as the profile's engine keeps it (int64 where the profile does not say)."""
+    conventions = ctx.profile.allocator
+    name = conventions.table_dtype if conventions is not None and conventions.table_dtype else "int64"
+    return getattr(torch, name)
+
+
+def _check(broken: bool, latent: str = "") -> Callable[[Context, AllocCase], None]:
+    """Run one case through the backend and judge it; ``latent``: the size a safety failure needs (it is then
+    reported at the ``latent`` tier)."""
     def check(ctx: Context, case: AllocCase) -> None:
         op = OPERATION[case.step.mode]
-        state, arena = alloc_state(case.step)
+        state, arena = alloc_state(case.step, _table_dtype(ctx))
         what = f"{op} on {case.kind} ({case.how})"
         try:
-            got = getattr(ctx.backend, op)(state)
+            got, made, changed = call_allocator(ctx.backend, op, state)
         except Unsupported:
             raise
         except Exception as err:  # noqa: BLE001 - broken input may be refused any way; valid input may not
@@ -87,22 +222,27 @@ def _check(broken: bool) -> Callable[[Context, AllocCase], None]:
                            tier=CORRECTNESS, kind="refused valid input") from err
         if why := _malformed(op, got):
             raise Mismatch("A4", f"{what}: {why}", tier=CORRECTNESS, kind="not an Allocation")
-        faults = judge_allocation(case.step, alloc_outcome(got, arena))
+        faults = judge_allocation(case.step, alloc_outcome(got, arena, made, changed))
         if faults:
             first = faults[0]
-            raise Mismatch(first.clause, f"{what}: {len(faults)} fault(s); first: {first.text()}",
-                           tier=SAFETY if first.unsafe else CORRECTNESS, kind=_kind(first))
+            tier = SAFETY if first.unsafe else CORRECTNESS
+            message = _message(what, faults)
+            if latent and tier == SAFETY:
+                tier, message = LATENT, f"{latent}: {message}"
+            raise Mismatch(first.clause, message, tier=tier, kind=_kind(first))
         _check_dtypes(ctx, case, got, what)
 
     return check
 
 
 def _check_dtypes(ctx: Context, case: AllocCase, got: Allocation, what: str) -> None:
-    """Under a profile whose engine allocates (``Profile.allocator``): its slot and SWA location dtypes."""
+    """Under a profile whose engine allocates (``Profile.allocator``): its slot, SWA location and table dtypes."""
     conventions = ctx.profile.allocator
     if conventions is None:
         return
     wanted = [("A1", "locations", got.locs, (conventions.loc_dtype,))]
+    if conventions.table_dtype:
+        wanted.append(("A1", "the recorded table's entries", got.req_to_token, (conventions.table_dtype,)))
     if case.step.swa is not None and got.swa_locs is not None:
         wanted.append(("A5", "SWA locations", got.swa_locs, conventions.swa_loc_dtypes))
     for clause, name, tensor, want in wanted:
@@ -144,6 +284,6 @@ PROPERTIES = (
              "(or is refused)", alloc_cases("verify", "short verify"), _check(True), weight=2, tier=SAFETY,
              needs=_needs("verify")),
     Property("alloc/int32-slots", "A1", "free slots past 2^31 - 1 are recorded as chosen, never wrapped (or the "
-             "step is refused)", alloc_cases("decode", "int32 slots"), _check(True), tier=SAFETY,
-             needs=_needs("decode")),
+             f"step is refused); {INT32_LATENT}", alloc_cases("decode", "int32 slots"), _check(True, INT32_LATENT),
+             tier=SAFETY, needs=_needs("decode")),
 )
