@@ -30,7 +30,7 @@ def test_the_example_passes_every_allocator_property_under_its_profile() -> None
     report = run_conformance(f"{EXAMPLE}:backend", examples=15, seed=0, profile="sglang", properties=select(ALLOC),
                              level="correct")
     assert report.passed, report.details()
-    assert sorted(r.property for r in report.results if r.passed) == sorted(ALLOC) and len(ALLOC) == 10
+    assert sorted(r.property for r in report.results if r.passed) == sorted(ALLOC) and len(ALLOC) == 30
 
 
 @pytest.mark.parametrize(("factory", "prop", "clause", "what", "level"), [

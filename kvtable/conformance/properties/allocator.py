@@ -277,6 +277,70 @@ PROPERTIES = (
              "sentinel kept", alloc_cases("verify", swa=True), _check(False), needs=_needs("verify")),
     Property("alloc/swa-extend", "A5", "extend steps with a SWA pool: SWA slots free (or on the own partial "
              "SWA page), mapping recorded", alloc_cases("extend", swa=True), _check(False), needs=_needs("extend")),
+    Property("alloc/decode-paged", "A3", "paged decode steps: the token fills its request's partial page at "
+             "offset pos % ps, or takes a fresh page", alloc_cases("decode", swa=False, paged=True), _check(False),
+             needs=_needs("decode")),
+    Property("alloc/verify-paged", "A3", "paged verify steps: N tokens across the partial page and fresh pages, "
+             "one page per page column", alloc_cases("verify", swa=False, paged=True), _check(False),
+             needs=_needs("verify")),
+    Property("alloc/over-allocated", "A1", "verify steps of requests an earlier speculative step over-allocated "
+             "(allocated length past the committed one): slots from the allocated end, at most to the page end",
+             alloc_cases("verify", swa=False, paged=True, edge="over-allocated"), _check(False),
+             needs=_needs("verify")),
+    Property("alloc/decode-over-allocated", "A1", "decode steps of over-allocated requests: a token whose slot "
+             "is already allocated takes none, the others continue from the allocated end",
+             alloc_cases("decode", swa=False, paged=True, edge="over-allocated"), _check(False),
+             needs=_needs("decode")),
+    Property("alloc/fresh-rows", "A2", "extend steps with a free row for every request: a backend that moves a "
+             "request takes a free row, copies its prefix and touches no other row",
+             alloc_cases("extend", swa=False, edge="fresh-rows"), _check(False), needs=_needs("extend")),
+    Property("alloc/new-requests", "A3", "extend steps of requests with no prefix: positions from 0, each page "
+             "column on one fresh page (page size 2: positions 0 and 1 on one page)",
+             alloc_cases("extend", swa=False, edge="new-requests"), _check(False), needs=_needs("extend")),
+    Property("alloc/page-aligned", "A3", "extend steps whose prefixes end on a page boundary: no partial page, "
+             "every new column on a fresh page", alloc_cases("extend", swa=False, paged=True, edge="page-aligned"),
+             _check(False), needs=_needs("extend")),
+    Property("alloc/shared-prefix", "A3", "extend steps whose requests share prefix pages (radix-cache hits): "
+             "no shared page is handed out or written", alloc_cases("extend", swa=False, paged=True,
+                                                                     edge="shared-prefix"), _check(False),
+             needs=_needs("extend")),
+    Property("alloc/stale-rows", "A2", "decode steps on rows an earlier request left uncleared: only the new "
+             "position's cell changes", alloc_cases("decode", swa=False, edge="stale-rows"), _check(False),
+             needs=_needs("decode")),
+    Property("alloc/one-request", "A4", "extend steps of a single request: one location per token, the whole "
+             "output written, nothing around it", alloc_cases("extend", swa=False, edge="one-request"),
+             _check(False), needs=_needs("extend")),
+    Property("alloc/inputs-kept", "A4", "decode steps leave every input as handed: the free list (and the pages "
+             "popped before it), rows, lengths", alloc_cases("decode", swa=None), _check(False),
+             needs=_needs("decode")),
+    Property("alloc/swa-tail", "A5", "extend steps with a declared SWA tail: the tail's tokens get free SWA "
+             "slots, the head's may get 0", alloc_cases("extend", swa=True, edge="swa-tail"), _check(False),
+             needs=_needs("extend")),
+    Property("alloc/swa-evicted", "A5", "decode steps whose requests' early SWA slots were evicted (mapped to 0): "
+             "the translation of a live last slot is used, never an evicted one",
+             alloc_cases("decode", swa=True, edge="swa-evicted"), _check(False), needs=_needs("decode")),
+    Property("alloc/swa-new-requests", "A5", "extend steps with a SWA pool and no prefixes: last_loc -1 translates "
+             "to -1 (the sentinel), SWA slots from fresh pages", alloc_cases("extend", swa=True,
+                                                                            edge="new-requests"),
+             _check(False), needs=_needs("extend")),
+    Property("alloc/pool-decode", "A6", "decode steps keep the pool's accounting: pages handed out were free, the "
+             "free list returned is the rest, none lost or held twice", alloc_cases("decode", swa=False),
+             _check(False), needs=_needs("decode")),
+    Property("alloc/pool-verify", "A6", "verify steps keep the pool's accounting (over-allocation included)",
+             alloc_cases("verify", swa=False, paged=True, edge="over-allocated"), _check(False),
+             needs=_needs("verify")),
+    Property("alloc/pool-extend", "A6", "extend steps keep the pool's accounting, partial pages not taken twice",
+             alloc_cases("extend", swa=False, paged=True), _check(False), needs=_needs("extend")),
+    Property("alloc/pool-tight", "A6", "extend steps whose free list holds exactly the pages needed: every one "
+             "handed out, nothing read before or past the free list", alloc_cases("extend", swa=False,
+                                                                                 edge="tight-pool"),
+             _check(False), needs=_needs("extend")),
+    Property("alloc/swa-partial", "A5", "paged extend steps with a SWA pool: the SWA partial page is the "
+             "translation of the request's last slot, filled at offset pos % ps", alloc_cases(
+                 "extend", swa=True, paged=True), _check(False), needs=_needs("extend")),
+    Property("alloc/pool-fresh-rows", "A6", "extend steps that may move requests to free rows: a copied prefix "
+             "takes no page, the pages handed out were free", alloc_cases("extend", swa=False, edge="fresh-rows"),
+             _check(False), needs=_needs("extend")),
     Property("alloc/prefix-past-length", "A4", "an extend with a request whose prefix exceeds its length writes "
              "nothing before or past the output buffer (or is refused)", alloc_cases("extend", "prefix past length"),
              _check(True), weight=2, tier=SAFETY, needs=_needs("extend")),
