@@ -21,9 +21,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from kvtable.alloc_contract import Allocation, AllocState, SwaPool
-from kvtable.conformance.checks import Mismatch
+from kvtable.conformance.checks import INT32_POOL, Mismatch, latent
 from kvtable.conformance.core import Context, Property
-from kvtable.conformance.levels import CORRECTNESS, LATENT, SAFETY
+from kvtable.conformance.levels import CORRECTNESS, SAFETY
 from kvtable.errors import Unsupported
 from kvtable.reference.allocation import (
     AllocFault,
@@ -41,8 +41,6 @@ CANARY = -(2**62)
 """What the guard cells and an unwritten int64 buffer hold: no slot and no pad any engine would write."""
 CANARY32 = -(2**31)
 """The same for an int32 buffer the engine makes."""
-INT32_LATENT = "latent: needs >= 2^31 slots in one pool (256 GiB at 128 B/token)"
-"""The size a failure of the int32 wrap needs before any real run can reach it."""
 
 
 def _long(values: Any) -> torch.Tensor:
@@ -204,9 +202,8 @@ def _table_dtype(ctx: Context) -> torch.dtype:
     return getattr(torch, name)
 
 
-def _check(broken: bool, latent: str = "") -> Callable[[Context, AllocCase], None]:
-    """Run one case through the backend and judge it; ``latent``: the size a safety failure needs (it is then
-    reported at the ``latent`` tier)."""
+def _check(broken: bool) -> Callable[[Context, AllocCase], None]:
+    """Run one case through the backend and judge it."""
     def check(ctx: Context, case: AllocCase) -> None:
         op = OPERATION[case.step.mode]
         state, arena = alloc_state(case.step, _table_dtype(ctx))
@@ -225,11 +222,8 @@ def _check(broken: bool, latent: str = "") -> Callable[[Context, AllocCase], Non
         faults = judge_allocation(case.step, alloc_outcome(got, arena, made, changed))
         if faults:
             first = faults[0]
-            tier = SAFETY if first.unsafe else CORRECTNESS
-            message = _message(what, faults)
-            if latent and tier == SAFETY:
-                tier, message = LATENT, f"{latent}: {message}"
-            raise Mismatch(first.clause, message, tier=tier, kind=_kind(first))
+            raise Mismatch(first.clause, _message(what, faults), tier=SAFETY if first.unsafe else CORRECTNESS,
+                           kind=_kind(first))
         _check_dtypes(ctx, case, got, what)
 
     return check
@@ -348,6 +342,6 @@ PROPERTIES = (
              "(or is refused)", alloc_cases("verify", "short verify"), _check(True), weight=2, tier=SAFETY,
              needs=_needs("verify")),
     Property("alloc/int32-slots", "A1", "free slots past 2^31 - 1 are recorded as chosen, never wrapped (or the "
-             f"step is refused); {INT32_LATENT}", alloc_cases("decode", "int32 slots"), _check(True, INT32_LATENT),
+             f"step is refused); {INT32_POOL}", alloc_cases("decode", "int32 slots"), latent(_check(True), INT32_POOL),
              tier=SAFETY, needs=_needs("decode")),
 )
