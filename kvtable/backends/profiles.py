@@ -114,7 +114,7 @@ class OneOf(int):
 
 @dataclass(frozen=True)
 class Allocator:
-    """An allocator-driven engine (spec section 6a, A1-A5): its allocator picks the write slots, then records them."""
+    """An allocator-driven engine (spec section 6a, A1-A6): its allocator picks the write slots, then records them."""
 
     loc_dtype: Literal["int32", "int64"] = "int64"
     """The dtype of the slots the allocator hands out (``out_cache_loc``)."""
@@ -168,7 +168,7 @@ class Profile:
     loc_buffer_tail_on: Literal["every", "padded"] = "every"
     """G4: whether ``loc_buffer_tail`` is written on every replay or only on padded ones (``actual_bs < bs``)."""
     allocator: Allocator | None = None
-    """The engine chooses its write slots in an allocator (A1-A5); None: locations are computed from tables."""
+    """The engine chooses its write slots in an allocator (A1-A6); None: locations are computed from tables."""
     validates: Literal["backend", "scheduler"] = "backend"
     """Who refuses broken input: the backend itself, or the engine's scheduler before the backend runs
     (then refusals are a strictness matter only: a missing one is reported, never a safety failure)."""
@@ -411,7 +411,7 @@ SGLANG = Profile(
     "replays, no validation (the scheduler's job)",
     details="""Read from SGLang's public code, point by point:
 
-- The allocator chooses the locations (``allocator``; spec section 6a, A1-A5). ``alloc_decode_kernel`` and
+- The allocator chooses the locations (``allocator``; spec section 6a, A1-A6). ``alloc_decode_kernel`` and
   ``alloc_extend_kernel`` (``python/sglang/kernels/ops/memory/allocator.py``) compute ``out_cache_loc`` from
   each request's last location and the free pages; ``alloc_for_decode``, ``alloc_for_extend`` and
   ``alloc_for_spec_decode`` (``python/sglang/srt/mem_cache/allocation.py``) then record it in

@@ -33,7 +33,7 @@ __all__ = ["ALLOCATOR_OPERATIONS", "OPERATIONS", "AllocState", "Allocation", "Ba
 ALLOCATOR_OPERATIONS = ("alloc_decode", "alloc_verify", "alloc_extend")
 """The allocator-driven family (A1-A6): the backend chooses the slots and records them in its token table."""
 OPERATIONS = ("decode_locs", "verify_locs", "reanchor_locs", "extend_locs", "group_locs", "expand_table",
-              "check_write_locs", "graph", *ALLOCATOR_OPERATIONS)
+              "check_write_locs", "graph", *ALLOCATOR_OPERATIONS, "check_allocation")
 """The protocol's operations, in the order ``Backend`` declares them."""
 
 
@@ -139,4 +139,8 @@ class Backend(Protocol):
 
     def alloc_extend(self, state: AllocState) -> Allocation:
         """A1-A6: choose and record the chunk ``[prefix, seq)`` of each request (``alloc_for_extend``)."""
+        ...
+
+    def check_allocation(self, before: torch.Tensor, state: AllocState, allocation: Allocation) -> None:
+        """A1-A6: the debug allocation checker (``before``: the table as handed); raises ContractViolation."""
         ...

@@ -1,4 +1,4 @@
-"""Allocator-driven steps (A1-A5): an SGLang-style pool state, the batch's rows and lengths, and one bug class each.
+"""Allocator-driven steps (A1-A6): an SGLang-style pool state, the batch's rows and lengths, and one bug class each.
 
 A drawn state is one an engine's bookkeeping can hold: row 0 is the padding row; each request's row holds
 its prefix's slots (shared prefix pages allowed, a partially filled last page at page size > 1) and, past

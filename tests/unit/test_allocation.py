@@ -1,4 +1,4 @@
-"""The allocator judge (reference/allocation.py, A1-A5) on hand vectors: legal steps pass, each breach names its
+"""The allocator judge (reference/allocation.py, A1-A6) on hand vectors: legal steps pass, each breach names its
 clause, request, row and token."""
 
 from __future__ import annotations
@@ -242,3 +242,33 @@ def test_a_step_that_loses_free_pages_or_frees_a_held_one_fails_a6() -> None:
     back = judge_allocation(DECODE, _outcome(DECODE, locs, free_pages=[8, 3]))
     assert [(f.clause, f.unsafe) for f in back] == [("A6", True)] and "page 3" in back[0].reason
     assert judge_allocation(DECODE, _outcome(DECODE, locs, free_pages=[8])) == []
+
+
+def test_a_new_requests_first_page_column_split_over_two_pages_fails_a3() -> None:
+    """Page size 2, no prefix: positions 0 and 1 share page column 0, so they must share one page (position 0 is
+    judged like any other)."""
+    step = AllocStep("extend", _table([[], []]), rows=[1], prefix_lens=[0], seq_lens=[2], free_pages=[3, 4],
+                     page_size=2, pool_pages=6)
+    assert judge_allocation(step, _outcome(step, [6, 7])) == []
+    faults = judge_allocation(step, _outcome(step, [6, 9]))
+    assert ("A3", False, 1) in {(f.clause, f.unsafe, f.token) for f in faults}, [f.text() for f in faults]
+
+
+def test_a_write_one_past_the_output_buffer_is_blamed_on_no_request() -> None:
+    """Request 1's range ends at the buffer's end: entry 2 (one past) belongs to no request, entry -1 to none."""
+    outcome = AllocOutcome([6, 7], _record(DECODE, [6, 7]), guard_before=[CANARY, CANARY],
+                           guard_after=[99, CANARY], canary=CANARY)
+    [fault] = [f for f in judge_allocation(DECODE, outcome) if f.clause == "A4"]
+    assert (fault.request, fault.token, fault.unsafe) == (None, 2, True)
+    assert "wrote entry 2, past the output buffer of 2 entries" in fault.reason
+
+
+def test_an_unwritten_entry_and_a_changed_input_fail_a4_naming_them() -> None:
+    """A guarded buffer starts as the sentinel: an entry still holding it was never written; an input the step
+    wrote is named with its field."""
+    outcome = AllocOutcome([6, CANARY], _record(DECODE, [6, 0]), guard_before=[CANARY] * 2,
+                           guard_after=[CANARY] * 2, canary=CANARY, guarded=True,
+                           changed_inputs=["free_pages: entry 0 changed from 6 to 9"])
+    reasons = [f.reason for f in judge_allocation(DECODE, outcome) if f.clause == "A4"]
+    assert "wrote its input free_pages: entry 0 changed from 6 to 9" in reasons
+    assert any(r.startswith("left entry 1 of the output buffer unwritten") for r in reasons), reasons
