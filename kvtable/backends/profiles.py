@@ -362,8 +362,8 @@ class Profile:
     def describe(self) -> str:
         """The profile's conventions, one per line (for ``--help`` texts and reports)."""
         fields = ("loc_dtype", "tail_pad", "pad_slot", "subpage_holes", "own_blocks_only", "clamp_short_verify",
-                  "dummy_rows", "buffers_at", "replay_bs0", "extra_groups", "loc_buffer_tail", "loc_buffer_tail_on", "validates",
-                  "domain", "writer", "allocator")
+                  "dummy_rows", "buffers_at", "replay_bs0", "extra_groups", "loc_buffer_tail", "loc_buffer_tail_on",
+                  "validates", "domain", "writer", "allocator")
         return "\n".join([f"{self.name}: {self.summary}"] + [f"  {f} = {getattr(self, f)!r}" for f in fields])
 
 
