@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -32,10 +33,11 @@ class OutOfPool(RuntimeError):
 
 @dataclass(frozen=True)
 class Step:
-    """What one allocation step gave: ``out_cache_loc`` as SGLang made it and, with SWA, each token's SWA slot
-    as the attention backend translates it (``translate_loc_from_full_to_swa``)."""
+    """What one allocation step gave: ``out_cache_loc`` as SGLang made it, the rows the slots went to and, with
+    SWA, each token's SWA slot as the attention backend translates it (``translate_loc_from_full_to_swa``)."""
 
     locs: torch.Tensor
+    rows: list[int]
     swa_locs: torch.Tensor | None
 
 
@@ -89,10 +91,12 @@ class Pools:
         """The full-to-SWA mapping (int64, the sentinel -1 last), or None without SWA."""
         return self.allocator.full_to_swa_index_mapping if self.swa else None
 
-    def lay_out(self, req_to_token: torch.Tensor, free_pages: torch.Tensor, *,
+    def lay_out(self, req_to_token: torch.Tensor, free_pages: torch.Tensor, *, free_rows: Sequence[int] = (),
                 swa_free_pages: torch.Tensor | None = None, mapping: torch.Tensor | None = None) -> None:
-        """Put a given state into SGLang's objects: the table (as its int32), the free lists, the SWA mapping."""
+        """Put a given state into SGLang's objects: the table (in place where it is int32 already), the free
+        rows, the free lists, the SWA mapping."""
         self.req_to_token_pool.req_to_token = req_to_token.to(torch.int32)
+        self.req_to_token_pool.free_slots = list(free_rows)
         self.full.free_pages = free_pages
         if self.swa:
             self.allocator.swa_attn_allocator.free_pages = swa_free_pages
@@ -107,26 +111,36 @@ class Pools:
         """Each request's slot at ``lens - 1`` (-1 for none): ``get_last_loc``'s Triton kernel."""
         return sglang().pool_kernels.get_last_loc_triton(self.req_to_token, rows, lens)
 
-    def extend(self, rows: Sequence[int], prefix_lens: Sequence[int], seq_lens: Sequence[int]) -> Step:
-        """``alloc_for_extend`` on rows that hold their prefix: slots for ``[prefix, seq)``, recorded with the
-        prefix rewritten from the row's own slots (``write_cache_indices``' Triton launch)."""
+    def extend(self, rows: Sequence[int], prefix_lens: Sequence[int], seq_lens: Sequence[int], *,
+               fresh_rows: bool = False, swa_tails: Sequence[int] | None = None) -> Step:
+        """``alloc_for_extend``: slots for ``[prefix, seq)`` of each request, recorded with the prefix's slots
+        (read from ``rows``, as the radix cache's prefix indices) by ``write_cache_indices``' Triton launch.
+        ``fresh_rows``: the requests hold no row yet and take free ones (``alloc_req_slots``). ``swa_tails``:
+        SWA slots for each request's last tokens only (``alloc_extend_swa_tail``, one request per call)."""
         sg = sglang()
-        rows_t, prefix, seq = _long(rows), _long(prefix_lens), _long(seq_lens)
+        prefix, seq = _long(prefix_lens), _long(seq_lens)
         extend = seq - prefix
         count = int(extend.sum())
         prefix_tensors = [self.req_to_token[r, :max(p, 0)].to(torch.int64) for r, p in zip(rows, prefix_lens,
                                                                                            strict=True)]
-        if self.page_size == 1:
+        if fresh_rows:
+            rows = self.req_to_token_pool.alloc_rows(len(rows))
+        last = torch.cat([t[-1:] if len(t) else torch.full((1,), -1) for t in prefix_tensors])
+        if swa_tails is not None:
+            parts = [self.allocator.alloc_extend_swa_tail(prefix[i:i + 1], prefix[i:i + 1], seq[i:i + 1],
+                                                          seq[i:i + 1], last[i:i + 1], int(extend[i]), tail)
+                     for i, tail in enumerate(swa_tails)]
+            locs = None if any(p is None for p in parts) else torch.cat(parts)
+        elif self.page_size == 1:
             locs = self.allocator.alloc(count)
         else:
-            last = torch.cat([t[-1:] if len(t) else torch.full((1,), -1) for t in prefix_tensors])
             locs = self.allocator.alloc_extend(prefix, prefix, seq, seq, last, count)
         if locs is None:
             raise OutOfPool(f"Prefill out of memory: {count} tokens, {self.free_count()} free slots")
         pointers = torch.tensor([t.data_ptr() for t in prefix_tensors], dtype=torch.uint64)
         sg.pool_kernels.write_req_to_token_pool_triton[(len(rows),)](
-            self.req_to_token, rows_t, pointers, prefix, seq, extend, locs, self.req_to_token.shape[1])
-        return Step(locs, self._swa_locs(locs))
+            self.req_to_token, _long(rows), pointers, prefix, seq, extend, locs, self.req_to_token.shape[1])
+        return Step(locs, list(rows), self._swa_locs(locs))
 
     def decode(self, rows: Sequence[int], committed: Sequence[int]) -> Step:
         """``alloc_for_decode_default`` with one token per request: a slot for position ``committed``."""
@@ -139,7 +153,7 @@ class Pools:
         if locs is None:
             raise OutOfPool(f"Decode out of memory: {len(rows)} tokens, {self.free_count()} free slots")
         self.req_to_token_pool.write((rows_t, seq), locs.to(torch.int32))
-        return Step(locs, self._swa_locs(locs))
+        return Step(locs, list(rows), self._swa_locs(locs))
 
     def verify(self, rows: Sequence[int], cur_kv_lens: Sequence[int], nxt_kv_lens: Sequence[int]) -> Step:
         """``alloc_for_spec_decode``: slots for ``[cur, nxt)`` of each request (the draft tokens to verify),
@@ -157,7 +171,20 @@ class Pools:
             sg.allocation.assign_req_to_token_pool_func(rows_t, self.req_to_token, cur, nxt, locs, len(rows))
         else:
             locs = torch.zeros(0, dtype=torch.int64)
-        return Step(locs, self._swa_locs(locs))
+        return Step(locs, list(rows), self._swa_locs(locs))
+
+    @staticmethod
+    def spec_lens(committed: Sequence[int], allocated: Sequence[int], seq_lens: Sequence[int], page_size: int
+                  ) -> list[int]:
+        """Each request's allocated end after a speculative step: ``page_aligned_decode_alloc_lens`` with the
+        step's own tokens as the reserve (the allocation rounds up to a page, past ``seq``)."""
+        align = sglang().allocation_sizing.page_aligned_decode_alloc_lens
+        info = sglang().schedule_batch.ReqKvInfo
+        ends = []
+        for c, a, s in zip(committed, allocated, seq_lens, strict=True):
+            req = SimpleNamespace(kv=info(kv_committed_len=c, kv_allocated_len=a))
+            ends.append(align([req], reserve=s - c, page_size=page_size)[1][0])
+        return ends
 
     def free_count(self) -> int:
         """Free slots the step could take (the smaller pool's with SWA)."""

@@ -22,7 +22,7 @@ from kvtable.backends.protocol import Allocation, AllocState
 from kvtable.engines._sglang_faults import FAULTS, PREFIX_PAST_LENGTH, SWA_TRANSLATION, check, patched
 from kvtable.engines._sglang_locs import gather
 from kvtable.engines.base import EngineInfo, RunSummary
-from kvtable.errors import ContractViolation
+from kvtable.errors import ContractViolation, Unsupported
 
 __all__ = ["ENGINE", "FAULTS", "SglangBackend", "backend", "record"]
 
@@ -50,6 +50,20 @@ def scheduler_refusal(mode: str, prefix_lens: Sequence[int], seq_lens: Sequence[
     return ""
 
 
+def swa_tail_unsupported(prefix_lens: Sequence[int], seq_lens: Sequence[int], tails: Sequence[int],
+                         page_size: int) -> str:
+    """Why SGLang never allocates this SWA tail ('' where it does): ``alloc_extend_swa_tail`` runs at page size
+    > 1 for a fresh request (prefix 0) whose tail starts on a page (``disaggregation/decode.py``,
+    ``_swa_tail_len`` floors the window start to a page)."""
+    if page_size == 1:
+        return "SGLang allocates a SWA tail (alloc_extend_swa_tail) at page size > 1 only"
+    for i, (prefix, seq, tail) in enumerate(zip(prefix_lens, seq_lens, tails, strict=True)):
+        if prefix != 0 or (seq - tail) % page_size:
+            return (f"request {i}: a SWA tail of {tail} after prefix {prefix} of {seq} tokens; SGLang's "
+                    "disaggregated decode allocates one for a fresh request, from a page-aligned window start")
+    return ""
+
+
 class SglangBackend:
     """kvtable's allocator route over SGLang's allocation path, one fresh set of pools per step."""
 
@@ -66,21 +80,31 @@ class SglangBackend:
         why = scheduler_refusal(mode, state.prefix_lens, state.seq_lens)
         if why and self.fault != PREFIX_PAST_LENGTH:
             raise ContractViolation("T9", f"SGLang's scheduler never builds this {mode} step: {why}")
-        swa = state.swa
-        pools = Pools(rows=state.req_to_token.shape[0], width=state.req_to_token.shape[1], page_size=state.page_size,
+        swa, ps = state.swa, state.page_size
+        tails = None if swa is None else swa.tail_lens
+        if tails is not None and (why := swa_tail_unsupported(state.prefix_lens, state.seq_lens, tails, ps)):
+            raise Unsupported(why)
+        pools = Pools(rows=state.req_to_token.shape[0], width=state.req_to_token.shape[1], page_size=ps,
                       pool_pages=min(state.pool_pages, BUILT_POOL_PAGES),
                       swa_pool_pages=None if swa is None else min(swa.pool_pages, BUILT_POOL_PAGES), debug=self.debug)
-        pools.lay_out(state.req_to_token, state.free_pages, swa_free_pages=None if swa is None else swa.free_pages,
+        pools.lay_out(state.req_to_token, state.free_pages, free_rows=state.free_rows,
+                      swa_free_pages=None if swa is None else swa.free_pages,
                       mapping=None if swa is None else swa.mapping.clone())
+        starts = list(state.prefix_lens if state.allocated_lens is None else state.allocated_lens)
+        ends = list(state.seq_lens)
         with patched(self.fault):
             if mode == "extend":
-                step = pools.extend(state.rows, state.prefix_lens, state.seq_lens)
-            elif mode == "decode":
+                fresh = len(state.free_rows) >= len(state.rows)
+                step = pools.extend(state.rows, state.prefix_lens, state.seq_lens, fresh_rows=fresh, swa_tails=tails)
+            elif mode == "decode" and state.allocated_lens is None:
                 step = pools.decode(state.rows, state.prefix_lens)
-            else:
-                step = pools.verify(state.rows, state.prefix_lens, state.seq_lens)
-        state.out.copy_(step.locs)
-        return Allocation(state.out, pools.req_to_token, step.swa_locs, pools.mapping)
+            else:  # a speculative step; a decode over-allocated by an earlier one runs on a speculative server
+                if state.allocated_lens is not None:
+                    ends = pools.spec_lens(state.prefix_lens, starts, state.seq_lens, ps)
+                step = pools.verify(state.rows, starts, [max(s, e) for s, e in zip(starts, ends, strict=True)])
+        allocated = None if state.allocated_lens is None else [max(s, e) for s, e in zip(starts, ends, strict=True)]
+        return Allocation(step.locs, pools.req_to_token, step.swa_locs, pools.mapping, rows=step.rows,
+                          allocated_lens=allocated, free_pages=pools.full.free_pages)
 
     def alloc_extend(self, state: AllocState) -> Allocation:
         """``alloc_for_extend``: the chunk ``[prefix, seq)`` of each request."""
