@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.overrides import TorchFunctionMode
 
+from kvtable.alloc_contract import Allocation
+from kvtable.conformance.properties.allocator import EngineBuffers, alloc_outcome
 from kvtable.engines._sglang_faults import PREFIX_PAST_LENGTH, patched
 from kvtable.engines._sglang_path import OutOfPool, Pools, Step
 from kvtable.engines._shims_sglang import sglang
@@ -35,32 +36,6 @@ POOL_PAGES, SWA_POOL_PAGES = 96, 64
 RESERVE = 2 * DRAFTS
 """``get_alloc_reserve_per_decode``: twice the drafts of one step, rounded up to a page by the allocation."""
 WIDTH = MAX_PROMPT + MAX_OUTPUT + RESERVE + 2 * PAGE_SIZE
-GUARD, CANARY = 2, -(2**62)
-
-
-class GuardedBuffers(TorchFunctionMode):
-    """SGLang's allocator makes its output with ``torch.empty``: hand it a view inside guard cells instead, so a
-    write before or past it lands in the guards (and is recorded) rather than in someone else's memory."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.arenas: list[torch.Tensor] = []
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        if func is torch.empty and out.dim() == 1 and out.dtype == torch.int64:
-            arena = torch.full((out.numel() + 2 * GUARD,), CANARY, dtype=torch.int64)
-            self.arenas.append(arena)
-            return arena[GUARD:GUARD + out.numel()]
-        return out
-
-    def guards(self, locs: torch.Tensor) -> tuple[list[int], list[int]]:
-        """The guard cells around ``locs`` where it is one of the guarded buffers (none for a free-list view)."""
-        for arena in self.arenas:
-            if locs.numel() and locs.untyped_storage().data_ptr() == arena.untyped_storage().data_ptr():
-                at = locs.storage_offset()
-                return arena[at - GUARD:at].tolist(), arena[at + locs.numel():at + locs.numel() + GUARD].tolist()
-        return [], []
 
 
 class ServingLoop:
@@ -79,7 +54,8 @@ class ServingLoop:
     # -- the scheduler's decisions -------------------------------------------------------------------------------
     def step(self) -> None:
         """Arrivals, then one extend, decode or verify step, then finished requests leave."""
-        if self.pools.req_to_token_pool.available_size() and (not self.live or self.rng.random() < 0.35):
+        rowless = sum(not r.kv.holds_kv for r in self.live)
+        if self.pools.req_to_token_pool.available_size() > rowless and (not self.live or self.rng.random() < 0.35):
             self._arrive()
         prefilling = [r for r in self.live if r.kv.kv_committed_len < r.prompt]
         running = [r for r in self.live if r.kv.kv_committed_len >= r.prompt]
@@ -92,10 +68,10 @@ class ServingLoop:
             self._finish(req)
 
     def _arrive(self) -> None:
-        row = self.pools.req_to_token_pool.alloc_rows(1)[0]
+        """A request without a row: ``alloc_for_extend`` gives it one at its first chunk."""
         self.live.append(SimpleNamespace(id=self.next_id, prompt=int(self.rng.integers(1, MAX_PROMPT + 1)),
                                          output=int(self.rng.integers(1, MAX_OUTPUT + 1)), decode_batch_idx=0,
-                                         kv=self.kv_info(req_pool_idx=row)))
+                                         kv=self.kv_info()))
         self.next_id += 1
 
     def _extend(self, batch: list[SimpleNamespace]) -> None:
@@ -103,6 +79,7 @@ class ServingLoop:
         seq = [p + min(CHUNK, r.prompt - p) for p, r in zip(prefix, batch, strict=True)]
         for req, pre in zip(batch, prefix, strict=True):  # maybe_evict_swa: no prefix sharing, extend evicts too
             self._evict_swa(req, pre)
+        self.pools.req_to_token_pool.alloc(batch)  # alloc_req_slots: a row for each request without one
         published = list(prefix)
         injected = None
         if self.fault == PREFIX_PAST_LENGTH and len(batch) > 1 and 0 < prefix[0]:
@@ -166,7 +143,7 @@ class ServingLoop:
         rows = [r.kv.req_pool_idx for r in batch]
         table, free = pools.req_to_token.clone(), pools.full.free_pages.clone()
         swa_free, mapping = pools.allocator.swa_attn_allocator.free_pages.clone(), pools.mapping.clone()
-        buffers, step, error = GuardedBuffers(), None, None
+        buffers, step, error = EngineBuffers(), None, None
         try:
             with patched(self.fault), buffers:
                 call = {"extend": pools.extend, "decode": pools.decode, "verify": pools.verify}[mode]
@@ -174,15 +151,18 @@ class ServingLoop:
         except (OutOfPool, AssertionError, RuntimeError) as err:
             error = f"{type(err).__name__}: {err}"
             self.counts["refused"] += 1
-        before, after = buffers.guards(step.locs) if step is not None else ([], [])
-        swa = {"mapping": mapping, "free_pages": swa_free, "pool_pages": SWA_POOL_PAGES}
-        if step is not None:
+        swa: dict[str, Any] = {"mapping": mapping, "free_pages": swa_free, "pool_pages": SWA_POOL_PAGES}
+        outcome = None
+        if step is not None:  # the guards around SGLang's own output buffer, as conform reads them
+            outcome = alloc_outcome(Allocation(step.locs, pools.req_to_token), torch.empty(0), buffers.arenas)
             swa.update(locs=step.swa_locs, recorded=pools.mapping)
             self.counts[mode] += 1
         self.rec.allocation(mode, table, rows, prefix, seq, free, page_size=PAGE_SIZE, pool_pages=POOL_PAGES,
                             locs=None if step is None else step.locs, recorded=None if step is None else
-                            pools.req_to_token, guard_before=before, guard_after=after, canary=CANARY,
-                            req_ids=[r.id for r in batch], error=error, injected=injected, swa=swa)
+                            pools.req_to_token, guard_before=outcome.guard_before if outcome else (),
+                            guard_after=outcome.guard_after if outcome else (),
+                            canary=outcome.canary if outcome else 0, req_ids=[r.id for r in batch], error=error,
+                            injected=injected, swa=swa)
         return step
 
 
