@@ -162,7 +162,7 @@ class ServingLoop:
                             pools.req_to_token, guard_before=outcome.guard_before if outcome else (),
                             guard_after=outcome.guard_after if outcome else (),
                             canary=outcome.canary if outcome else 0, req_ids=[r.id for r in batch], error=error,
-                            injected=injected, swa=swa)
+                            injected=injected, swa=swa, free_after=pools.full.free_pages if step else None)
         return step
 
 

@@ -37,15 +37,18 @@ def alloc_step(step: Step) -> AllocStep:
 
 
 def judge_allocator_step(step: Step) -> list[Violation]:
-    """Every A1-A5 fault of a recorded allocator step (unsafe first); a refused step is judged safe."""
+    """Every A1-A6 fault of a recorded allocator step (unsafe first; A6 in full where the free list after it was
+    recorded); a refused step is judged safe."""
     if step.error is not None or "recorded" not in step.groups:
         return []
     a = step.arrays
-    swa_locs, swa_recorded = a.get("swa/locs"), a.get("swa/recorded")
+    swa_locs, swa_recorded, free_after = a.get("swa/locs"), a.get("swa/recorded"), a.get("free_after")
     outcome = AllocOutcome(a["locs"].tolist(), step.groups["recorded"].table.tolist(), a["guard_before"].tolist(),
                            a["guard_after"].tolist(), step.meta["canary"],
                            None if swa_locs is None else swa_locs.tolist(),
-                           None if swa_recorded is None else swa_recorded.tolist())
+                           None if swa_recorded is None else swa_recorded.tolist(),
+                           free_pages=None if free_after is None else free_after.tolist(),
+                           guarded=bool(a["guard_before"].size))
     return [Violation(step.index, "safety" if f.unsafe else "correct", f.clause, "req_to_token", f.row, f.token,
                       f.position, f.loc, f.reason if f.request is None else f"request {f.request}: {f.reason}")
             for f in judge_allocation(alloc_step(step), outcome)]
