@@ -15,7 +15,8 @@ SWA_TRANSLATION = "swa-translation-off-by-one"
 FAULTS: dict[str, str] = {
     PREFIX_PAST_LENGTH: "the scheduler publishes a cached prefix past its request's length (the radix match not "
     "capped at input_len - 1, Req._compute_max_prefix_len): alloc_extend_kernel starts the next request's "
-    "output before its buffer and reads free_pages[-1] (sglang issue 28, point 8)",
+    "output before its buffer, reads free_pages[-1] (a page another request holds) and slices its free list "
+    "backwards",
     SWA_TRANSLATION: "SWAKVPool.translate_loc_from_full_to_swa reads mapping[loc + 1]: the SWA last_loc and "
     "the SWA write slots are one full slot off",
 }

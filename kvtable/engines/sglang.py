@@ -7,8 +7,9 @@ drives it with a seeded serving loop (``kvtable trace record --engine sglang``).
 
 The backend plays the scheduler's side of the boundary too: a step SGLang's scheduler never builds (a cached
 prefix past its request's length, a negative KV length) is refused there, naming why, as the scheduler keeps
-it from the allocator. The ``prefix-past-length`` fault lifts that refusal, so SGLang's real kernels get the
-input class issue 28 (point 8) describes; ``backend_<fault>`` are the faulted factories for ``--backend``.
+it from the allocator. The ``prefix-past-length`` fault lifts that refusal, so SGLang's real kernels get that
+input class (and write before their output, hand out a held page twice); ``backend_<fault>`` are the faulted
+factories for ``--backend``.
 """
 
 from __future__ import annotations
