@@ -2,8 +2,10 @@
 
 ``backend`` puts SGLang's allocation path on kvtable's allocator route (``alloc_extend`` / ``alloc_decode`` /
 ``alloc_verify``: ``kvtable conform --backend kvtable.engines.sglang:backend --profile sglang``); ``record``
-drives it with a seeded serving loop (``kvtable trace record --engine sglang``). The calls are SGLang's
-(``kvtable.engines._sglang_path``); the shims are in ``kvtable.engines._shims_sglang``.
+drives it with a seeded serving loop (``kvtable trace record --engine sglang``). The location route
+(``decode_locs`` / ``verify_locs`` / ``extend_locs``) is SGLang's read of the write slots back from its token
+table (``kvtable.engines._sglang_locs``). The calls are SGLang's (``kvtable.engines._sglang_path``); the shims
+are in ``kvtable.engines._shims_sglang``.
 
 The backend plays the scheduler's side of the boundary too: a step SGLang's scheduler never builds (a cached
 prefix past its request's length, a negative KV length) is refused there, naming why, as the scheduler keeps

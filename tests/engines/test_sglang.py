@@ -2,6 +2,8 @@
 
 Budgets are small (10 examples per property, one 200-step run, the faulted runs stop at their first
 corruption): each test is one or two subprocesses importing SGLang (about 25 s each on a busy 2-core machine).
+The faulted conform runs isolate the property in a worker process, since a faulted kernel may write far
+enough before its buffer to take the process down (a CRASH, a safety verdict).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ FAULT_PROPERTY = {"prefix-past-length": "alloc/prefix-past-length", "swa-transla
 
 def _conform(kvtable_in: Run, backend: str, *args: str) -> dict:
     done = kvtable_in("sglang", "conform", "--backend", backend, "--profile", "sglang", "--examples", "10",
-                      "--seed", "0", "--no-isolate", "--json", *args)
+                      "--seed", "0", "--json", *args)
     assert done.stdout.strip(), done.stderr[-2000:]
     return json.loads(done.stdout)
 
@@ -40,7 +42,7 @@ def _record(kvtable_in: Run, out: Path, *extra: str) -> CompletedProcess[str]:
 
 
 def test_conform_passes_with_twenty_properties(kvtable_in: Run) -> None:
-    report = _conform(kvtable_in, BACKEND, "--level", "correct")
+    report = _conform(kvtable_in, BACKEND, "--level", "correct", "--no-isolate")
     applied = [r["property"] for r in report["results"] if r["status"] != "not applicable"]
     failed = [(r["property"], r["message"][:200]) for r in report["results"]
               if r["status"] not in ("passed", "not applicable")]
@@ -60,8 +62,8 @@ def test_real_run_is_clean(kvtable_in: Run, tmp_path: Path) -> None:
 def test_fault_fails_conform_at_safety(kvtable_in: Run, fault: str) -> None:
     factory = BACKEND + "_" + fault.replace("-", "_")
     report = _conform(kvtable_in, factory, "--level", "safety", "--property", FAULT_PROPERTY[fault])
-    (result,) = report["results"]
-    assert result["status"] == "failed" and result["tier"] == "safety", result["message"][:2000]
+    (result,) = report["results"]  # in a worker: a write far before SGLang's buffer may take the process down
+    assert result["status"] in ("failed", "crash") and result["tier"] == "safety", result["message"][:2000]
 
 
 @pytest.mark.parametrize("fault", sorted(FAULT_PROPERTY))
