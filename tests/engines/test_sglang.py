@@ -34,8 +34,8 @@ def _check(kvtable_in: Run, trace: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[0])
 
 
-def _record(kvtable_in: Run, out: Path, *extra: str) -> CompletedProcess[str]:
-    done = kvtable_in("sglang", "trace", "record", "--engine", "sglang", "--steps", "200", "--seed", "0",
+def _record(kvtable_in: Run, out: Path, *extra: str, steps: int = 200) -> CompletedProcess[str]:
+    done = kvtable_in("sglang", "trace", "record", "--engine", "sglang", "--steps", str(steps), "--seed", "0",
                       "--out", out, *extra)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done
@@ -68,7 +68,7 @@ def test_fault_fails_conform_at_safety(kvtable_in: Run, fault: str) -> None:
 
 @pytest.mark.parametrize("fault", sorted(FAULT_PROPERTY))
 def test_fault_fails_trace_at_its_first_step(kvtable_in: Run, tmp_path: Path, fault: str) -> None:
-    _record(kvtable_in, tmp_path / fault, "--fault", fault)
+    _record(kvtable_in, tmp_path / fault, "--fault", fault, steps=40)
     verdict = _check(kvtable_in, tmp_path / fault)
     violation = verdict["violation"]
     assert violation is not None and violation["tier"] == "safety", verdict
