@@ -63,11 +63,12 @@ def snippet(header: dict[str, Any], step: Step, violation: Violation, graph_step
     if step.kind in CALLS and violation.group in step.groups:
         lines.append(f"locs = {_call(step, violation.group)}")
     elif step.kind == "allocate":
-        lines += ["from kvtable.conformance.properties.allocator import alloc_state",
-                  "from kvtable.reference.allocation import AllocStep", "",
+        lines += ["from kvtable.conformance.properties.allocator import alloc_state, call_allocator",
+                  "from kvtable.reference.allocation import AllocStep, SwaState", "",
                   f"state, arena = alloc_state({alloc_step(step)!r})  # the output buffer between guard cells",
-                  f"got = backend.{OPERATION[step.meta['mode']]}(state)",
-                  f"print(arena, got.req_to_token[{violation.row}])  # {violation.reason}"]
+                  "# buffers the engine makes in the call get guard cells too (made)",
+                  f"got, made, changed = call_allocator(backend, {OPERATION[step.meta['mode']]!r}, state)",
+                  f"print(arena, made, got.req_to_token[{violation.row}])  # {violation.reason}"]
         return "\n".join(lines)
     elif step.kind == "replay":
         lines.append("# a replay reads buffers earlier replays left: the graph, its captures and its last replays")
