@@ -9,7 +9,8 @@ Two shims, nothing else:
   torch, so the stub goes into ``sys.modules`` after transformers has decided torchvision is unavailable
   (transformers then never touches it).
 
-``sglang()`` returns the SGLang modules the integration calls, imported once.
+``sglang()`` returns the SGLang modules the integration calls, imported once (its import-time warnings that
+AWQ and GGUF quantization need CUDA silenced: nothing here quantizes).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import enum
 import os
 import sys
+import warnings
 from functools import cache
 from types import ModuleType, SimpleNamespace
 
@@ -50,7 +52,12 @@ def sglang() -> SimpleNamespace:
     shims in place; ``ImportError`` if SGLang is not installed here."""
     os.environ.setdefault("TRITON_INTERPRET", "1")
     _stub_torchvision()
-    from sglang.kernels.ops.memory import allocator as kernels
+    with warnings.catch_warnings():  # "Only CUDA ... support AWQ / GGUF": nothing here quantizes
+        warnings.simplefilter("ignore", UserWarning)
+        return _import()
+
+
+def _import() -> SimpleNamespace:
     from sglang.kernels.ops.memory import common as pool_kernels
     from sglang.kernels.ops.speculative import cache_locs
     from sglang.srt import utils
@@ -58,8 +65,7 @@ def sglang() -> SimpleNamespace:
     from sglang.srt.mem_cache import allocation, allocation_sizing, common, memory_pool, swa_memory_pool
     from sglang.srt.mem_cache.allocator import paged, swa, token
 
-    return SimpleNamespace(kernels=kernels, pool_kernels=pool_kernels, cache_locs=cache_locs,
-                           schedule_batch=schedule_batch, allocation=allocation, allocation_sizing=allocation_sizing,
-                           common=common,
+    return SimpleNamespace(pool_kernels=pool_kernels, cache_locs=cache_locs, schedule_batch=schedule_batch,
+                           allocation=allocation, allocation_sizing=allocation_sizing, common=common,
                            memory_pool=memory_pool, swa_memory_pool=swa_memory_pool, paged=paged, swa=swa,
                            token=token, utils=utils)

@@ -21,10 +21,12 @@ from pathlib import Path
 
 import torch
 
+from kvtable.backends import BackendUnavailable
 from kvtable.backends.protocol import Allocation, AllocState
 from kvtable.engines._sglang_faults import FAULTS, PREFIX_PAST_LENGTH, SWA_TRANSLATION, check, patched
 from kvtable.engines._sglang_locs import gather
-from kvtable.engines.base import EngineInfo, RunSummary
+from kvtable.engines._shims_sglang import sglang
+from kvtable.engines.base import EngineInfo, EngineUnavailable, RunSummary
 from kvtable.errors import ContractViolation, Unsupported
 
 __all__ = ["ENGINE", "FAULTS", "SglangBackend", "backend", "record"]
@@ -144,18 +146,26 @@ class SglangBackend:
 
 
 def backend(*, fault: str | None = None, debug: bool = False) -> SglangBackend:
-    """SGLang's allocation path for ``kvtable conform``; ``debug`` is ``SGLANG_DEBUG_MEMORY_POOL``."""
+    """SGLang's allocation path for ``kvtable conform``; ``debug`` is ``SGLANG_DEBUG_MEMORY_POOL``. Where SGLang
+    does not import, ``BackendUnavailable`` (conform's skip) names the install command."""
+    try:
+        ENGINE.check_version()
+        sglang()
+    except EngineUnavailable as err:
+        raise BackendUnavailable(str(err)) from err
+    except ImportError as err:
+        raise BackendUnavailable(f"sglang does not import here: {err} (kvtable engines install sglang)") from err
     return SglangBackend(fault=fault, debug=debug)
 
 
 def backend_prefix_past_length(*, debug: bool = False) -> SglangBackend:
     """Seeded: the scheduler publishes a prefix past its request's length (``--backend`` form of the fault)."""
-    return SglangBackend(fault=PREFIX_PAST_LENGTH, debug=debug)
+    return backend(fault=PREFIX_PAST_LENGTH, debug=debug)
 
 
 def backend_swa_translation_off_by_one(*, debug: bool = False) -> SglangBackend:
     """Seeded: SGLang's full-to-SWA translation reads one slot off (``--backend`` form of the fault)."""
-    return SglangBackend(fault=SWA_TRANSLATION, debug=debug)
+    return backend(fault=SWA_TRANSLATION, debug=debug)
 
 
 def record(out: str | Path, *, steps: int, seed: int, fault: str | None = None) -> RunSummary:
