@@ -170,7 +170,8 @@ class Profile:
     replay_bs0: Literal["refuse", "noop"] = "refuse"
     """G3: a replay at bs 0 is refused (kvtable) or does nothing (tokenspeed's idle replay)."""
     extra_groups: Literal["refuse", "ignore"] = "refuse"
-    """G5: a delivered group that was never captured is refused, or ignored (only missing ones are stale)."""
+    """G5: a delivered group that was never captured is refused, or (``ignore``) ignored or refused unwritten: only
+    missing ones are stale (tokenspeed's seed refused one, its HEAD ignores it)."""
     loc_buffer_tail: int | None = None
     """G4: the value the engine rewrites a location buffer's tail ``[bs*N:]`` with on every replay (None:
     the tail is left untouched, as kvtable's contract says)."""
