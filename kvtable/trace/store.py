@@ -65,7 +65,7 @@ class Step:
     """An input fault put into the step on purpose (``kvtable trace record --faults``)."""
     meta: dict[str, Any] = field(default_factory=dict)
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    """Allocator steps: their other arrays by name (rows, free_pages, locs, guards)."""
+    """Allocator steps: their other arrays by name (rows, free_pages, locs, guards, and free_after if recorded)."""
 
 
 def _fsync_write(path: Path, data: bytes, mode: str = "wb") -> None:
@@ -241,6 +241,8 @@ def _step(line: dict[str, Any], get: Callable[[str], np.ndarray | None], tables:
                 unsafe=line.get("unsafe"), injected=line.get("injected"), meta=line.get("meta", {}))
     if step.kind == "allocate":
         step.arrays = {k: get(k) for k in ("rows", "free_pages", "locs", "guard_before", "guard_after")}
+        if (free_after := get("free_after")) is not None:  # the allocator's free list after the step (A6)
+            step.arrays["free_after"] = free_after
     delta = set(line.get("delta", ()))
     for gid, page_size in line.get("groups", {}).items():
         if gid in delta:
