@@ -91,6 +91,13 @@ def free_constants(term: z3.ExprRef) -> list[z3.ExprRef]:
     return out
 
 
+def restart_names() -> None:
+    """Number fresh values from 0 again: a query built from one run names them the same whatever ran before (z3's
+    search, and so how much of its resource limit a query spends, depends on the names)."""
+    global _fresh_ids
+    _fresh_ids = count()
+
+
 def fresh(prefix: str, dtype: IntType) -> z3.ExprRef:
     """A new unconstrained value of ``dtype`` (an undefined result, a masked-off load without ``other``)."""
     name = f"{prefix}#{next(_fresh_ids)}"
@@ -188,6 +195,9 @@ class Sym:
     def to(self, dtype: IntType, bitcast: bool = False) -> Sym:
         """Triton's ``x.to(dtype)``: sign extension, or the low bits; ``!= 0`` for ``int1``."""
         del bitcast
+        if isinstance(dtype, PointerType):
+            raise KernelNotSupported(f"an integer cast to {dtype!r}: only an entry loaded from one of the binding's"
+                                     " pointer_tables is a pointer (name the tensor it loads from there)")
         if not isinstance(dtype, IntType):
             raise KernelNotSupported(f"cast to {dtype!r}: only integer dtypes are modelled")
         if dtype == self.dtype:
@@ -438,8 +448,63 @@ class Pointer:
         return True
 
 
+    def to(self, dtype: object, bitcast: bool = False) -> Pointer:
+        """``ptr.to(tl.pointer_type(t))``: the same pointer where ``t`` is its element type (else refused)."""
+        del bitcast
+        if not isinstance(dtype, PointerType):
+            raise KernelNotSupported(f"a pointer into {self.tensor} converted to {dtype!r}: only a cast to a pointer"
+                                     " type is modelled")
+        if dtype.element != self.dtype:
+            raise KernelNotSupported(f"a pointer into {self.tensor} ({self.dtype!r} elements) cast to a pointer to"
+                                     f" {dtype.element!r}: a reinterpretation of its elements is not modelled")
+        return self
+
+
 @dataclass(frozen=True)
 class PointerType:
     """``tl.pointer_type(dtype)``: the target of ``tl.cast`` for an entry of a table of pointers."""
 
     element: IntType
+
+
+@dataclass(frozen=True)
+class Address:
+    """An entry loaded from a table of pointers: the integer address of the tensor it names plus a whole number of
+    bytes, not yet a pointer (Triton: a ``uint64``); ``tl.cast``/``.to(tl.pointer_type(t))`` makes it one."""
+
+    target: Pointer
+    """A pointer to element 0 of the named tensor."""
+    bytes: int = 0
+
+    def to(self, dtype: object, bitcast: bool = False) -> Pointer:
+        """The pointer it is, to elements of ``dtype.element`` (the named tensor's own type, else refused)."""
+        del bitcast
+        if not isinstance(dtype, PointerType):
+            raise KernelNotSupported(f"a loaded address of {self.target.tensor} converted to {dtype!r}: only a cast"
+                                     " to a pointer type is modelled")
+        if dtype.element != self.target.dtype:
+            raise KernelNotSupported(f"the address of {self.target.tensor} ({self.target.dtype!r} elements) cast to"
+                                     f" a pointer to {dtype.element!r}")
+        size = max(1, dtype.element.bits // 8)
+        if self.bytes % size:
+            raise KernelNotSupported(f"the address of {self.target.tensor} plus {self.bytes} bytes: not a whole"
+                                     f" {dtype.element!r} element")
+        return self.target + self.bytes // size
+
+    def __add__(self, other: object) -> Address:
+        """Integer arithmetic on the address: bytes (a constant number of them is modelled)."""
+        if isinstance(other, bool) or not isinstance(other, int):
+            raise KernelNotSupported(f"a symbolic number of bytes added to the loaded address of {self.target.tensor}"
+                                     " (cast it to a pointer type first, then add elements)")
+        return Address(self.target, self.bytes + other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: object) -> Address:
+        if isinstance(other, bool) or not isinstance(other, int):
+            raise KernelNotSupported(f"a symbolic number of bytes taken from the loaded address of"
+                                     f" {self.target.tensor}")
+        return Address(self.target, self.bytes - other)
+
+    def __bool__(self) -> bool:
+        return True
