@@ -1,18 +1,26 @@
-"""Two of SGLang's KV-index kernels in SGLang's style, written for kvtable's proofs (our own code, not SGLang's),
-with their bindings (``FLASHINFER_KV_INDICES``, ``ALLOC_EXTEND``).
+"""Three of SGLang's KV-index kernels in SGLang's style, written for kvtable's proofs (our own code, not SGLang's),
+with their bindings.
 
 - ``flashinfer_kv_indices_kernel`` (cf. ``create_flashinfer_kv_indices_triton``): one program per request copies
   its token locations ``req_to_token[req_pool_indices[b], kv_start[b] : kv_start[b] + lens[b]]`` into the
   flat ``kv_indices`` at ``kv_indptr[b]``, in blocks of 512, the optional ``kv_start_idx`` an ``if`` on the
-  argument, the loop count ``cdiv(len, 512)``.
+  argument, the loop count ``cdiv(len, 512)``. ``FLASHINFER_KV_INDICES``: in bounds (no clause gives its values).
 - ``alloc_extend_kernel`` (cf. the paged allocator's ``alloc_extend_kernel``): one program per request writes
   the slots of its extend tokens into ``out_indices`` at the sum of the earlier requests' extend lengths
-  (``tl.sum`` over a ``bs_upper`` block), in three parts: the rest of its last page (from ``last_loc``), whole
-  new pages from ``free_pages``, the start of one more. A request whose prefix is longer than its sequence
-  has a negative extend length, so every later request starts before ``out_indices``.
+  (``tl.sum`` over a ``bs_upper`` block loaded with a mask and no ``other=``), in three parts: the rest of its
+  last page (from ``last_loc``), whole new pages from ``free_pages``, the start of one more. Bound to SPEC 6a's
+  A3 (every slot from the free list or the request's own page, at its token's output position) and, by its
+  in-bounds obligation on an output sized to the total extend, A4: ``ALLOC_EXTEND_ONE``, ``ALLOC_EXTEND`` (two
+  requests, ``masked_loads = "zero"``) hold under SGLang's host guarantees; ``ALLOC_EXTEND_UNDEFINED`` is the
+  counterexample resting on masked-off lanes; ``ALLOC_EXTEND_UNCHECKED`` (no ``pre_lens <= seq_lens``) writes
+  before ``out_indices`` when a prefix exceeds its length.
+- ``write_req_to_token_kernel`` (cf. ``write_req_to_token_pool_triton``): one program per request writes its
+  prefix, read through a uint64 table of the prefix tensors' ``data_ptr()``s cast with
+  ``.to(tl.pointer_type(tl.int64))``, then its chosen slots, from the running sum of the earlier ``extend_lens``
+  (a loop over ``range(pid)`` carrying the sum: unrolled, the launch bounds it), into its row of ``req_to_token``.
+  ``WRITE_REQ_TO_TOKEN``: bound to A1 (each chosen slot recorded at its token's own position of its own row).
 
-Both are proved in bounds only (no kvtable clause gives their values), under the assumptions their bindings
-state: what SGLang's host guarantees (``kv_indptr`` the running sum of the lengths, rows of the pool, ...).
+    kvtable prove --binding examples/sglang_kv_kernels.py:ALLOC_EXTEND
 """
 
 from __future__ import annotations
@@ -100,7 +108,7 @@ def alloc_extend_kernel(pre_lens_ptr, seq_lens_ptr, last_loc_ptr, free_page_ptr,
 def write_req_to_token_kernel(req_to_token, req_pool_indices, prefix_ptrs, pre_lens, seq_lens, extend_lens,
                               out_cache_loc, req_to_token_stride: tl.constexpr):
     """Row ``req_pool_indices[b]`` of ``req_to_token``: the prefix (through its pointer) at ``[0, pre_len)``, then
-    the request's chosen slots, ``out_cache_loc`` from the sum of the earlier extend lengths, at ``[pre_len, seq_len)``."""
+    the request's chosen slots (``out_cache_loc`` from the earlier extend lengths' sum) at ``[pre_len, seq_len)``."""
     BLOCK: tl.constexpr = 512
     b = tl.program_id(0)
     row = tl.load(req_pool_indices + b)
@@ -183,7 +191,7 @@ negative, and it writes before out_indices."""
 
 WRITE_REQ_TO_TOKEN = Binding(
     kernel=write_req_to_token_kernel, clause="A1", name="sglang-write-req-to-token",
-    params={"B": (1, 2), "P": (1, INT32_MAX), "C": (1, INT32_MAX), "T": (0, INT32_MAX), "L0": (0, INT32_MAX),
+    params={"B": (2, 2), "P": (1, INT32_MAX), "C": (1, INT32_MAX), "T": (0, INT32_MAX), "L0": (0, INT32_MAX),
             "L1": (0, INT32_MAX)},
     tensors={"req_to_token": TensorSpec("int32", ("P", "C"), ("req_to_token_stride", 1)),
              "req_pool_indices": TensorSpec("int64", ("B",), (1,)),
@@ -198,9 +206,11 @@ WRITE_REQ_TO_TOKEN = Binding(
     # SGLang's host: each prefix tensor is the request's prefix_indices (pre_len entries), a pool row per
     # request, every sequence inside its row, extend_lens = seq_lens - pre_lens and out_cache_loc their total
     assumes=("req_pool_indices entries >= 0", "req_pool_indices[pid0] < P", "pre_lens entries >= 0",
-             "pre_lens[0] <= L0", "pre_lens[1] <= L1", "seq_lens[pid0] <= C", "extend_lens entries >= 0",
+             "pre_lens[0] <= L0", "pre_lens[1] <= L1", "pre_lens[0] <= seq_lens[0]", "pre_lens[1] <= seq_lens[1]",
+             "seq_lens[pid0] <= C",
+             "extend_lens entries >= 0",
              "extend_lens[0] == seq_lens[0] - pre_lens[0]", "extend_lens[1] == seq_lens[1] - pre_lens[1]",
              "extend_lens[0] + extend_lens[1] <= T"),
 )
-"""``write_req_to_token_pool_triton``'s launch for up to two requests: grid (bs,), a uint64 table of the prefix
+"""``write_req_to_token_pool_triton``'s launch for two requests: grid (bs,), a uint64 table of the prefix
 tensors' ``data_ptr()``s, the pool's row stride a constexpr (here the columns)."""

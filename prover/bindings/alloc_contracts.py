@@ -10,7 +10,8 @@
   in-bounds obligation on an output sized to the total extend.
 - ``A1`` (alloc-recorded), for the kernel that records the chosen slots in the token table (SGLang's
   ``write_req_to_token_pool_triton``): row ``rows[b]`` gets the prefix (through its pointer) at ``[0, prefix_b)``
-  and ``locs[E_b + c]`` at position ``prefix_b + c`` (``E_b`` the sum of the earlier ``extend_lens``).
+  and ``locs[E_b + c]`` at position ``prefix_b + c`` (``E_b`` the sum of the earlier ``extend_lens``), every
+  recorded slot inside a pool that the table's dtype holds (W5 at its width: an int32 table, fewer than 2^31).
 
 Roles: ``prefix_lens``, ``lengths`` (seq lens), ``bs`` (the request count, a parameter with a small bound: the
 sums over earlier requests are unrolled over it), and for A3 ``last_loc``, ``free_pages``, ``page_sizes`` (an
@@ -24,7 +25,7 @@ from collections.abc import Callable
 import z3
 
 from kvtable.prover.bindings.contracts import Element, Roles, request_program
-from kvtable.prover.symexec.values import KernelNotSupported
+from kvtable.prover.symexec.values import DTYPES, KernelNotSupported
 
 MAX_REQUESTS = 16
 """The largest request count an allocator binding may range over (its sums are unrolled)."""
@@ -117,8 +118,10 @@ class RecordContract:
             prefix = entry if k == len(self.prefixes) - 1 else z3.If(q.b == k, entry, prefix)
         expected = z3.If(col < pre, prefix, self.r.value("locs", first + col - pre))
         in_range = z3.And(row == q.value("rows"), col >= 0, col < seq)
-        show = (("request", q.b), ("prefix length", pre), ("first chosen slot's index", first))
-        return Element(in_range, (), expected, None, show)
+        out = launch.binding.tensors[self.r.tensor("out")].dtype
+        fits = z3.And(expected >= 0, expected < 2 ** (DTYPES[out].bits - 1))  # W5 at the table's width: a pool of
+        show = (("request", q.b), ("prefix length", pre), ("first chosen slot's index", first))  # fewer slots
+        return Element(in_range, (fits,), expected, None, show)
 
     def entry_facts(self, table_index: tuple[z3.ArithRef, ...], value: z3.ArithRef) -> list[z3.BoolRef]:
         del table_index, value

@@ -144,6 +144,7 @@ def kernel_outcome(obligation: KernelObligation, guard_ms: int, small: int | Non
                    rlimit: int = DEFAULT_RLIMIT) -> Outcome:
     """Discharge; for a counterexample, look again among launches small enough to replay (small tensors, else a
     small grid), then replay it."""
+    from kvtable.prover.symexec.explain import length_hint, wrap_hint
     from kvtable.prover.symexec.replay import pad_hint, replay
 
     query = obligation.build()
@@ -164,10 +165,12 @@ def kernel_outcome(obligation: KernelObligation, guard_ms: int, small: int | Non
     masked = _rests_on_masked_lanes(obligation, binding, outcome, guard_ms, rlimit)
     if masked.status == "too slow":
         return masked
-    report = replay(binding, dict(outcome.model))
+    model = dict(outcome.model)
+    report = replay(binding, model)
     kept = [f"it satisfies every stated assumption ({'; '.join(t for t, _ in query.stated)})"] if query.stated else []
     first = [MASKED_NOTE] if masked.status == "proved" else []
-    lines = [*first, outcome.detail, *kept, *pad_hint(binding, dict(outcome.model)), str(report)]
+    lines = [*first, outcome.detail, *kept, *pad_hint(binding, model), *wrap_hint(binding, model),
+             *length_hint(binding, model), str(report)]
     return replace(outcome, detail="\n".join(line for line in lines if line).strip())
 
 

@@ -55,7 +55,8 @@ class Replay:
         return "\n".join(self.lines)
 
 
-def _evaluate(text: str | int, params: Mapping[str, int]) -> int:
+def evaluate(text: str | int, params: Mapping[str, int]) -> int:
+    """A binding's size or scalar expression at concrete parameters."""
     if isinstance(text, int):
         return text
     scope = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max, **params}
@@ -96,10 +97,10 @@ def replay(binding: Binding, model: Mapping[str, int | bool], *, budget: int = B
     if not tk.triton_available() or not tk.interpreting():
         return Replay(False, ["not replayed: needs triton running in its interpreter (no CUDA)"])
     params = {p: int(model.get(p, lo)) for p, (lo, _) in binding.params.items()}
-    shapes = {name: tuple(_evaluate(s, params) for s in spec.sizes) for name, spec in binding.tensors.items()}
+    shapes = {name: tuple(evaluate(s, params) for s in spec.sizes) for name, spec in binding.tensors.items()}
     if any(d < 0 for shape in shapes.values() for d in shape):
         return Replay(False, [f"not replayed: a negative size in {shapes}"])
-    grid = tuple(_evaluate(g, params) for g in binding.grid)
+    grid = tuple(evaluate(g, params) for g in binding.grid)
     if int(np.prod(grid, dtype=np.int64)) > PROGRAM_LIMIT:
         return Replay(False, [f"not replayed: grid {grid} has more than {PROGRAM_LIMIT} programs"])
     nbytes = sum(int(np.prod(shape, dtype=np.int64)) * 8 for shape in shapes.values())
@@ -147,7 +148,7 @@ def pad_hint(binding: Binding, model: Mapping[str, int | bool]) -> list[str]:
         return []
     params = {p: int(model.get(p, lo)) for p, (lo, _) in binding.params.items()}
     try:
-        pad = _evaluate(binding.roles["pad"], params)
+        pad = evaluate(binding.roles["pad"], params)
     except Exception:  # noqa: BLE001 (a pad over names the model lacks: no hint)
         return []
     _, accesses = model_parts(model)
@@ -226,7 +227,7 @@ def _arguments(binding: Binding, tensors: Mapping[str, torch.Tensor], params: Ma
         for dim, stride in enumerate(spec.strides):
             if isinstance(stride, str) and stride not in behind:
                 args[stride] = tensors[name].stride(dim)
-    args.update({name: _evaluate(text, params) for name, text in binding.scalars.items()})
+    args.update({name: evaluate(text, params) for name, text in binding.scalars.items()})
     return args
 
 

@@ -25,7 +25,15 @@ import z3
 
 from kvtable.prover.symexec.induction import ADVANCE, advance, with_induction
 from kvtable.prover.symexec.tl import Language, Trace, TritonStandIn
-from kvtable.prover.symexec.values import BRANCHES, DIVISIONS, DeadPath, KernelNotSupported, extremum, restart_names
+from kvtable.prover.symexec.values import (
+    BRANCHES,
+    DIVISIONS,
+    PRODUCTS,
+    DeadPath,
+    KernelNotSupported,
+    extremum,
+    restart_names,
+)
 
 
 def python_function(kernel: Any) -> types.FunctionType:
@@ -206,7 +214,7 @@ def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace) -> Tra
 def _run_once(fn: types.FunctionType, names: list[str], arguments: Mapping[str, Any], trace: Trace,
               path: _Path) -> None:
     rebinder = _Rebinder(Language(trace))
-    tokens = DIVISIONS.set(trace.divisions), BRANCHES.set(path)
+    tokens = DIVISIONS.set(trace.divisions), BRANCHES.set(path), PRODUCTS.set(trace.products)
     try:
         rebinder.rebuild(fn)(**{n: arguments[n] for n in names})
     except DeadPath:  # the accesses made until the stray read of a pointer table stay (in-bounds judges it)
@@ -220,6 +228,7 @@ def _run_once(fn: types.FunctionType, names: list[str], arguments: Mapping[str, 
     finally:
         BRANCHES.reset(tokens[1])
         DIVISIONS.reset(tokens[0])
+        PRODUCTS.reset(tokens[2])
 
 
 def _where(exc: BaseException, rebinder: _Rebinder) -> str:

@@ -95,6 +95,8 @@ class Trace:
     lanes: dict[int, z3.BitVecRef] = field(default_factory=dict)
     """One int32 lane per block length."""
     divisions: list[Division] = field(default_factory=list)
+    products: list[tuple[str, z3.ExprRef]] = field(default_factory=list)
+    """Each product of two non-constant values below 64 bits, with its kernel line (values.PRODUCTS)."""
     path: list[z3.BoolRef] = field(default_factory=list)
     """The conditions of the loops now running (prover/symexec/loops.py): every access is guarded by them."""
     assumptions: list[z3.BoolRef] = field(default_factory=list)

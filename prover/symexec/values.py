@@ -16,6 +16,8 @@ prove that they agree.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -72,6 +74,9 @@ class Division:
 
 BRANCHES: ContextVar[Callable[[z3.BoolRef], bool] | None] = ContextVar("BRANCHES", default=None)
 """Decides a Python ``if`` on a symbolic scalar during a forking run (prover/symexec/run.py)."""
+PRODUCTS: ContextVar[list[tuple[str, z3.ExprRef]] | None] = ContextVar("PRODUCTS", default=None)
+"""Where a symbolic run collects its products of two non-constant values computed below 64 bits, with the kernel
+line of each (``FILE:LINE``): the int32 products a wrapped value is explained by."""
 DIVISIONS: ContextVar[list[Division] | None] = ContextVar("DIVISIONS", default=None)
 """Where a symbolic run collects its divisions (prover/bindings/queries.py drops the undefined case
 wherever the query's assumptions rule out a zero divisor)."""
@@ -345,6 +350,9 @@ def _ring(a: object, b: object, op: Callable, name: str) -> Sym:
         return Sym(z3.If(divisor == 0, numerator, z3.SRem(numerator, divisor)), dtype)
     term = op(x.term, y.term)
     narrow = dtype.bits < I64
+    products = PRODUCTS.get()
+    if name == "mul" and narrow and products is not None and not (z3.is_bv_value(x.term) or z3.is_bv_value(y.term)):
+        products.append((kernel_site(), term))
     px, py = x.parts, y.parts
     if not (px.strided or py.strided):
         return Sym(term, dtype, origin=_multiple(x, y) if name == "mul" else None)
@@ -354,6 +362,15 @@ def _ring(a: object, b: object, op: Callable, name: str) -> Sym:
         strided, factor = (px, py) if px.strided else (py, px)
         return Sym(term, dtype, strided.scaled(factor.rest, narrow))
     return Sym(term, dtype, px.plus(py, 1 if name == "add" else -1, narrow))
+
+
+def kernel_site() -> str:
+    """``FILE:LINE`` of the innermost frame outside this package: the kernel line running now."""
+    here = os.path.dirname(os.path.dirname(__file__))
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame = frame.f_back
+    return "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 def _opaque(term: z3.BitVecRef) -> Parts:
