@@ -373,7 +373,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="obligations solved at once, each in its own process with its own resource limit (the"
                              f" verdicts do not depend on it; default {DEFAULT_WORKERS})")
     parser.add_argument("--rlimit", type=positive_int, default=DEFAULT_RLIMIT, metavar="UNITS",
-                        help="z3 resource units per query before its obligation is unknown (exit 4);"
+                        help="z3 resource units per question (premises, each step, each part of a goal) before its"
+                             " obligation is unknown (exit 4);"
                              " deterministic, unlike time: the same verdicts on any machine and load"
                              f" (default {DEFAULT_RLIMIT})")
     parser.add_argument("--timeout", type=positive_float, default=HANG_GUARD_S, metavar="SECONDS",

@@ -77,9 +77,9 @@ STRATEGIES: tuple[tuple[str, Callable[[z3.Context], z3.Solver]], ...] = (
 """z3 configurations tried in turn; nonlinear integer search is sensitive to the formula's shape."""
 
 DEFAULT_RLIMIT = 16_000_000
-"""z3 resource units per part of a query's goal (every check it makes for that part, together;
-``conjuncts``): over 5x the most any obligation of the registry spends (``kvtable prove --json`` reports each
-one's ``work``, all parts together)."""
+"""z3 resource units for each question a query asks (whether its premises hold together, each step, each part
+of its goal: ``conjuncts``), every check made for it together: over 5x the most any obligation of the registry
+spends (``kvtable prove --json`` reports each one's ``work``, all its questions together)."""
 
 ROUNDS: tuple[int, ...] = (64, 16)
 """Each strategy first gets 1/64 of the budget, then 1/16, before the last round shares whatever is left."""
@@ -170,11 +170,11 @@ def discharge(query: Query, guard_ms: int = HANG_GUARD_MS, *, rlimit: int = DEFA
 def _discharge(query: Query, budget: Budget, small: int | None, start: float) -> Outcome:
     """``discharge`` on a query already in the budget's context."""
     known = [*query.assumptions, *(fact for _, fact in query.stated)]
-    if _decide(known, z3.BoolVal(False, budget.ctx), (), budget, None).status == "proved":  # no premises hold
+    if _decide(known, z3.BoolVal(False, budget.ctx), (), budget.part(), None).status == "proved":  # none hold
         return Outcome("vacuous", time.perf_counter() - start, detail="the premises are unsatisfiable: the goal"
                        " would hold of nothing", work=budget.spent)
     for number, step in enumerate(query.steps, 1):
-        outcome = _decide(known, step, (), budget, None)
+        outcome = _decide(known, step, (), budget.part(), None)
         if outcome.status != "proved":
             detail = f"step {number} ({step}) not proved: {outcome.status} {outcome.detail}".strip()
             return Outcome("unknown", time.perf_counter() - start, outcome.model, detail, work=budget.spent)

@@ -318,8 +318,8 @@ def test_a_loop_may_assign_a_name_in_both_branches_of_an_if() -> None:
                 v = offs
             tl.store(x_ptr + offs, v, mask=offs < n)  # the last iteration's v when WIDE is off
 
-    def binding(kernel: object, wide: int) -> Binding:
-        return Binding(kernel=kernel, clause="W3", params={"N": (1, 100)}, grid=("1",), scalars={"n": "N"},
+    def binding(kernel: object, wide: int) -> Binding:  # N: more iterations than a loop is ever unrolled for
+        return Binding(kernel=kernel, clause="W3", params={"N": (1, 10**6)}, grid=("1",), scalars={"n": "N"},
                        tensors={"x_ptr": TensorSpec("int32", ("N",), (1,))}, constexprs={"BLOCK": 16, "WIDE": wide},
                        roles={"table": "x_ptr"})
 
