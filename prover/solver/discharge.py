@@ -87,7 +87,7 @@ ROUNDS: tuple[int, ...] = (64, 16)
 SMALL_SHARE = 64
 """The search among small values that ``small=`` asks for gets 1/64 of the budget, before the unrestricted one."""
 
-HANG_GUARD_MS = 600_000
+HANG_GUARD_MS = 1_800_000
 """The wall-clock cap on one obligation's z3 calls: a guard against a hang only, never reached by a query that
 keeps within its resource limit on a working machine."""
 
