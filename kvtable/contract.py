@@ -15,7 +15,7 @@ from kvtable.errors import ContractViolation, StaleGraphState
 
 __all__ = [
     "DEFAULT_TAIL_PAD", "INT32_MAX", "INT32_MIN", "MODES", "NULL_PAGE", "Batch", "ContractViolation", "Family",
-    "GroupSpec", "Mode", "Specs", "StaleGraphState",
+    "GroupSpec", "Layout", "Mode", "Specs", "StaleGraphState",
 ]
 
 NULL_PAGE = 0
@@ -28,6 +28,9 @@ INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 
 Family = Literal["full", "sliding", "state"]
+Layout = Literal["holes", "ring"]
+"""How a sliding group stores its window: ``holes`` (a row of pages, those that left the window page 0 at the front,
+T5) or ``ring`` (a fixed set of pages reused as a ring buffer, R1-R3)."""
 Mode = Literal["decode", "verify", "extend", "reanchor"]
 MODES: tuple[Mode, ...] = ("decode", "verify", "extend", "reanchor")
 
@@ -44,6 +47,8 @@ class GroupSpec:
     block_granularity: int
     window: int | None = None
     """Sliding groups: a query at position q attends to the keys at positions (q - window, q]."""
+    layout: Layout = "holes"
+    """Sliding groups: ``holes`` (T5) or ``ring`` (R1-R3, transformers' sliding-window cache)."""
 
     @property
     def is_state(self) -> bool:
