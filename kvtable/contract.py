@@ -14,8 +14,8 @@ from typing import Literal
 from kvtable.errors import ContractViolation, StaleGraphState
 
 __all__ = [
-    "DEFAULT_TAIL_PAD", "INT32_MAX", "INT32_MIN", "MODES", "NULL_PAGE", "Batch", "ContractViolation", "Family",
-    "GroupSpec", "Layout", "Mode", "Specs", "StaleGraphState",
+    "DEFAULT_TAIL_PAD", "INT32_MAX", "INT32_MIN", "MODES", "NULL_PAGE", "RING_SENTINEL", "Batch", "ContractViolation",
+    "Family", "GroupSpec", "Layout", "Mode", "Specs", "StaleGraphState",
 ]
 
 NULL_PAGE = 0
@@ -23,6 +23,10 @@ NULL_PAGE = 0
 
 DEFAULT_TAIL_PAD = -1
 """The pad past a row's last real page (a full-width-table backend pads with 0 instead)."""
+
+RING_SENTINEL = -1
+"""A ring group's read entry that takes one of the step's own new keys, not a cached slot (R3; transformers'
+``sentinel_index``)."""
 
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
