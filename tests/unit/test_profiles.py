@@ -20,7 +20,7 @@ TABLES = {"sliding_attention": SLIDING, "full_attention": FULL}
 
 
 def test_every_engine_has_a_profile_and_the_old_names_still_resolve() -> None:
-    assert sorted(PROFILES) == ["kvtable", "sglang", "tokenspeed", "trtllm", "vllm"]
+    assert sorted(PROFILES) == ["kvtable", "sglang", "tokenspeed", "transformers", "trtllm", "vllm"]
     assert get_profile("vllm-pad-slot") is PROFILES["vllm"]
     assert get_profile("tokenspeed") is PROFILES["tokenspeed"]
     assert set(ALIASES) == {"vllm-pad-slot"}
