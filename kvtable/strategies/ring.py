@@ -1,7 +1,8 @@
 """Ring-group steps (R1-R3): each request's ring pages, its cached and new token counts, the window and page size.
 
 Valid cases give every request ``ceil(min(seq_len, window) / ps)`` private real pages (what transformers'
-sliding allocator holds), then the domain's tail pad. ``ring_broken_cases`` break R1 once and say which entry.
+sliding allocator holds), then the domain's tail pad. ``ring_broken_cases`` break R1 once and say which entry;
+``ring_any_cases`` mixes both for the safety tier.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from kvtable.reference.ring import ring_columns
 from kvtable.strategies.domain import current
-from kvtable.strategies.draws import between, pick
+from kvtable.strategies.draws import BOOLEANS, between, pick
 
 MAX_WINDOW = 12
 MAX_PREFIX = 40
@@ -97,3 +98,16 @@ def ring_broken_cases(draw: st.DrawFn) -> BrokenRing:
         where.add((other, 0))
     broken = RingCase(table, case.prefix_lens, case.extend_lens, case.page_size, case.window)
     return BrokenRing(broken, how, frozenset(where))
+
+
+_VALID = ring_cases()
+_BROKEN = ring_broken_cases()
+
+
+@st.composite
+def ring_any_cases(draw: st.DrawFn) -> RingCase:
+    """What the safety tier judges: a valid ring step, or, where the domain holds malformed tables, one with R1
+    broken (a page 0 or another ring's page in a used column, a column short)."""
+    if current().malformed_tables and draw(BOOLEANS):
+        return draw(_BROKEN).case
+    return draw(_VALID)

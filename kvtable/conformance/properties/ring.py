@@ -11,7 +11,7 @@ from kvtable.conformance.checks import Mismatch, check_tensor, expect_raises, ju
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import SAFETY, STRICTNESS
-from kvtable.strategies.ring import BrokenRing, RingCase, ring_broken_cases, ring_cases
+from kvtable.strategies.ring import BrokenRing, RingCase, ring_any_cases, ring_broken_cases, ring_cases
 
 _CASES = ring_cases()
 _NEEDS = ("ring_locs",)
@@ -72,8 +72,8 @@ def _rejects(ctx: Context, broken: BrokenRing) -> None:
 
 PROPERTIES = (
     Property("ring/slots-safe", "R1", "every ring write is its token's own slot, the sink or the pad slot; every read "
-             "a sentinel, the sink or a slot of the request's own ring", _CASES, _slots_safe, weight=2, tier=SAFETY,
-             needs=_NEEDS),
+             "a sentinel, the sink or a slot of the request's own ring (valid and broken rings)", ring_any_cases(),
+             _slots_safe, weight=2, tier=SAFETY, needs=_NEEDS),
     Property("ring/rejects", "R1", "debug mode refuses a ring with page 0 in a used column, a page of another ring, "
              "or too few columns, naming R1 and the entry", ring_broken_cases(), _rejects, debug=True,
              tier=STRICTNESS, needs=_NEEDS),
