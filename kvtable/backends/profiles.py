@@ -500,7 +500,37 @@ the fill kernel's arguments fresh and contiguous.""",
     domain=Domain(contiguous_args=("packed", "meta", "dst")),
 )
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (KVTABLE, VLLM, SGLANG, TOKENSPEED, TRTLLM)}
+TRANSFORMERS = Profile(
+    "transformers", "transformers' continuous batching (index path): int64 write indices computed per request from "
+    "block lists, no tail (rows recorded with 0, the trash block), padding and slid-out tokens write the write trash "
+    "(pad slot -1, never read), no validation (the scheduler's job)",
+    details="""Read from transformers 5.23's public code, point by point:
+
+- ``src/transformers/generation/continuous_batching/cache_allocators/full_attention.py``
+  (``FullAttentionCacheAllocator.get_write_indices``): a request's write indices are
+  ``block_table[request_id][pos // page_size] * block_physical_stride + pos % page_size`` for the positions
+  ``[past_length, past_length + query_length)``, int64 (``prepare_batch_tensors`` in ``input_outputs.py``); a
+  decode is the same call with ``query_length`` 1. ``block_physical_stride`` spaces blocks by all the group's
+  layers (keys and values): ``kvtable.engines.transformers`` records index ``i`` as slot
+  ``(i // stride) * page_size + i % stride``, so a page is the block id.
+- ``cache_allocators/cache_allocator.py`` (``block_table: dict[str, list[int]]``): a row is the list of blocks the
+  request holds, nothing past it; block ids start after the two trash sectors (``CachePool``), so block 0 (the
+  read trash, where padding reads) is never handed out: rows are recorded padded with 0
+  (``domain.tail_pads = (0,)``), no id is negative, lists are built fresh per call (no other shape), and positions
+  come from ``position_offset`` (``domain.broken_lengths = False``).
+- ``input_outputs.py`` (``_reset_read_and_write_indices``): the write-index buffer is reset to each allocator's
+  ``write_trash_index`` before a batch, so padded tokens write the write trash, a region no allocator hands out and
+  nothing reads; the sliding allocator (``sliding_attention.py``) sends the tokens of a chunk that slide out before
+  it ends there too. Recorded as the pad slot -1, which the writer skips (``skips-pad``).
+- Nothing validates indices (``validates = "scheduler"``): ``get_write_indices`` indexes the Python list, and
+  ``index_copy_`` writes whatever it is given.""",
+    loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, dummy_rows="unread", validates="scheduler",
+    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,
+                  broken_lengths=False),
+    writer="skips-pad",
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (KVTABLE, VLLM, SGLANG, TOKENSPEED, TRTLLM, TRANSFORMERS)}
 ALIASES: dict[str, str] = {"vllm-pad-slot": "vllm"}
 """Earlier profile names, kept working."""
 

@@ -20,7 +20,7 @@ TABLES = {"sliding_attention": SLIDING, "full_attention": FULL}
 
 
 def test_every_engine_has_a_profile_and_the_old_names_still_resolve() -> None:
-    assert sorted(PROFILES) == ["kvtable", "sglang", "tokenspeed", "trtllm", "vllm"]
+    assert sorted(PROFILES) == ["kvtable", "sglang", "tokenspeed", "transformers", "trtllm", "vllm"]
     assert get_profile("vllm-pad-slot") is PROFILES["vllm"]
     assert get_profile("tokenspeed") is PROFILES["tokenspeed"]
     assert set(ALIASES) == {"vllm-pad-slot"}
@@ -28,7 +28,7 @@ def test_every_engine_has_a_profile_and_the_old_names_still_resolve() -> None:
         get_profile("vllm-v3")
 
 
-@pytest.mark.parametrize("name", ["vllm", "sglang", "tokenspeed", "trtllm"])
+@pytest.mark.parametrize("name", ["vllm", "sglang", "tokenspeed", "trtllm", "transformers"])
 def test_every_engine_profile_names_the_code_it_models(name: str) -> None:
     details = PROFILES[name].details
     assert ".py" in details and "``" in details
