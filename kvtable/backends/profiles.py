@@ -525,8 +525,9 @@ the fill kernel's arguments fresh and contiguous.""",
 )
 
 TRANSFORMERS = Profile(
-    "transformers", "transformers' continuous batching: int64 indices, sliding groups as rings (R1-R3), -1 tails, "
-    "padding writes to the write trash (the pad slot -1), padded reads at the read trash (slot 0), no validation",
+    "transformers", "transformers' continuous batching (index path): int64 indices, sliding groups as rings (R1-R3), "
+    "rows padded with 0 (the trash block), padding and slid-out tokens write the write trash (pad slot -1, never "
+    "read), padded reads at the read trash (slot 0), no validation (the scheduler's job)",
     details="""Read from transformers 5.23.0, ``src/transformers/generation/continuous_batching/``, point by point:
 
 - Sliding groups are rings (``sliding_layout = "ring"``): ``cache_allocators/sliding_attention.py``
@@ -540,12 +541,13 @@ TRANSFORMERS = Profile(
   (``full_attention.py``, ``FullAttentionCacheAllocator``) write ``[past, past + query)`` and read ``[0, past +
   query)`` at ``block * block_physical_stride + offset``: W3's slots.
 - Slots: an index is ``block * block_physical_stride + offset`` in a layer's shifted view
-  (``register_cache_tensor``); kvtable's slot is ``block * page_size + offset``, so an integration divides by the
-  stride. ``cache_allocator.py`` (``_after_cache_tensor_init``): sectors 0 and 1 of the cache are never allocated
-  (``cache_pool.py``, ``CachePool``: ``free_sectors`` start at ``num_reserved_sectors = 2``), so no request owns
-  block 0: ``read_trash_index = 0`` is the sink (slot 0 of page 0), ``sentinel_index = 1`` is the contract's
-  ``RING_SENTINEL`` (-1) and ``write_trash_index``, the first slot of sector 1, is the pad slot -1 (an integration
-  reports it so). Index tensors are int64 (``input_outputs.py``, ``write_index_storage``).
+  (``register_cache_tensor``; the stride spaces blocks by all the group's layers, keys and values):
+  ``kvtable.engines.transformers`` records index ``i`` as slot ``(i // stride) * page_size + i % stride``, so a
+  page is the block id. ``cache_allocator.py`` (``_after_cache_tensor_init``): sectors 0 and 1 of the cache are
+  never allocated (``cache_pool.py``, ``CachePool``: ``free_sectors`` start at ``num_reserved_sectors = 2``), so
+  no request owns block 0: ``read_trash_index = 0`` is the sink (slot 0 of page 0), ``sentinel_index = 1`` is the
+  contract's ``RING_SENTINEL`` (-1) and ``write_trash_index``, the first slot of sector 1, is the pad slot -1 (an
+  integration reports both so). Index tensors are int64 (``input_outputs.py``, ``write_index_storage``).
 - Padding (``input_outputs.py``, ``_reset_read_and_write_indices``): before every batch the index storages are
   filled with each allocator's ``write_trash_index`` and ``read_trash_index``, and a padded batch
   (``get_model_kwargs(use_padding=True)``) passes the storages past the real tokens: padded tokens write the trash
@@ -558,14 +560,15 @@ TRANSFORMERS = Profile(
   (``domain.broken_lengths = False``). Block tables are python lists per request (``block_table[request_id]``),
   extended, never shortened, until ``free_blocks`` pops the whole list; a sliding allocator never shares blocks
   (``supports_block_sharing = False``: prefix sharing is off with a sliding group, ``fork_blocks`` copies into
-  fresh blocks), so rings are private. A table row is built from that list, padded with -1 (as
-  ``input_outputs.py`` pads its kernel ``block_table``, ``fill_(-1)``): no other shape, no -1 inside the ring
-  (``domain.malformed_tables = False``, ``tail_pads = (-1,)``, stale rows hold earlier ids).
+  fresh blocks), so rings are private. A table row is that list, nothing past it, recorded padded with 0 (block 0,
+  the read trash, is never handed out): no id is negative, no other shape (``domain.negative_ids = False``,
+  ``tail_pads = (0,)``, ``malformed_tables = False``; stale rows hold earlier ids).
 - Validation: none (``validates = "scheduler"``): the allocators index the python block table, so a missing
   block raises ``IndexError``, and nothing checks a ring's pages.""",
-    loc_dtype="int64", pad_slot=PAD_SLOT_ID, dummy_rows="unread", validates="scheduler", writer="skips-pad",
-    sliding_layout="ring",
-    domain=Domain(tail_pads=(-1,), stale="earlier-ids", malformed_tables=False, broken_lengths=False),
+    loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, dummy_rows="unread", validates="scheduler",
+    writer="skips-pad", sliding_layout="ring",
+    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,
+                  broken_lengths=False),
 )
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (KVTABLE, VLLM, SGLANG, TOKENSPEED, TRTLLM, TRANSFORMERS)}

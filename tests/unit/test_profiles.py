@@ -28,7 +28,7 @@ def test_every_engine_has_a_profile_and_the_old_names_still_resolve() -> None:
         get_profile("vllm-v3")
 
 
-@pytest.mark.parametrize("name", ["vllm", "sglang", "tokenspeed", "trtllm"])
+@pytest.mark.parametrize("name", ["vllm", "sglang", "tokenspeed", "trtllm", "transformers"])
 def test_every_engine_profile_names_the_code_it_models(name: str) -> None:
     details = PROFILES[name].details
     assert ".py" in details and "``" in details

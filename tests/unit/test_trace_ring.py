@@ -26,7 +26,7 @@ def _record(path: Path, *, shift_at: int | None = None, bad_read_at: int | None 
     with Recorder(path, profile="transformers", groups=GROUPS, backend="torch") as rec:
         for index, (prefix, extend) in enumerate(STEPS):
             seq = [p + e for p, e in zip(prefix, extend, strict=True)]
-            table = [r[: ring.ring_columns(s, WINDOW, PS)] + [-1] * (2 - ring.ring_columns(s, WINDOW, PS))
+            table = [r[: ring.ring_columns(s, WINDOW, PS)] + [0] * (2 - ring.ring_columns(s, WINDOW, PS))
                      for r, s in zip(RINGS, seq, strict=True)]
             writes = PROFILE.ring_write_locs(table, prefix, extend, PS, WINDOW)
             reads = PROFILE.ring_read_locs(table, prefix, extend, PS, WINDOW)
