@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from kvtable.backends.profiles import get_profile
-from kvtable.contract import RING_SENTINEL, GroupSpec
+from kvtable.backends.reference_backend import ReferenceBackend
+from kvtable.backends.torch_backend import TorchBackend
+from kvtable.contract import RING_SENTINEL, Batch, GroupSpec
 from kvtable.errors import ContractViolation
 from kvtable.impl.ring import ring_locs
 from kvtable.reference import ring
@@ -82,6 +84,14 @@ def test_a_ring_group_is_refused_by_the_batch_calls() -> None:
     assert err.value.clause_id == "R1" and err.value.group == "swa"
     with pytest.raises(ValueError, match="layout"):
         specs_by_id([GroupSpec("full", "full", 4, layout="ring")])
+    table = {"swa": torch.tensor([[1, 2]], dtype=torch.int32)}
+    for backend in (TorchBackend(), ReferenceBackend()):
+        with pytest.raises(ContractViolation) as locs:
+            backend.group_locs([spec], table, Batch((3,)))
+        with pytest.raises(ContractViolation) as graph:
+            backend.graph([spec], max_bs=2, max_kernel_pages=2, kernel_page_size=4)
+        for err in (locs.value, graph.value):
+            assert err.clause_id == "R1" and err.group == "swa"
 
 
 def test_impl_agrees_with_the_reference_on_random_steps() -> None:
