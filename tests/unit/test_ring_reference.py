@@ -7,7 +7,6 @@ import random
 import pytest
 import torch
 
-from kvtable.backends.profiles import get_profile
 from kvtable.backends.reference_backend import ReferenceBackend
 from kvtable.backends.torch_backend import TorchBackend
 from kvtable.contract import RING_SENTINEL, Batch, GroupSpec
@@ -41,13 +40,6 @@ def test_reads_take_the_first_querys_cached_window_then_sentinels() -> None:
     s = RING_SENTINEL
     assert reads == [23, 24, 25, 26, 27, 20, 21, s] + [s] * 3 + [36, 37, 38] + [s] * 12
     assert ring.ring_read_locs([[5]], [4], [0], 4, 8) == []  # no new tokens: no reads
-
-
-def test_the_transformers_profile_writes_the_trash_as_its_pad_slot() -> None:
-    profile = get_profile("transformers")
-    assert profile.sliding_layout == "ring" and profile.loc_dtype == "int64"
-    writes = profile.ring_write_locs(TABLE, PREFIX, EXTEND, 4, 8)
-    assert writes[4:8] == [profile.pad_slot] * 4 and writes[8:] == ring.ring_write_locs(TABLE, PREFIX, EXTEND, 4, 8)[8:]
 
 
 @pytest.mark.parametrize(("table", "prefix", "extend", "where", "match"), [
