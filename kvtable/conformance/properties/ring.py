@@ -3,6 +3,7 @@ read stays in the request's own ring (the safety tier), and debug mode refuses a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,8 @@ def _unsafe(ctx: Context, case: RingCase, writes: Any, reads: Any, what: str) ->
         first = bad[0]
         raise Mismatch("R1", f"{what}: {len(bad)} unsafe entries; first: row {first.row} entry {first.token} "
                        f"position {first.position} loc {first.loc}: {first.reason}", tier=SAFETY,
-                       kind="unsafe ring " + first.reason.split(",")[0].split(" ")[0])
+                       kind=f"unsafe ring {'read' if first.reason.startswith('read') else 'write'}: "
+                            + re.sub(r"-?\d+", "N", first.reason)[:48])
 
 
 def _slots_safe(ctx: Context, case: RingCase) -> None:
