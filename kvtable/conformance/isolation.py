@@ -340,6 +340,11 @@ def run_isolated(setup: WorkerSetup, properties: Sequence[Property], examples: C
         pool.close()
 
 
+def worker_context() -> Any:
+    """The forkserver context workers come from (jobs that are not properties: traces checked in parallel)."""
+    return _CONTEXT
+
+
 def process_pool(workers: int) -> ProcessPoolExecutor:
     """A pool of ``workers`` processes from the same forkserver context, for jobs that are not properties
     (the zoo spreads its entries over it)."""

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvtable import interrupts
 from kvtable.argtypes import positive_int
 from kvtable.conformance.levels import LEVELS
-from kvtable.exitcodes import EXIT_FAILED, EXIT_PASSED, UsageError
+from kvtable.exitcodes import EXIT_CUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PASSED, EXIT_USAGE, UsageError, most_serious
 from kvtable.trace.store import MANIFEST
 
 if TYPE_CHECKING:
@@ -43,6 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check.add_argument("--level", choices=sorted(LEVELS), default="correct")
     check.add_argument("--workers", type=positive_int, default=1, help="traces checked in parallel (processes)")
     check.add_argument("--json", action="store_true", help="one JSON object per trace instead of text")
+    check.add_argument("--max-failures", type=positive_int, default=20, metavar="N", help="failing steps reported "
+                       "before judging stops (default 20), grouped by clause")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,10 +87,36 @@ def _record(args: argparse.Namespace) -> int:
     return EXIT_PASSED
 
 
-def _check_one(job: tuple[Path, str | None, str]) -> Report:
+def _check_one(job: tuple[Path, str | None, str, int]) -> Report:
     from kvtable.trace.check import check_trace
 
     return check_trace(*job)
+
+
+def _quiet_worker() -> None:
+    """A checking worker leaves Ctrl-C to the parent (which stops it): no worker traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _reports(jobs: list[tuple[Path, str | None, str, int]], workers: int) -> Iterator[Report]:
+    """Each trace's report in order, checked ``workers`` at a time (a Ctrl-C stops the workers)."""
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            interrupts.check()
+            yield _check_one(job)
+        return
+    from kvtable.conformance.isolation import worker_context
+
+    pool = worker_context().Pool(min(workers, len(jobs)), initializer=_quiet_worker)
+    try:
+        yield from pool.imap(_check_one, jobs)
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+STATUS = {"clean": EXIT_PASSED, "cut": EXIT_CUT, "failed": EXIT_FAILED, "damaged": EXIT_USAGE}
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -95,44 +125,68 @@ def _check(args: argparse.Namespace) -> int:
             raise UsageError(f"{path}: no trace here (no {MANIFEST})")
     from kvtable.trace.store import TraceError
 
-    jobs = [(path, args.profile, args.level) for path in args.paths]
+    jobs = [(path, args.profile, args.level, args.max_failures) for path in args.paths]
+    workers = min(args.workers, len(jobs))
     start = time.perf_counter()
+    reports: list[Report] = []
     try:
-        if args.workers > 1 and len(jobs) > 1:
-            with ProcessPoolExecutor(max_workers=min(args.workers, len(jobs))) as pool:
-                reports = list(pool.map(_check_one, jobs))
-        else:
-            reports = [_check_one(job) for job in jobs]
+        for report in _reports(jobs, workers):
+            reports.append(report)
     except (TraceError, KeyError) as err:
         raise UsageError(str(err).strip("'\"")) from None
+    except KeyboardInterrupt:
+        interrupts.hold()
     for report in reports:
         print(json.dumps(_as_json(report)) if args.json else render(report))
-    failed = sum(r.violation is not None for r in reports)
+    statuses = [r.status for r in reports]
     if not args.json:
-        print(f"{len(reports)} trace(s), {sum(r.steps for r in reports)} steps, level {args.level}: "
-              f"{len(reports) - failed} clean, {failed} failed ({time.perf_counter() - start:.1f} s, "
-              f"{min(args.workers, len(jobs))} worker(s))")
-    return EXIT_FAILED if failed else EXIT_PASSED
+        counts = ", ".join(f"{statuses.count(s)} {s}" for s in STATUS if statuses.count(s) or s in ("clean",
+                                                                                                   "failed"))
+        verdict = (f"INTERRUPTED after {len(reports)} of {len(jobs)} trace(s)" if len(reports) < len(jobs)
+                   else f"{len(reports)} trace(s)")
+        print(f"{verdict}, {sum(r.steps for r in reports)} steps, level {args.level}: {counts} "
+              f"({time.perf_counter() - start:.1f} s, {workers} worker(s))")
+    if len(reports) < len(jobs):
+        return EXIT_INTERRUPTED
+    return most_serious(EXIT_PASSED, *(STATUS[s] for s in statuses))
 
 
 def render(report: Report) -> str:
-    """A trace's verdict as text: clean or the first violation with its snippet, and where the trace ended."""
-    lines = [f"{report.path}: {report.steps} steps judged, "
-             + ("clean" if report.violation is None else f"FAILED at step {report.violation.step}")]
-    if report.violation is not None:
-        lines.append(f"  {report.violation.text()}")
-        if report.injected:
-            lines.append(f"  this step's input carries a fault the simulator put there (--faults): {report.injected}")
-        lines.append("  reproduce:")
-        lines += [f"    {line}" for line in report.snippet.splitlines()]
-    if report.end_note:
-        lines.append(f"  trace ends early: {report.end_note}")
+    """A trace's verdict as text: clean, cut or every failure grouped by clause (the first of each in full, with
+    its snippet), or the one line naming its damage."""
+    if report.status == "damaged":
+        return f"{report.path}: trace damaged: {report.damage}"
+    judged = f"{report.steps} of {report.declared} steps judged"
+    if report.violation is None:
+        head = f"{report.path}: {judged}, clean" + (" to its last whole step; CUT" if report.cut else "")
+    else:
+        head = (f"{report.path}: {judged}, FAILED at step {report.violation.step}: {report.failing_steps} failing "
+                f"step(s), {len(report.first)} clause(s)")
+    lines = [head]
+    for clause, first in report.first.items():
+        others = [v for v in report.violations if v.clause == clause and v is not first.violation]
+        lines.append(f"  {clause}: {1 + len(others)} failing step(s), first at step {first.violation.step}")
+        lines.append(f"    {first.violation.text()}")
+        if first.injected:
+            lines.append(f"    this step's input carries a fault the simulator put there (--faults): {first.injected}")
+        lines.append("    reproduce:")
+        lines += [f"      {line}" for line in first.snippet.splitlines()]
+        lines += [f"    also {v.text()}" for v in others]
+    if report.stopped:
+        lines.append(f"  stopped at {report.failing_steps} failing steps (--max-failures): steps {report.steps} to "
+                     f"{report.declared - 1} not judged")
+    if report.cut:
+        lines.append(f"  cut: {report.cut}")
     lines += [f"  note: {note}" for note in report.notes]
     return "\n".join(lines)
 
 
 def _as_json(report: Report) -> dict:
     v = report.violation
-    return {"path": report.path, "steps": report.steps, "end_note": report.end_note, "notes": report.notes,
-            "injected": report.injected,
+    return {"path": report.path, "status": report.status, "steps": report.steps, "declared": report.declared,
+            "cut": report.cut, "damage": report.damage, "notes": report.notes, "injected": report.injected,
+            "failing_steps": report.failing_steps, "stopped": report.stopped,
+            "violations": [{**x.__dict__, "text": x.text()} for x in report.violations],
+            "first": {clause: {**f.violation.__dict__, "text": f.violation.text(), "snippet": f.snippet,
+                               "injected": f.injected} for clause, f in report.first.items()},
             "violation": None if v is None else {**v.__dict__, "text": v.text(), "snippet": report.snippet}}

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from kvtable.trace.allocation import OPERATION, alloc_step
 from kvtable.trace.judge import Violation
+from kvtable.trace.schema import Header
 from kvtable.trace.store import Step
 
 CALLS = {"decode": "decode_locs", "verify": "verify_locs", "reanchor": "reanchor_locs", "extend": "extend_locs"}
@@ -18,9 +18,11 @@ def _tensor(array: np.ndarray) -> str:
     return f"torch.tensor({array.astype(np.int64).tolist()}, dtype=torch.int32)"
 
 
-def _load(header: dict[str, Any]) -> list[str]:
-    name = header.get("backend")
+def _load(header: Header) -> list[str]:
+    name = header.backend
     load = f"load({name!r})" if name else "...  # your backend (the trace names none)"
+    if name and header.backend_problem:
+        load += f"  # this name did not load when the trace was recorded: {header.backend_problem}"
     return ["import torch", "from kvtable.backends import load", "", f"backend = {load}"]
 
 
@@ -57,7 +59,7 @@ def _replays(steps: Sequence[Step]) -> list[str]:
     return lines
 
 
-def snippet(header: dict[str, Any], step: Step, violation: Violation, graph_steps: Sequence[Step]) -> str:
+def snippet(header: Header, step: Step, violation: Violation, graph_steps: Sequence[Step]) -> str:
     """Python that redoes the failing step with the trace's backend; prints the offending location."""
     lines = [f"# trace step {step.index} ({step.kind}), {violation.clause}, group {violation.group!r}", *_load(header)]
     if step.kind in CALLS and violation.group in step.groups:
