@@ -224,7 +224,8 @@ def _named(setup: WorkerSetup) -> str:
     return repr(backend) if isinstance(backend, str) else repr(getattr(backend, "__qualname__", type(backend).__name__))
 
 
-def _exit_reason(exitcode: int | None) -> str:
+def exit_reason(exitcode: int | None) -> str:
+    """How a worker process ended, in words (the signal that killed it, or its exit status)."""
     if exitcode is not None and exitcode < 0:
         try:
             return f"killed the worker process ({signal.Signals(-exitcode).name})"
@@ -279,7 +280,7 @@ class _Pool:
         if worker.process.is_alive():
             return None
         worker.process.join()
-        why = _exit_reason(worker.process.exitcode)
+        why = exit_reason(worker.process.exitcode)
         if worker.job is None:
             raise UsageError(f"backend {_named(self.setup)}: {why.replace('the worker process', 'its worker')} "
                              "while loading")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -11,10 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvtable import interrupts
-from kvtable.argtypes import positive_int
+from kvtable.argtypes import non_negative_int, positive_float, positive_int, share, writable_folder
+from kvtable.backends.profiles import ALIASES, PROFILES
 from kvtable.conformance.levels import LEVELS
+from kvtable.conformance.options import DEFAULT_TIMEOUT_S
 from kvtable.exitcodes import EXIT_CUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PASSED, EXIT_USAGE, UsageError, most_serious
-from kvtable.trace.store import MANIFEST
+from kvtable.trace.store import CHUNKS, MANIFEST
 
 if TYPE_CHECKING:
     from kvtable.trace.check import Report
@@ -25,20 +28,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     record = sub.add_parser("record", help="run the serving-loop simulator on a backend and record its trace")
     record.add_argument("--backend", default=None, help="backend name (as for conform: torch, pkg.mod:factory, "
                         "path/file.py:factory)")
-    record.add_argument("--profile", default="kvtable", help="the engine's conventions the tables follow")
+    record.add_argument("--profile", default="kvtable", choices=sorted(PROFILES) + sorted(ALIASES),
+                        help="the engine's conventions the tables follow")
     record.add_argument("--steps", type=positive_int, default=200, help="scheduler iterations (default 200)")
-    record.add_argument("--seed", type=int, default=0)
-    record.add_argument("--faults", type=float, default=0.05, help="share of eager steps carrying a stale length "
-                        "real engines publish (default 0.05; 0: valid input only)")
+    record.add_argument("--seed", type=non_negative_int, default=0)
+    record.add_argument("--faults", type=share, default=0.05, help="share of eager steps carrying a stale length "
+                        "real engines publish, from 0 to 1 (default 0.05; 0: valid input only)")
     record.add_argument("--out", type=Path, required=True, help="the new trace folder")
     record.add_argument("--route", choices=("locations", "allocator"), default="locations",
                         help="drive the backend's location calls (default), or its allocator (alloc_decode/verify/"
                         "extend: the engine chooses the slots, as SGLang does)")
     record.add_argument("--page-size", type=positive_int, default=1, help="the allocator route's page size")
     record.add_argument("--pool-pages", type=positive_int, default=400, help="the allocator route's pool size in "
-                        "pages (its free pages are the top ones: past 2^31 slots, ids no int32 holds)")
+                        "pages (past 2^31 slots, its free pages straddle slot 2^31: ids no int32 holds)")
     record.add_argument("--debug", action="store_true", help="the backend in debug mode (full contract checks): "
                         "what --level strict judges refusals against")
+    record.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help="a backend call silent this long is a TIMEOUT at its step (default "
+                        f"{DEFAULT_TIMEOUT_S:g})")
     check = sub.add_parser("check", help="judge every step of one or more traces")
     check.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     check.add_argument("--profile", default=None, help="conventions to judge by (default: the trace's own)")
@@ -53,38 +60,66 @@ def run(args: argparse.Namespace) -> int:
     return _record(args) if args.trace_command == "record" else _check(args)
 
 
-def _record(args: argparse.Namespace) -> int:
-    from kvtable.backends import BackendNotFound, BackendUnavailable, NoDebugMode, load, spec_of
-    from kvtable.backends.profiles import get_profile
-    from kvtable.trace.allocation import AllocSimulator
-    from kvtable.trace.recorder import Recorder
-    from kvtable.trace.simulate import SimConfig, simulate
+def _checked_out(out: Path) -> None:
+    """``--out`` is a new trace folder that can be written, before any work."""
+    if (out / MANIFEST).exists():
+        raise UsageError(f"--out {out}: a trace is already there")
+    writable_folder(out, "--out")
 
-    if (args.out / MANIFEST).exists():
-        raise UsageError(f"--out {args.out}: a trace is already there")
+
+def _record(args: argparse.Namespace) -> int:
+    from kvtable.backends import BackendNotFound, check_spec, default_spec
+
     try:
-        get_profile(args.profile)
-        backend = load(args.backend, debug=True if args.debug else None)
-    except (KeyError, BackendNotFound, BackendUnavailable, NoDebugMode) as err:
-        raise UsageError(str(err).strip("'\"")) from None
-    config = SimConfig(faults=args.faults)
-    start = time.perf_counter()
-    name = args.backend or spec_of(backend)
+        check_spec(args.backend)
+    except BackendNotFound as err:
+        raise UsageError(str(err)) from None
+    _checked_out(args.out)
+    from kvtable.trace.isolated import RecordJob, record_isolated
+    from kvtable.trace.recorder import Recorder
+    from kvtable.trace.simulate import DEFAULT_GROUPS
+
+    name = args.backend or default_spec()
+    groups = DEFAULT_GROUPS if args.route == "locations" else ()
     meta = {"seed": args.seed, "steps": args.steps, "faults": args.faults, "debug": args.debug}
-    groups = config.groups if args.route == "locations" else ()
-    with Recorder(args.out, profile=args.profile, groups=groups, backend=name, steps_per_chunk=16,
-                  meta=meta) as recorder:
-        if args.route == "locations":
-            simulate(backend, recorder, args.steps, seed=args.seed, config=config, profile=args.profile)
-        else:
-            sim = AllocSimulator(backend, recorder, seed=args.seed, page_size=args.page_size,
-                                 pool_pages=args.pool_pages, faults=args.faults)
-            for _ in range(args.steps):
-                sim.step()
-    print(f"recorded {recorder.steps} steps of {args.steps} scheduler iterations ({name}, seed {args.seed}) to "
+    job = RecordJob(name, args.debug, args.route, args.profile, args.steps, args.seed, args.faults, args.page_size,
+                    args.pool_pages)
+    start = time.perf_counter()
+    recorder = Recorder(args.out, profile=args.profile, groups=groups, backend=name, steps_per_chunk=16, meta=meta)
+    try:
+        outcome = record_isolated(job, recorder, groups, args.timeout)
+    except KeyboardInterrupt:
+        interrupts.hold()
+        print(f"INTERRUPTED after {recorder.writer.steps} steps: the trace up to them is kept at {args.out} (cut)")
+        return EXIT_INTERRUPTED
+    except UsageError:  # the backend never ran: no trace
+        (args.out / MANIFEST).unlink(missing_ok=True)
+        shutil.rmtree(args.out / CHUNKS, ignore_errors=True)
+        raise
+    print(f"recorded {outcome.steps} steps of {args.steps} scheduler iterations ({name}, seed {args.seed}) to "
           f"{args.out}: {recorder.writer.bytes_written / 1e3:.0f} kB, {time.perf_counter() - start:.1f} s; "
-          f"{recorder.injected} with an input fault put there on purpose (--faults {args.faults:g})")
+          f"{outcome.injected} with an input fault put there on purpose (--faults {args.faults:g})")
+    print(_slots(args, outcome.largest_slot))
+    if outcome.verdict is not None:
+        call = f" in {outcome.calling}" if outcome.calling else ""
+        print(f"{outcome.verdict} at step {outcome.steps}{call}: {outcome.why}; the {outcome.steps} steps before it "
+              f"are kept, the trace cut there (kvtable trace check {args.out})")
+        return EXIT_FAILED
+    if not outcome.steps:
+        print(f"no step recorded: the backend has none of the {args.route} route's operations, or the pool "
+              "(--pool-pages) holds no page for one; nothing to check")
+        return EXIT_USAGE
     return EXIT_PASSED
+
+
+def _slots(args: argparse.Namespace, largest: int | None) -> str:
+    """The largest slot the run chose, and whether the allocator route's pool asked for (and crossed) int32."""
+    said = "no slot chosen" if largest is None else f"largest slot chosen {largest}"
+    if args.route == "allocator" and (args.pool_pages + 1) * args.page_size > 2**31:
+        crossed = largest is not None and largest >= 2**31
+        return (f"{said}; the pool reaches past slot 2^31 ({2**31}): the int32 boundary was "
+                + ("crossed" if crossed else "NOT crossed (no chosen slot past it)"))
+    return said
 
 
 def _check_one(job: tuple[Path, str | None, str, int]) -> Report:
