@@ -118,3 +118,23 @@ def test_the_trace_benchmark_runs_end_to_end() -> None:
     assert (check["what"], check["steps"]) == ("check_trace", 20) and check["cpu_s"] > 0
     assert section.records[0]["bytes_per_step"] > 256 * 3 * 4  # at least each group's locations
     assert section.targets[0].met is None  # a smoke run judges no target
+
+
+def test_ctrl_c_prints_the_traces_checked_so_far_and_exits_130(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import kvtable.trace.cli as trace_cli
+
+    checked = trace_cli._check_one
+    traces = sorted((ROOT / "examples" / "traces").iterdir())[:3]
+
+    def interrupted_at_the_second(job: tuple) -> object:
+        if job[0] == traces[1]:
+            raise KeyboardInterrupt
+        return checked(job)
+
+    monkeypatch.setattr(trace_cli, "_check_one", interrupted_at_the_second)
+    assert main(["trace", "check", *map(str, traces)]) == 130
+    out, err = capsys.readouterr()
+    assert f"{traces[0]}: " in out and f"{traces[1]}: " not in out
+    assert out.splitlines()[-1].startswith("INTERRUPTED after 1 of 3 trace(s)")
+    assert err == "kvtable trace: interrupted\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvtable.cli import main
-from kvtable.exitcodes import EXIT_CUT, EXIT_FAILED, EXIT_USAGE
+from kvtable.exitcodes import EXIT_CUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,3 +84,27 @@ def test_a_pool_past_int32_crosses_slot_2_31_and_the_summary_says_so(tmp_path: P
     chosen = [json.loads(x) for x in (tmp_path / "t" / "manifest.jsonl").read_text().splitlines()[1:]]
     assert any(c.get("kind") == "allocate" for c in chosen)
     assert main(["trace", "check", str(tmp_path / "t")]) == 0
+
+
+def test_ctrl_c_keeps_the_trace_so_far_cut_and_exits_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C reaches the recording process (its worker ignores it) as its fifth step comes in."""
+    import os
+    import signal
+
+    import kvtable.trace.isolated as isolated
+
+    handle, steps = isolated._handle, []
+
+    def interrupted_at_the_fifth_step(message: tuple, *args: object) -> bool:
+        steps.append(message[0] == "step")
+        if sum(steps) == 5 and steps[-1]:
+            os.kill(os.getpid(), signal.SIGINT)
+        return handle(message, *args)
+
+    monkeypatch.setattr(isolated, "_handle", interrupted_at_the_fifth_step)
+    assert _record(tmp_path / "t", "torch") == EXIT_INTERRUPTED
+    out, err = capsys.readouterr()
+    assert out.startswith("INTERRUPTED after 5 steps: the trace up to them is kept at") and "(cut)" in out
+    assert err == "kvtable trace: interrupted\n"
+    assert main(["trace", "check", str(tmp_path / "t")]) == EXIT_CUT
