@@ -166,7 +166,8 @@ class TraceJudge:
             return []
         self.saw_req_ids = True
         live = len(step.req_ids) if step.actual_bs is None else min(step.actual_bs, len(step.req_ids))
-        return self._history(gid).observe(step.index, group.table, step.req_ids, live)
+        delta = None if group.base is None else (group.base, group.cells)
+        return self._history(gid).observe(step.index, group.table, step.req_ids, live, delta)
 
     def _writes(self, step: Step, gid: str, group: GroupStep, kind: str) -> list[Violation]:
         tokens = step_tokens(kind, step.seq_lens, step.n, step.prefix_lens, step.actual_bs)

@@ -35,6 +35,8 @@ class GroupHistory:
         self.freed_at: dict[int, int] = {}
         self.explicit_alloc = False
         self._last: tuple[np.ndarray, np.ndarray] | None = None
+        self._source: np.ndarray | None = None
+        """The whole table ``_last`` was taken from (the array object a delta's base is compared with)."""
 
     def _hold(self, pages: np.ndarray, delta: int) -> None:
         """Count ``pages`` (one per table cell) as held by one more (``+1``) or one fewer (``-1``) live row."""
@@ -43,13 +45,21 @@ class GroupHistory:
             self.holders = _grow(self.holders, int(pages.max()) + 1)
             np.add.at(self.holders, pages, delta)
 
-    def observe(self, step: int, table: np.ndarray, req_ids: np.ndarray, live: int) -> list[Violation]:
-        """Take the step's live rows as their requests' rows now; ``trace/pages-kept`` on each changed row."""
-        table, req_ids = table[:live].astype(np.int64), req_ids[:live]
-        last = self._last
-        self._last = (table, req_ids)  # this step's own arrays: kept, never written
+    def observe(self, step: int, table: np.ndarray, req_ids: np.ndarray, live: int,
+                delta: tuple[np.ndarray, np.ndarray] | None = None) -> list[Violation]:
+        """Take the step's live rows as their requests' rows now; ``trace/pages-kept`` on each changed row.
+        ``delta``: the table is the array ``delta[0]`` but for its flat cells ``delta[1]`` (as a trace stores it):
+        when ``delta[0]`` is the table observed last, only those cells' rows are compared."""
+        full, req_ids = table, req_ids[:live]
+        table = table[:live]  # a view: the step's own arrays are kept, never written
+        last, source = self._last, self._source
+        self._last, self._source = (table, req_ids), full
         if last is not None and last[0].shape == table.shape and np.array_equal(last[1], req_ids):
-            changed = np.flatnonzero((last[0] != table).any(axis=1))
+            if delta is not None and delta[0] is source and full.ndim == 2 and full.shape[1]:
+                rows = np.unique(delta[1] // full.shape[1])
+                changed = rows[rows < live]
+            else:
+                changed = np.flatnonzero((last[0] != table).any(axis=1))
             return self._update(step, req_ids[changed], changed, last[0][changed], table[changed])
         old = np.zeros(table.shape, np.int64)
         for i, req in enumerate(req_ids.tolist()):
@@ -116,7 +126,7 @@ class GroupHistory:
                 row = row.copy()
                 row[gone] = 0
                 self.rows[req] = row
-        self._last = None
+        self._last = self._source = None
         if len(pages):
             self.freed = _grow(self.freed, int(pages.max()) + 1)
             self.freed[pages] = True
@@ -134,4 +144,4 @@ class GroupHistory:
             old = self.rows.pop(int(req), None)
             if old is not None:
                 self._hold(old, -1)
-        self._last = None
+        self._last = self._source = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -56,6 +57,10 @@ class GroupStep:
     """Graph replays: the persistent table buffer's rows ``[:bs]`` after the replay."""
     pages: np.ndarray | None = None
     """free / alloc events: the pages freed or allocated."""
+    base: np.ndarray | None = None
+    """A table stored as a delta: the group's previous table (the array object), which ``table`` differs from in
+    exactly the flat cells ``cells`` (the rules across steps compare only those rows)."""
+    cells: np.ndarray | None = None
 
 
 @dataclass
@@ -379,7 +384,7 @@ def _getter(chunk: dict[str, np.ndarray], line: StepLine) -> Callable[[str], np.
         if key not in index:
             return None
         name, offset, shape = index[key]
-        size = int(np.prod(shape, dtype=np.int64))
+        size = math.prod(shape)
         buffer = chunk[name]
         if offset + size > len(buffer):
             raise _Unreadable(f"array {key!r} lies past the end of its chunk's {name} buffer")
@@ -416,10 +421,11 @@ def _step(line: StepLine, get: Callable[[str], np.ndarray | None], tables: dict[
             if len(flat) != values.size or (len(flat) and not 0 <= flat.min() <= flat.max() < table.size):
                 raise _Unreadable(f"group {gid!r}'s changed cells lie outside its table")
             table.reshape(-1)[flat] = values.reshape(-1)
-            tables[gid] = table
+            base, tables[gid] = tables[gid], table
         else:
-            table = get(f"{gid}/table")
+            table, base, flat = get(f"{gid}/table"), None, None
             if table is not None:
                 tables[gid] = table
-        step.groups[gid] = GroupStep(page_size, table, get(f"{gid}/locs"), get(f"{gid}/buf"), get(f"{gid}/pages"))
+        step.groups[gid] = GroupStep(page_size, table, get(f"{gid}/locs"), get(f"{gid}/buf"), get(f"{gid}/pages"),
+                                     base, flat)
     return step
