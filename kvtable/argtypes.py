@@ -42,6 +42,19 @@ def share(text: str) -> float:
     return value
 
 
+def memory_size(text: str) -> int:
+    """A number of bytes > 0, with an optional K, M or G suffix (binary units: 1G is 2^30 bytes)."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    number, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 1)
+    try:
+        value = float(number) * unit
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 1G, got {text!r}") from None
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text}")
+    return int(value)
+
+
 def positive_float(text: str) -> float:
     """A number of seconds > 0 (a timeout)."""
     try:
