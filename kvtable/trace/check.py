@@ -130,7 +130,11 @@ class TraceJudge:
     def _graph(self, step: Step) -> list[Violation]:
         specs = [GroupSpec(**s) for s in step.meta["specs"]]
         self.families.update({s.group_id: s.family for s in specs})
-        self.model = self.profile.graph_model(specs, **step.meta["sizes"])
+        try:
+            self.model = self.profile.graph_model(specs, **step.meta["sizes"])
+        except (TypeError, ValueError, ContractViolation) as err:  # the recorded event names no graph
+            raise TraceDamaged(step.index, None, [f"step {step.index} (graph): its specs and sizes build no "
+                                                  f"graph ({type(err).__name__}: {err})"]) from None
         return []
 
     def _pages(self, step: Step) -> list[Violation]:
@@ -256,7 +260,7 @@ def check_trace(path: str | Path, profile: str | Profile | None = None, level: s
     try:
         _judge_steps(reader, report, profile, level, max_failures)
     except TraceDamaged as err:
-        report.damage = str(err)
+        report.damage = str(TraceDamaged(err.step, reader.total, err.defects))
     return report
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
-from kvtable.contract import GroupSpec
+from kvtable.contract import Family, GroupSpec
 
 FORMAT = "kvtable-trace"
 VERSION = 2
@@ -25,6 +25,10 @@ STEP_ARRAYS = ("seq_lens", "prefix_lens", "req_ids", "rows", "free_pages", "locs
 GROUP_ARRAYS = ("table", "cells", "values", "locs", "buf", "pages")
 """A group's arrays in a step, stored as ``<group>/<name>``."""
 BUFFERS = ("i32", "i64")
+MAX_N = 2**16
+"""The most tokens per row a step may carry (a speculative verify's drafts): past it, no engine's step."""
+MAX_TOKENS = 2**24
+"""The most tokens one step may write (an engine's batch holds tens of thousands): past it, no engine's step."""
 
 
 class TraceDamaged(Exception):
@@ -56,6 +60,8 @@ def _spec_defects(spec: Any) -> list[str]:
         return [f"group {spec.get('group_id')!r} has fields {sorted(spec)}, expected {sorted(names)}"]
     if not isinstance(spec["group_id"], str) or not _is_int(spec["block_granularity"]):
         return [f"group {spec.get('group_id')!r}: a string group_id and an integer block_granularity"]
+    if spec["family"] not in get_args(Family):
+        return [f"group {spec['group_id']!r}: family {spec['family']!r}, expected one of {get_args(Family)}"]
     return []
 
 
@@ -144,7 +150,7 @@ class StepLine:
     step: int = _f(_count, "a step number", required=True)
     kind: str = _f(lambda v: v in KINDS, f"one of {KINDS}", required=True)
     chunk: int = _f(_count, "a chunk number", required=True)
-    n: int = _f(lambda v: _is_int(v) and v >= 1, "an integer >= 1", 1)
+    n: int = _f(lambda v: _is_int(v) and 1 <= v <= MAX_N, f"an integer from 1 to {MAX_N}", 1)
     actual_bs: int | None = _f(lambda v: v is None or _count(v), "an integer >= 0 or null")
     groups: dict = _f(lambda v: isinstance(v, dict) and all(_is_int(p) and p >= 1 for p in v.values()),
                       "group -> page size (>= 1)", factory=dict)
@@ -240,13 +246,24 @@ def _integers(arrays: Mapping[str, np.ndarray | None]) -> list[str]:
             if value is not None and value.size and not np.issubdtype(value.dtype, np.integer)]
 
 
+def _tokens(kind: str, seq: np.ndarray, prefix: np.ndarray | None, n: int) -> int:
+    """How many tokens a step's lengths make it write (0 where they are no lengths: other defects say so)."""
+    if seq.ndim != 1 or not np.issubdtype(seq.dtype, np.integer) and seq.size:
+        return 0
+    if kind != "extend":
+        return len(seq) * (n if _is_int(n) else 1)
+    if prefix is None or prefix.shape != seq.shape or not np.issubdtype(prefix.dtype, np.integer) and prefix.size:
+        prefix = np.zeros(len(seq), np.int64)
+    return int(np.maximum(seq.astype(np.int64) - prefix.astype(np.int64), 0).sum())
+
+
 def step_defects(kind: str, arrays: Mapping[str, np.ndarray | None], tables: Mapping[str, np.ndarray | None],
                  *, n: int = 1, actual_bs: int | None = None) -> list[str]:
     """Why ``trace check`` could not judge a step with these arrays (empty: it can), one message per argument:
     the ``Recorder`` refuses such a call naming the argument, and a trace holding such a step is damaged."""
     out = _integers({**arrays, **{f"table {g!r}": t for g, t in tables.items()}})
-    if not _is_int(n) or n < 1:
-        out.append(f"n is {n!r}, expected an integer >= 1")
+    if not _is_int(n) or not 1 <= n <= MAX_N:
+        out.append(f"n is {n!r}, expected an integer from 1 to {MAX_N} (tokens per row)")
     if actual_bs is not None and not _count(actual_bs):
         out.append(f"actual_bs is {actual_bs!r}, expected an integer >= 0")
     seq = arrays.get("seq_lens")
@@ -262,6 +279,10 @@ def step_defects(kind: str, arrays: Mapping[str, np.ndarray | None], tables: Map
             out.append(f"table {name!r} has shape {table.shape}, expected (rows, columns)")
     if kind in LOCATION_KINDS or kind == "replay":
         out += _vector("prefix_lens", arrays.get("prefix_lens"), rows)
+        tokens = _tokens(kind, seq, arrays.get("prefix_lens"), n)
+        if tokens > MAX_TOKENS:
+            out.append(f"seq_lens (and prefix_lens) make the step write {tokens} tokens, more than any step can "
+                       f"(at most {MAX_TOKENS})")
         req_ids = arrays.get("req_ids")
         out += _vector("req_ids", req_ids)
         if rows is not None and req_ids is not None and req_ids.ndim == 1:

@@ -177,3 +177,16 @@ def test_max_failures_stops_judging_and_says_which_steps_were_not_judged(tmp_pat
     from kvtable.trace.cli import render
 
     assert "stopped at 2 failing steps (--max-failures): steps 3 to 3 not judged" in render(report)
+
+
+def test_a_wild_slot_or_page_id_is_judged_not_a_crash(tmp_path: Path) -> None:
+    """Page ids past the dense range (a slot of 2^40, a page of 2^33) are counted sparsely: verdicts, no
+    terabyte arrays."""
+    with Recorder(tmp_path / "t", groups=GROUPS, backend="torch") as rec:
+        rec.alloc("full", [1, 2, 2**33])  # the engine records its allocations: only an alloc reallocates
+        _decode(rec, [[1, 2]], [6], [0], locs=[2**40])
+        rec.free("full", [2**33])
+        _decode(rec, [[2**33, 2]], [1], [1])  # request 1 writes page 2^33, freed and never allocated again
+    report = check_trace(tmp_path / "t", level="safety")
+    assert [(v.step, v.clause) for v in report.violations] == [(1, "safety"), (3, "trace/freed-page-write")]
+    assert "wrote page 274877906944 (in no row)" in report.violations[0].reason

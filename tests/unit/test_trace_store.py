@@ -84,7 +84,7 @@ REFUSED = {  # a call trace check could not judge -> the argument the refusal na
     "a table that is no matrix": (dict(tables={"full": [1, 2]}), "table 'full' has shape (2,), expected (rows,"),
     "float lengths": (dict(seq_lens=[5.0, 6.5]), "seq_lens holds float64 values, not integers"),
     "prefixes of the wrong count": (dict(prefix_lens=[0]), "prefix_lens has 1 values for 2 row(s)"),
-    "n of zero": (dict(n=0), "n is 0, expected an integer >= 1"),
+    "n of zero": (dict(n=0), "n is 0, expected an integer from 1 to 65536"),
     "actual_bs of a string": (dict(actual_bs="2"), "actual_bs is '2', expected an integer"),
 }
 
