@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "zoo": ("kvtable.zoo.cli", "run the suite against every known-engine-bug mutant"),
     "check": ("kvtable.check", "the main job on built-in defaults: prove, then a short fuzz"),
     "trace": ("kvtable.trace.cli", "record a serving run (or simulate one) and judge every step of its trace"),
+    "engines": ("kvtable.engines.cli", "the installed engines kvtable drives (vLLM, SGLang, transformers)"),
 }
 
 

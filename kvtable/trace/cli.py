@@ -28,6 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     record = sub.add_parser("record", help="run the serving-loop simulator on a backend and record its trace")
     record.add_argument("--backend", default=None, help="backend name (as for conform: torch, pkg.mod:factory, "
                         "path/file.py:factory)")
+    record.add_argument("--engine", default=None, help="drive an installed engine's own scheduler instead of the "
+                        "simulator: transformers, vllm or sglang (kvtable engines install NAME)")
+    record.add_argument("--fault", default=None, help="with --engine: a named fault patched into the engine's "
+                        "real code for this run (python -m kvtable.engines lists them)")
     record.add_argument("--profile", default="kvtable", choices=sorted(PROFILES) + sorted(ALIASES),
                         help="the engine's conventions the tables follow")
     record.add_argument("--steps", type=positive_int, default=200, help="scheduler iterations (default 200)")
@@ -68,13 +72,17 @@ def _checked_out(out: Path) -> None:
 
 
 def _record(args: argparse.Namespace) -> int:
+    _checked_out(args.out)
+    if args.engine is not None:
+        from kvtable.engines.record import record_engine
+
+        return record_engine(args)
     from kvtable.backends import BackendNotFound, check_spec, default_spec
 
     try:
         check_spec(args.backend)
     except BackendNotFound as err:
         raise UsageError(str(err)) from None
-    _checked_out(args.out)
     from kvtable.trace.isolated import RecordJob, record_isolated
     from kvtable.trace.recorder import Recorder
     from kvtable.trace.simulate import DEFAULT_GROUPS

@@ -21,8 +21,11 @@ KINDS = (*LOCATION_KINDS, "replay", "graph", "capture", "free", "alloc", "finish
 ALLOC_MODES = ("decode", "verify", "extend")
 ALLOC_GROUPS = ("req_to_token", "recorded")
 """An allocator step's two tables: the token table it was handed and the one it recorded."""
-STEP_ARRAYS = ("seq_lens", "prefix_lens", "req_ids", "rows", "free_pages", "locs", "guard_before", "guard_after")
-GROUP_ARRAYS = ("table", "cells", "values", "locs", "buf", "pages")
+SWA_ARRAYS = ("swa/mapping", "swa/free_pages", "swa/locs", "swa/recorded")
+"""An allocator step's SWA pool, where it has one (A5)."""
+STEP_ARRAYS = ("seq_lens", "prefix_lens", "req_ids", "rows", "free_pages", "locs", "guard_before", "guard_after",
+               *SWA_ARRAYS)
+GROUP_ARRAYS = ("table", "cells", "values", "locs", "buf", "pages", "reads")
 """A group's arrays in a step, stored as ``<group>/<name>``."""
 BUFFERS = ("i32", "i64")
 MAX_N = 2**16

@@ -28,6 +28,7 @@ import numpy as np
 from kvtable.trace.schema import (
     FORMAT,
     LOCATION_KINDS,
+    SWA_ARRAYS,
     VERSION,
     ChunkLine,
     CloseLine,
@@ -57,6 +58,8 @@ class GroupStep:
     """Graph replays: the persistent table buffer's rows ``[:bs]`` after the replay."""
     pages: np.ndarray | None = None
     """free / alloc events: the pages freed or allocated."""
+    reads: np.ndarray | None = None
+    """Ring groups (R3): the read locations, where recorded."""
     base: np.ndarray | None = None
     """A table stored as a delta: the group's previous table (the array object), which ``table`` differs from in
     exactly the flat cells ``cells`` (the rules across steps compare only those rows)."""
@@ -410,6 +413,7 @@ def _step(line: StepLine, get: Callable[[str], np.ndarray | None], tables: dict[
                 meta=line.meta)
     if step.kind == "allocate":
         step.arrays = {k: get(k) for k in ("rows", "free_pages", "locs", "guard_before", "guard_after")}
+        step.arrays.update({k: v for k in SWA_ARRAYS if (v := get(k)) is not None})
     delta = set(line.delta)
     for gid, page_size in line.groups.items():
         if gid in delta:
@@ -427,5 +431,5 @@ def _step(line: StepLine, get: Callable[[str], np.ndarray | None], tables: dict[
             if table is not None:
                 tables[gid] = table
         step.groups[gid] = GroupStep(page_size, table, get(f"{gid}/locs"), get(f"{gid}/buf"), get(f"{gid}/pages"),
-                                     base, flat)
+                                     get(f"{gid}/reads"), base, flat)
     return step
