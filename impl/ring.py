@@ -1,8 +1,8 @@
 """R1-R3 in torch: a ring group's write and read locations for one step, vectorized over requests.
 
 Lengths are CPU mirrors, so every bound (T9, the ring's width) is checked without a device sync; the page
-contents (R1's real, private pages, W5) are read back only in debug mode. A column the lengths do not
-reach, or a page past W5, is read as page 0: the write then lands on the sink, never on another page.
+contents (R1's real, private pages, W5) are read back only in debug mode; outside it a pad or hole in a ring
+column, or a page past W5, is read as page 0: the write then lands on the sink, never on another page.
 """
 
 from __future__ import annotations
@@ -70,10 +70,11 @@ def _first(bad: torch.Tensor, clause: str, message: str, rows: torch.Tensor, gro
 
 
 def _slots(table: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, page_size: int, window: int) -> torch.Tensor:
-    """R1: ``table[row][i // ps] * ps + i % ps`` at ``i = pos % window`` in int64; a page past W5 is page 0."""
+    """R1: ``table[row][i // ps] * ps + i % ps`` at ``i = pos % window`` in int64; a pad, hole or page past W5 is
+    page 0 (the sink)."""
     index = pos % window
     page = table[rows, index // page_size].long()
-    page = torch.where((page + 1) * page_size > INT32_MAX + 1, NULL_PAGE, page)
+    page = torch.where((page <= NULL_PAGE) | ((page + 1) * page_size > INT32_MAX + 1), NULL_PAGE, page)
     return page * page_size + index % page_size
 
 

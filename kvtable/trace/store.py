@@ -41,6 +41,8 @@ class GroupStep:
     """Graph replays: the persistent table buffer's rows ``[:bs]`` after the replay."""
     pages: np.ndarray | None = None
     """free / alloc events: the pages freed or allocated."""
+    reads: np.ndarray | None = None
+    """Ring groups (R3): the read locations, where recorded."""
 
 
 @dataclass
@@ -252,5 +254,6 @@ def _step(line: dict[str, Any], get: Callable[[str], np.ndarray | None], tables:
             table = get(f"{gid}/table")
             if table is not None:
                 tables[gid] = table
-        step.groups[gid] = GroupStep(page_size, table, get(f"{gid}/locs"), get(f"{gid}/buf"), get(f"{gid}/pages"))
+        step.groups[gid] = GroupStep(page_size, table, get(f"{gid}/locs"), get(f"{gid}/buf"), get(f"{gid}/pages"),
+                                     get(f"{gid}/reads"))
     return step

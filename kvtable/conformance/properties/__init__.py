@@ -28,6 +28,7 @@ from kvtable.conformance.properties import (
     kernels,
     lone_locs,
     rejects,
+    ring,
     routes,
     safety,
 )
@@ -46,6 +47,7 @@ PROPERTIES: tuple[Property, ...] = (
     *call_edges.PROPERTIES,
     *groups.PROPERTIES,
     *allocator.PROPERTIES,
+    *ring.PROPERTIES,
 )
 
 BY_NAME = {p.name: p for p in PROPERTIES}
