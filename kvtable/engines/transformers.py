@@ -108,23 +108,26 @@ def faulted(tf: SimpleNamespace, fault: str | None) -> Iterator[None]:
 # -- write indices as kvtable slots ------------------------------------------------------------------------------
 
 
-def slots(indices: Sequence[int], allocator: Any) -> np.ndarray:
-    """An allocator's write indices as kvtable slots (page = block id); its write trash as the pad slot."""
+def slots(indices: Sequence[int], allocator: Any, shift: int = 0) -> np.ndarray:
+    """An allocator's write indices as kvtable slots, page = block id - ``shift`` (block 0 stays page 0); its write
+    trash as the pad slot."""
     idx = np.asarray(indices, np.int64)
-    page, within = np.divmod(idx, allocator.block_physical_stride)
-    out = page * allocator.tokens_per_page + within
+    block, within = np.divmod(idx, allocator.block_physical_stride)
+    out = np.where(block == 0, 0, block - shift) * allocator.tokens_per_page + within
     out[idx == allocator.write_trash_index] = PAD_SLOT_ID
     return out
 
 
-RECORDED = (FULL,)
-"""The groups a run records (the sliding ring joins once ``trace check`` judges ring steps)."""
+def read_slots(indices: Sequence[int], allocator: Any, shift: int = 0) -> np.ndarray:
+    """A sliding allocator's read indices as kvtable slots; its sentinel index as ``RING_SENTINEL``."""
+    out = slots(indices, allocator, shift)
+    out[np.asarray(indices, np.int64) == allocator.sentinel_index] = RING_SENTINEL
+    return out
 
 
 def group_specs() -> list[GroupSpec]:
-    """The recorded groups' specs: the full group as a page table, the sliding group as a ring."""
-    specs = [GroupSpec(FULL, "full", PAGE_SIZE), GroupSpec(SLIDING, "sliding", PAGE_SIZE, window=WINDOW, layout="ring")]
-    return [s for s in specs if s.group_id in RECORDED]
+    """The recorded groups: the full group as a page table, the sliding group as a ring (R1-R3)."""
+    return [GroupSpec(FULL, "full", PAGE_SIZE), GroupSpec(SLIDING, "sliding", PAGE_SIZE, window=WINDOW, layout="ring")]
 
 
 def padded_rows(rows: Sequence[Sequence[int]]) -> np.ndarray:
@@ -144,7 +147,7 @@ class _Observer:
     def __init__(self, recorder: Any, steps: int, groups: dict[int, str]) -> None:
         self.recorder, self.steps, self.groups = recorder, steps, groups
         self.batches = 0
-        self.batch: list[tuple[int, int, int, dict[str, tuple[list[int], np.ndarray]]]] = []
+        self.batch: list[tuple[int, int, int, dict[str, tuple[list[int], np.ndarray, np.ndarray | None]]]] = []
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.facts = {"requests finished": 0, "tokens written": 0, "trash writes": 0}
@@ -164,20 +167,26 @@ class _Observer:
             self.error = err
             self.done.set()
 
-    def request(self, cache: Any, request_id: str, past: int, query: int, writes: list[list[int]]) -> None:
-        allocators = list(cache.cache_allocators.values())
-        per_group = {a.layer_type: (list(a.block_table[request_id]), slots(w, a))
-                     for a, w in zip(allocators, writes, strict=True) if a.layer_type in self.kept}
+    def request(self, cache: Any, request_id: str, past: int, query: int, writes: list[list[int]],
+                reads: list[list[int]] | None) -> None:
+        """One request's part of the batch: each group's block list, write slots and (a ring's) read slots."""
+        per_group = {}
+        for i, a in enumerate(cache.cache_allocators.values()):
+            ring_reads = read_slots(reads[i], a) if reads is not None and a.layer_type == SLIDING else None
+            per_group[a.layer_type] = (list(a.block_table[request_id]), slots(writes[i], a), ring_reads)
         self.batch.append((int(request_id.rpartition("_")[2]), past, query, per_group))
 
     def batch_done(self) -> None:
         if not self.batch:
             return
         reqs, pasts, queries, groups = zip(*self.batch, strict=True)
-        tables = {g: padded_rows([grp[g][0] for grp in groups]) for g in self.kept}
-        locs = {g: np.concatenate([grp[g][1] for grp in groups]) for g in self.kept}
+        tables = {g: padded_rows([grp[g][0] for grp in groups]) for g in (FULL, SLIDING)}
+        locs = {g: np.concatenate([grp[g][1] for grp in groups]) for g in (FULL, SLIDING)}
+        read = [grp[SLIDING][2] for grp in groups]
+        reads = None if any(r is None for r in read) else {SLIDING: np.concatenate(read)}
         seq = np.asarray(pasts) + np.asarray(queries)
-        self.recorder.locations("extend", tables, locs, seq, prefix_lens=np.asarray(pasts), req_ids=np.asarray(reqs))
+        self.recorder.locations("extend", tables, locs, seq, prefix_lens=np.asarray(pasts), req_ids=np.asarray(reqs),
+                                reads=reads)
         self.facts["tokens written"] += int(sum(queries))
         self.facts["trash writes"] += int(sum((loc == PAD_SLOT_ID).sum() for loc in locs.values()))
         self.batch = []
@@ -190,10 +199,8 @@ class _Observer:
         self.facts["requests finished"] += 1
 
     def pool(self, event: str, index: int, blocks: Sequence[int]) -> None:
-        if blocks and self.groups[index] in self.kept:
+        if blocks:
             getattr(self.recorder, event)(self.groups[index], list(blocks))
-
-    kept = RECORDED
 
 
 @contextmanager
@@ -207,9 +214,11 @@ def observed(tf: SimpleNamespace, observer: _Observer) -> Iterator[None]:
     def extend(self: Any, request_id: str, past: int, query: int, read_index: Any, write_index: list[list[int]]
                ) -> None:
         before = [len(w) for w in write_index]
+        read_before = None if read_index is None else [len(r) for r in read_index]
         saved[cache, "extend_read_and_write_indices"](self, request_id, past, query, read_index, write_index)
         writes = [w[b:] for w, b in zip(write_index, before, strict=True)]
-        observer.guarded(lambda: observer.request(self, request_id, past, query, writes))
+        reads = None if read_index is None else [r[b:] for r, b in zip(read_index, read_before, strict=True)]
+        observer.guarded(lambda: observer.request(self, request_id, past, query, writes, reads))
 
     def prepare(self: Any, *args: Any, **kwargs: Any) -> None:
         observer.batch = []
@@ -273,7 +282,8 @@ def record(out: str | Path, *, steps: int, seed: int, fault: str | None = None) 
                            allow_block_sharing=False)
     groups = dict(enumerate(tf.group_layers(model.config)))
     meta = {"engine": "transformers", "version": ENGINE.installed_version(), "seed": seed, "fault": fault}
-    with Recorder(out, profile=ENGINE.profile, groups=group_specs(), backend="transformers", meta=meta,
+    spec = "kvtable.engines.transformers:" + ("backend" if fault is None else "faulty." + fault.replace("-", "_"))
+    with Recorder(out, profile=ENGINE.profile, groups=group_specs(), backend=spec, meta=meta,
                   steps_per_chunk=32) as recorder:
         observer = _Observer(recorder, steps, groups)
         with one_thread(torch), faulted(tf, fault), observed(tf, observer):
@@ -335,11 +345,17 @@ class TransformersBackend:
         return self._allocator(spec.family, spec.block_granularity, group=group)
 
     @staticmethod
-    def held(allocator: Any, row: Sequence[int], seq_len: int) -> list[int]:
+    def shift(allocator: Any) -> int:
+        """kvtable page ``p > 0`` is block ``p + shift``, the first ``shift + 1`` blocks being the trash sectors that
+        transformers never hands out (page 0, the sink, is block 0, the read trash)."""
+        return allocator.pool.num_reserved_sectors * allocator.blocks_per_sector - 1
+
+    def held(self, allocator: Any, row: Sequence[int], seq_len: int) -> list[int]:
         """The block list transformers holds for a request of ``seq_len`` tokens: the row's first pages (a ring holds
-        the window's)."""
+        the window's), as block ids."""
         tokens = min(seq_len, allocator.sliding_window) if hasattr(allocator, "sliding_window") else seq_len
-        return [int(b) for b in row[: -(-tokens // allocator.tokens_per_page)]]
+        shift = self.shift(allocator)
+        return [int(p) + shift if p > 0 else int(p) for p in row[: -(-tokens // allocator.tokens_per_page)]]
 
     def _indices(self, allocators: Sequence[Any], tables: Sequence[Any], prefix: Sequence[int], seq: Sequence[int],
                  live: int, reads: bool = False) -> tuple[list[list[int]], list[list[int]] | None]:
@@ -364,7 +380,7 @@ class TransformersBackend:
         them."""
         writes, _ = self._indices(allocators, tables, prefix, seq, live)
         pads = np.full(len(seq) - live, PAD_SLOT_ID, np.int64)
-        return [np.concatenate([slots(w, a), pads]) for a, w in zip(allocators, writes, strict=True)]
+        return [np.concatenate([slots(w, a, self.shift(a)), pads]) for a, w in zip(allocators, writes, strict=True)]
 
     def ring_locs(self, table: Any, prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int,
                   window: int) -> tuple[Any, Any]:
@@ -375,9 +391,8 @@ class TransformersBackend:
         ring = self._allocator("sliding", page_size, window)
         writes, reads = self._indices([ring], [table], prefix, seq, len(seq), reads=True)
         assert reads is not None
-        read_slots = slots(reads[0], ring)
-        read_slots[np.asarray(reads[0], np.int64) == ring.sentinel_index] = RING_SENTINEL
-        return _tensor(slots(writes[0], ring)), _tensor(read_slots)
+        shift = self.shift(ring)
+        return _tensor(slots(writes[0], ring, shift)), _tensor(read_slots(reads[0], ring, shift))
 
     def extend_locs(self, table: Any, prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int) -> Any:
         seq = [int(p) + int(e) for p, e in zip(prefix_lens, extend_lens, strict=True)]
@@ -398,7 +413,8 @@ class TransformersBackend:
         seq = list(batch.seq_lens)
         prefix = list(batch.prefix_lens) if batch.mode == "extend" else [s - 1 for s in seq]
         live = len(seq) if batch.mode == "extend" else batch.live_rows
-        writes = self._writes([self._for(s, i) for i, s in enumerate(groups)], [tables[s.group_id] for s in groups], prefix, seq, live)
+        allocators = [self._for(s, i) for i, s in enumerate(groups)]
+        writes = self._writes(allocators, [tables[s.group_id] for s in groups], prefix, seq, live)
         return {s.group_id: _tensor(w) for s, w in zip(groups, writes, strict=True)}
 
 
