@@ -23,6 +23,7 @@ import numpy as np
 
 from kvtable.backends import NoDebugMode
 from kvtable.backends.profiles import PAD_SLOT_ID
+from kvtable.backends.protocol import Allocation, AllocState
 from kvtable.contract import RING_SENTINEL, Batch, GroupSpec
 from kvtable.engines.base import EngineInfo, EngineUnavailable, RunSummary
 from kvtable.errors import ContractViolation, Unsupported
@@ -307,7 +308,8 @@ class TransformersBackend:
     """kvtable's protocol on transformers' allocators: each row becomes a request's block list, each call their
     ``get_write_indices`` (through ``PagedAttentionCache.extend_read_and_write_indices`` for several groups).
 
-    transformers has decode (a query of 1), extend (a chunk) and a ring sliding window (``ring_locs``); it has no
+    transformers has decode (a query of 1), extend (a chunk), block allocation from a free pool (``alloc_decode`` /
+    ``alloc_extend``) and a ring sliding window (``ring_locs``); it has no
     speculative verify or re-anchor, no kernel-page expansion on this path, no CUDA-graph runner of kvtable's shape
     and no debug checker: those operations are absent. A sliding group with front holes is ``Unsupported``.
     """
@@ -393,6 +395,38 @@ class TransformersBackend:
         assert reads is not None
         shift = self.shift(ring)
         return _tensor(slots(writes[0], ring, shift)), _tensor(read_slots(reads[0], ring, shift))
+
+    def _allocate(self, state: AllocState) -> Allocation:
+        """A1-A4 by transformers' full allocator: each request's held pages as its block list, ``state.free_pages`` as
+        its pool's free blocks (in order), then its own ``allocate_cache_to_request`` and ``get_write_indices``; the
+        chosen slots go to ``state.out`` and into a copy of the token table at the tokens' positions."""
+        if state.swa is not None:
+            raise Unsupported("transformers keeps a sliding window as a ring of pages (layout='ring'), not a SWA pool")
+        full = self._allocator("full", state.page_size)
+        shift, ps = self.shift(full), state.page_size
+        full.pool = self.tf.Pool(0, 1)
+        full.pool.set_blocks_per_sector(0, full.blocks_per_sector)
+        full.pool.free_blocks(0, [int(p) + shift for p in state.free_pages.tolist()])
+        table = state.req_to_token.clone()
+        chosen = []
+        with faulted(self.tf, self.fault):
+            for i, (row, prefix, seq) in enumerate(zip(state.rows, state.prefix_lens, state.seq_lens, strict=True)):
+                held = [int(table[row, c * ps]) // ps for c in range(-(-prefix // ps))]
+                full.block_table = {str(i): [p + shift if p > 0 else p for p in held]}
+                full.allocate_cache_to_request(str(i), prefix, seq - prefix)
+                locs = slots(full.get_write_indices(str(i), prefix, seq - prefix), full, shift)
+                table[row, prefix:seq] = _tensor(locs)
+                chosen.append(locs)
+        state.out.copy_(_tensor(np.concatenate([np.zeros(0, np.int64), *chosen])))
+        return Allocation(locs=state.out, req_to_token=table)
+
+    def alloc_decode(self, state: AllocState) -> Allocation:
+        """A1-A4: a decode step's one token per request (a query of 1 in transformers)."""
+        return self._allocate(state)
+
+    def alloc_extend(self, state: AllocState) -> Allocation:
+        """A1-A4: a chunked-prefill step (a query of ``seq - prefix`` tokens in transformers)."""
+        return self._allocate(state)
 
     def extend_locs(self, table: Any, prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int) -> Any:
         seq = [int(p) + int(e) for p, e in zip(prefix_lens, extend_lens, strict=True)]
