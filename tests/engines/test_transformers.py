@@ -23,7 +23,7 @@ MIN_APPLIED = 20
 
 def _conform(kvtable_in, backend: str, *args: str):
     return kvtable_in("transformers", "conform", "--backend", backend, "--profile", "transformers", "--examples", "20",
-                      "--no-progress", *args)
+                      "--no-progress", "--no-isolate", *args)
 
 
 def test_conform_passes_on_transformers_own_allocators(kvtable_in) -> None:
