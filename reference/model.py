@@ -7,7 +7,7 @@ give them meaning (a batch's well-formedness, its write and read positions) are 
 from __future__ import annotations
 
 from numbers import Integral
-from typing import Literal
+from typing import Literal, TypeGuard
 
 from kvtable.contract import (
     DEFAULT_TAIL_PAD,
@@ -37,7 +37,7 @@ SHORT_ROWS: tuple[ShortRows, ...] = ("refuse", "sink", "clamp")
 send its negative positions to the sink (slot 0 of page 0), or clamp them at 0 (tokenspeed)."""
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """An integer (a python int, or any ``numbers.Integral`` such as numpy's) that is not a bool: ``True`` is
     no batch size, page size or token count."""
     return isinstance(value, Integral) and not isinstance(value, bool)

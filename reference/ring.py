@@ -9,6 +9,7 @@ at the sentinels (R3). ``ring_unsafe`` is the safety oracle for any input.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from numbers import Integral
 from typing import Any
 
 from kvtable.contract import RING_SENTINEL
@@ -39,7 +40,7 @@ def ring_slot(row: Sequence[int], pos: int, window: int, page_size: int) -> int:
 
 def check_window(window: object, *, group: str | None = None) -> None:
     """R1 ring-slot: a ring's window is an int >= 1 (its span: position p lives at index p % window)."""
-    if not is_int(window) or window < 1:
+    if isinstance(window, bool) or not isinstance(window, Integral) or window < 1:
         raise ContractViolation("R1", f"a ring group needs a window >= 1, got {window!r}", group=group)
 
 

@@ -83,7 +83,7 @@ class TorchBackend:
                                  expand=expand, device=self.device, kernels=self.kernels)
 
     allocator: type[Allocator] = Allocator
-    """kvtable's own allocator-driven step (A1-A5); the zoo's allocator mutants swap it for a buggy one."""
+    """kvtable's own allocator-driven step (A1-A6); the zoo's allocator mutants swap it for a buggy one."""
 
     def alloc_decode(self, state: AllocState) -> Allocation:
         return self._allocate(state)
@@ -94,8 +94,12 @@ class TorchBackend:
     def alloc_extend(self, state: AllocState) -> Allocation:
         return self._allocate(state)
 
+    def check_allocation(self, before: torch.Tensor, state: AllocState, allocation: Allocation) -> None:
+        """A1-A6: the debug checker any allocator step can be run through (``impl.allocation.check_allocation``)."""
+        check_allocation(before, state, allocation)
+
     def _allocate(self, state: AllocState) -> Allocation:
-        """One allocator step; debug mode checks it against A1-A5 (``check_allocation``) before answering."""
+        """One allocator step; debug mode checks it against A1-A6 (``check_allocation``) before answering."""
         before = state.req_to_token.clone() if debug_enabled(self.debug) else None
         allocation = self.allocator().allocate(state)
         if before is not None:

@@ -16,15 +16,13 @@ from kvtable.trace.store import Step
 
 
 def ring_lengths(step: Step, kind: str) -> tuple[list[int], list[int]]:
-    """Each request's cached and new token counts: a decode step writes position ``seq_len - 1``; an extend step
-    ``[prefix, seq_len)``."""
+    """Each request's cached and new token counts: an extend step writes ``[prefix, seq_len)``, a decode step
+    position ``seq_len - 1``, a verify or re-anchor step its last ``n``."""
     seq = [int(s) for s in step.seq_lens]
-    if kind == "extend" and step.prefix_lens is not None:
-        prefix = [int(p) for p in step.prefix_lens]
-    elif kind == "extend":
-        prefix = [0] * len(seq)
+    if kind == "extend":
+        prefix = [0] * len(seq) if step.prefix_lens is None else [int(p) for p in step.prefix_lens]
     else:
-        prefix = [s - 1 for s in seq]
+        prefix = [s - (1 if kind == "decode" else step.n) for s in seq]
     return prefix, [s - p for s, p in zip(seq, prefix, strict=True)]
 
 

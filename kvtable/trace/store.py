@@ -236,6 +236,10 @@ def _getter(chunk: dict[str, np.ndarray], index: dict[str, list[Any]]) -> Callab
     return get
 
 
+SWA_ARRAYS = ("swa/mapping", "swa/free_pages", "swa/locs", "swa/recorded")
+"""An allocator step's SWA pool, where it has one (A5)."""
+
+
 def _step(line: dict[str, Any], get: Callable[[str], np.ndarray | None], tables: dict[str, np.ndarray]) -> Step:
     """A ``Step`` from its manifest line and arrays; ``tables`` keeps each group's last table for the deltas."""
     step = Step(line["step"], line["kind"], line.get("n", 1), line.get("actual_bs"), get("seq_lens"),
@@ -243,6 +247,7 @@ def _step(line: dict[str, Any], get: Callable[[str], np.ndarray | None], tables:
                 unsafe=line.get("unsafe"), injected=line.get("injected"), meta=line.get("meta", {}))
     if step.kind == "allocate":
         step.arrays = {k: get(k) for k in ("rows", "free_pages", "locs", "guard_before", "guard_after")}
+        step.arrays.update({k: v for k in SWA_ARRAYS if (v := get(k)) is not None})
     delta = set(line.get("delta", ()))
     for gid, page_size in line.get("groups", {}).items():
         if gid in delta:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 import torch
 
 from kvtable.backends.reference_backend import ReferenceBackend
@@ -17,8 +18,9 @@ RING = ["R1", "R2", "R3"]
 NAMES = ["ring/rejects", "ring/slots-safe", "ring/writes", "ring/reads"]
 
 
-def _run(backend, *, profile: str = "kvtable", level: str = "strict", names: Sequence[str] = RING):
-    return run_conformance(backend, properties=select(list(names)), examples=30, seed=0, shrink=False,
+def _run(backend, *, profile: str = "kvtable", level: str = "strict", names: Sequence[str] = RING,
+         examples: int = 30):
+    return run_conformance(backend, properties=select(list(names)), examples=examples, seed=0, shrink=False,
                            isolate=False, level=level, profile=profile)
 
 
@@ -26,10 +28,15 @@ def test_the_ring_properties_are_registered_under_their_clauses() -> None:
     assert sorted(p.name for p in select(RING)) == sorted(NAMES)
 
 
-def test_the_built_in_backends_pass_every_ring_property() -> None:
-    for factory in (TorchBackend, ReferenceBackend):
-        report = _run(factory)
-        assert sorted((r.property, r.status) for r in report.results) == sorted((n, "passed") for n in NAMES)
+def test_the_torch_backend_passes_every_ring_property() -> None:
+    report = _run(TorchBackend, examples=20)
+    assert sorted((r.property, r.status) for r in report.results) == sorted((n, "passed") for n in NAMES)
+
+
+@pytest.mark.slow
+def test_the_reference_backend_passes_every_ring_property() -> None:
+    report = _run(ReferenceBackend)
+    assert sorted((r.property, r.status) for r in report.results) == sorted((n, "passed") for n in NAMES)
 
 
 class TrashBackend(ReferenceBackend):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.properties import (
+    alloc_debug,
     allocator,
     call_edges,
     checker,
@@ -47,6 +48,7 @@ PROPERTIES: tuple[Property, ...] = (
     *call_edges.PROPERTIES,
     *groups.PROPERTIES,
     *allocator.PROPERTIES,
+    *alloc_debug.PROPERTIES,
     *ring.PROPERTIES,
 )
 

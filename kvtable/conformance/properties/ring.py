@@ -3,6 +3,7 @@ read stays in the request's own ring (the safety tier), and debug mode refuses a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ from kvtable.conformance.checks import Mismatch, check_tensor, expect_raises, ju
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import SAFETY, STRICTNESS
+from kvtable.errors import Unsupported
 from kvtable.strategies.ring import BrokenRing, RingCase, ring_any_cases, ring_broken_cases, ring_cases
 
 _CASES = ring_cases()
@@ -25,12 +27,15 @@ def _unsafe(ctx: Context, case: RingCase, writes: Any, reads: Any, what: str) ->
         first = bad[0]
         raise Mismatch("R1", f"{what}: {len(bad)} unsafe entries; first: row {first.row} entry {first.token} "
                        f"position {first.position} loc {first.loc}: {first.reason}", tier=SAFETY,
-                       kind="unsafe ring " + first.reason.split(",")[0].split(" ")[0])
+                       kind=f"unsafe ring {'read' if first.reason.startswith('read') else 'write'}: "
+                            + re.sub(r"-?\d+", "N", first.reason)[:48])
 
 
 def _slots_safe(ctx: Context, case: RingCase) -> None:
     try:
         got = ctx.backend.ring_locs(*case.args())
+    except Unsupported:
+        raise
     except Exception:  # noqa: BLE001 - a refusal writes nothing: safe (the other ring properties judge it)
         return
     if isinstance(got, tuple) and len(got) == 2 and all(hasattr(x, "tolist") for x in got):
