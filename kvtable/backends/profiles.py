@@ -588,6 +588,12 @@ TRANSFORMERS = Profile(
   fresh blocks), so rings are private. A table row is that list, nothing past it, recorded padded with 0 (block 0,
   the read trash, is never handed out): no id is negative, no other shape (``domain.negative_ids = False``,
   ``tail_pads = (0,)``, ``malformed_tables = False``; stale rows hold earlier ids).
+- Allocation (``cache.py``, ``can_store_request_tokens``; ``full_attention.py``, ``allocate_cache_to_request``):
+  a step's new blocks are popped from the allocator's free pool (``CachePool.get_free_blocks``) and appended to the
+  request's list, and its write indices follow from that list: the allocator route (A1-A4) with page size
+  ``page_size``. ``kvtable.engines.transformers``' backend fills the pool with the drawn free pages (kvtable page
+  ``p > 0`` as block ``p + 2 * blocks_per_sector - 1``, past the trash sectors) and writes the chosen slots into the
+  token table itself (transformers keeps no token table).
 - Validation: none (``validates = "scheduler"``): the allocators index the python block table, so a missing
   block raises ``IndexError``, and nothing checks a ring's pages.""",
     loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, dummy_rows="unread", validates="scheduler",
