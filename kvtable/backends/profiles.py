@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from kvtable import reference
-from kvtable.reference import Batch, GroupSpec
+from kvtable.reference import Batch, GroupSpec, ring
 from kvtable.reference.graph import GroupBuffers, ShortRows
 from kvtable.reference.model import Table
 from kvtable.reference.safety import Token, UnsafeWrite, unsafe_writes
@@ -44,6 +44,7 @@ CHOICES = {
     "validates": ("backend", "scheduler"),
     "writer": ("skips-negative", "skips-pad", "writes-all"),
     "loc_buffer_tail_on": ("every", "padded"),
+    "sliding_layout": ("holes", "ring"),
 }
 DOMAIN_ANY = "+any"
 """Suffix of a profile name (``vllm+any``): the profile with the wide input domain (``--domain any``)."""
@@ -170,7 +171,8 @@ class Profile:
     replay_bs0: Literal["refuse", "noop"] = "refuse"
     """G3: a replay at bs 0 is refused (kvtable) or does nothing (tokenspeed's idle replay)."""
     extra_groups: Literal["refuse", "ignore"] = "refuse"
-    """G5: a delivered group that was never captured is refused, or ignored (only missing ones are stale)."""
+    """G5: a delivered group that was never captured is refused, or (``ignore``) ignored or refused unwritten: only
+    missing ones are stale (tokenspeed's seed refused one, its HEAD ignores it)."""
     loc_buffer_tail: int | None = None
     """G4: the value the engine rewrites a location buffer's tail ``[bs*N:]`` with on every replay (None:
     the tail is left untouched, as kvtable's contract says)."""
@@ -186,6 +188,9 @@ class Profile:
     writer: Literal["skips-negative", "skips-pad", "writes-all"] = "writes-all"
     """What the engine's KV writer does with a location: drops every negative slot (vLLM's
     ``reshape_and_cache*``), drops only ``pad_slot``, or writes anything it is given."""
+    sliding_layout: Literal["holes", "ring"] = "holes"
+    """How the engine stores a sliding group: a row of pages with front holes (T5), or a ring of pages per request
+    (R1-R3, ``GroupSpec(..., layout="ring")``)."""
 
     def __post_init__(self) -> None:
         for field_name, allowed in CHOICES.items():
@@ -284,6 +289,26 @@ class Profile:
                                                                          batch.tokens_per_row)
         return out
 
+    # -- ring groups (R1-R3) ----------------------------------------------------------------------
+    def ring_write_locs(self, table: Table, prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int,
+                        window: int) -> list[int]:
+        """R2: the reference's writes, the tokens it sends to the sink (a step's unstored ones) at the pad slot."""
+        locs = ring.ring_write_locs(table, prefix_lens, extend_lens, page_size, window)
+        return locs if self.pad_slot is None else [self.pad_slot if loc < page_size else loc for loc in locs]
+
+    def ring_read_locs(self, table: Table, prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int,
+                       window: int) -> list[int]:
+        """R3: the reference's reads (the sentinel is the contract's own in every profile)."""
+        return ring.ring_read_locs(table, prefix_lens, extend_lens, page_size, window)
+
+    def ring_unsafe(self, table: Any, writes: Any, reads: Any, prefix_lens: Sequence[int], extend_lens: Sequence[int],
+                    page_size: int, window: int, *, group: str | None = None) -> list[UnsafeWrite]:
+        """``reference.ring.ring_unsafe`` through the writer: a write the writer drops is no write."""
+        wrote = writes.tolist() if hasattr(writes, "tolist") else list(writes)
+        kept = [0 if self.drops(loc) else loc for loc in wrote]
+        return ring.ring_unsafe(table, kept, reads, prefix_lens, extend_lens, page_size, window,
+                                pad_slot=self.pad_slot, group=group)
+
     # -- expansion ------------------------------------------------------------------------------
     def subpages(self, expanded: Table, source: Table, ratio: int, live_rows: int, *, zero_tail: bool = False,
                  tail_pad: int | None = None) -> Table:
@@ -363,7 +388,7 @@ class Profile:
         """The profile's conventions, one per line (for ``--help`` texts and reports)."""
         fields = ("loc_dtype", "tail_pad", "pad_slot", "subpage_holes", "own_blocks_only", "clamp_short_verify",
                   "dummy_rows", "buffers_at", "replay_bs0", "extra_groups", "loc_buffer_tail", "loc_buffer_tail_on",
-                  "validates", "domain", "writer", "allocator")
+                  "validates", "domain", "writer", "allocator", "sliding_layout")
         return "\n".join([f"{self.name}: {self.summary}"] + [f"  {f} = {getattr(self, f)!r}" for f in fields])
 
 
@@ -434,6 +459,16 @@ SGLANG = Profile(
 - Page size 1 is the default: ``python/sglang/srt/mem_cache/allocator/token.py`` hands out slots,
   ``allocator/paged.py`` (``PagedTokenToKVPoolAllocator``) whole pages, ``free_pages`` starting at 1 in both
   (``clear``): slot 0 (page 0) is the reserved padding sink, kvtable's dummy page 0.
+- What the allocator route accepts from it (``kvtable.alloc_contract``), as 0.5.23 does it: at page size 1
+  ``TokenToKVPoolAllocator.alloc`` returns a view of its free list (no output buffer); ``alloc_extend`` /
+  ``alloc_decode`` of the paged allocator make their own output with ``torch.empty`` (guarded during the call);
+  ``alloc_for_extend`` (``mem_cache/common.py``) takes fresh rows (``alloc_req_slots``) and rewrites
+  ``[0, prefix)`` from the radix cache's prefix indices (``Allocation.rows``); ``alloc_for_spec_decode`` rounds
+  the allocated end up to a page (``kv_allocated_len``: ``AllocState.allocated_lens`` / ``Allocation
+  .allocated_lens``); ``SWATokenToKVPoolAllocator.alloc_extend_swa_tail`` gives SWA slots to a tail only
+  (``SwaPool.tail_lens``); both allocators slice their free list, which comes back as ``Allocation
+  .free_pages`` and is judged by A6. ``ReqToTokenPool.req_to_token`` is int32 (``allocator.table_dtype``):
+  a slot ``>= 2^31`` wraps there, a latent failure (it needs a pool of 2^31 slots).
 - Tables are token-level: ``ReqToTokenPool`` (``python/sglang/srt/mem_cache/memory_pool.py``) keeps an int32
   ``req_to_token`` of ``torch.zeros`` with row 0 reserved for padding; a page table is
   ``req_to_token[:, ::page_size] // page_size``. ``ReqToTokenPool.free`` only returns the row index to
@@ -524,7 +559,60 @@ the fill kernel's arguments fresh and contiguous.""",
     domain=Domain(contiguous_args=("packed", "meta", "dst")),
 )
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (KVTABLE, VLLM, SGLANG, TOKENSPEED, TRTLLM)}
+TRANSFORMERS = Profile(
+    "transformers", "transformers' continuous batching (index path): int64 indices, sliding groups as rings (R1-R3), "
+    "rows padded with 0 (the trash block), padding and slid-out tokens write the write trash (pad slot -1, never "
+    "read), padded reads at the read trash (slot 0), no validation (the scheduler's job)",
+    details="""Read from transformers 5.23.0, ``src/transformers/generation/continuous_batching/``, point by point:
+
+- Sliding groups are rings (``sliding_layout = "ring"``): ``cache_allocators/sliding_attention.py``
+  (``SlidingAttentionCacheAllocator``) gives a request at most ``ceil(sliding_window / page_size)`` blocks
+  (``_compute_blocks_needed``: ``ceil(min(past + query, window) / page_size)``) and maps position ``p`` to ring index
+  ``p % sliding_window`` (``_token_indices_to_physical_indices``): the span is the window, not blocks times page
+  size. ``get_write_indices`` stores the last ``min(query, window)`` tokens from ring index
+  ``(past + padding) % window`` and sends the earlier ones to ``write_trash_index`` (R2); ``get_read_indices`` reads
+  ``min(past, window - 1)`` cached tokens from ``(past + 1) % window`` when ``past >= window`` (else from 0), then
+  ``sentinel_index`` once per new token (R3), and ``update`` reads before it writes. Full-attention groups
+  (``full_attention.py``, ``FullAttentionCacheAllocator``) write ``[past, past + query)`` and read ``[0, past +
+  query)`` at ``block * block_physical_stride + offset``: W3's slots.
+- Slots: an index is ``block * block_physical_stride + offset`` in a layer's shifted view
+  (``register_cache_tensor``; the stride spaces blocks by all the group's layers, keys and values):
+  ``kvtable.engines.transformers`` records index ``i`` as slot ``(i // stride) * page_size + i % stride``, so a
+  page is the block id. ``cache_allocator.py`` (``_after_cache_tensor_init``): sectors 0 and 1 of the cache are
+  never allocated (``cache_pool.py``, ``CachePool``: ``free_sectors`` start at ``num_reserved_sectors = 2``), so
+  no request owns block 0: ``read_trash_index = 0`` is the sink (slot 0 of page 0), ``sentinel_index = 1`` is the
+  contract's ``RING_SENTINEL`` (-1) and ``write_trash_index``, the first slot of sector 1, is the pad slot -1 (an
+  integration reports both so). Index tensors are int64 (``input_outputs.py``, ``write_index_storage``).
+- Padding (``input_outputs.py``, ``_reset_read_and_write_indices``): before every batch the index storages are
+  filled with each allocator's ``write_trash_index`` and ``read_trash_index``, and a padded batch
+  (``get_model_kwargs(use_padding=True)``) passes the storages past the real tokens: padded tokens write the trash
+  (``pad_slot``), which no request reads, so ``writer = "skips-pad"``, and read slot 0. Their rows exist in no
+  block table (``dummy_rows = "unread"``).
+- Domain, from ``scheduler.py``: ``_process_candidates`` schedules ``request_len = min(len(request_tokens),
+  token_budget) >= 1`` tokens at ``past_length = state.position_offset >= 0`` (``input_outputs.py``,
+  ``prepare_batch_tensors``), after ``can_store_request_tokens`` (``cache.py``) allocated every block the step
+  needs (``allocate_cache_to_request``): lengths are never broken and a ring's used columns hold blocks
+  (``domain.broken_lengths = False``). Block tables are python lists per request (``block_table[request_id]``),
+  extended, never shortened, until ``free_blocks`` pops the whole list; a sliding allocator never shares blocks
+  (``supports_block_sharing = False``: prefix sharing is off with a sliding group, ``fork_blocks`` copies into
+  fresh blocks), so rings are private. A table row is that list, nothing past it, recorded padded with 0 (block 0,
+  the read trash, is never handed out): no id is negative, no other shape (``domain.negative_ids = False``,
+  ``tail_pads = (0,)``, ``malformed_tables = False``; stale rows hold earlier ids).
+- Allocation (``cache.py``, ``can_store_request_tokens``; ``full_attention.py``, ``allocate_cache_to_request``):
+  a step's new blocks are popped from the allocator's free pool (``CachePool.get_free_blocks``) and appended to the
+  request's list, and its write indices follow from that list: the allocator route (A1-A4) with page size
+  ``page_size``. ``kvtable.engines.transformers``' backend fills the pool with the drawn free pages (kvtable page
+  ``p > 0`` as block ``p + 2 * blocks_per_sector - 1``, past the trash sectors) and writes the chosen slots into the
+  token table itself (transformers keeps no token table).
+- Validation: none (``validates = "scheduler"``): the allocators index the python block table, so a missing
+  block raises ``IndexError``, and nothing checks a ring's pages.""",
+    loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, dummy_rows="unread", validates="scheduler",
+    writer="skips-pad", sliding_layout="ring",
+    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,
+                  broken_lengths=False),
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (KVTABLE, VLLM, SGLANG, TOKENSPEED, TRTLLM, TRANSFORMERS)}
 ALIASES: dict[str, str] = {"vllm-pad-slot": "vllm"}
 """Earlier profile names, kept working."""
 

@@ -32,8 +32,10 @@ __all__ = ["ALLOCATOR_OPERATIONS", "OPERATIONS", "AllocState", "Allocation", "Ba
 
 ALLOCATOR_OPERATIONS = ("alloc_decode", "alloc_verify", "alloc_extend")
 """The allocator-driven family (A1-A6): the backend chooses the slots and records them in its token table."""
+RING_OPERATIONS = ("ring_locs",)
+"""A sliding group stored as a ring (R1-R3, transformers): its write and read locations for one step."""
 OPERATIONS = ("decode_locs", "verify_locs", "reanchor_locs", "extend_locs", "group_locs", "expand_table",
-              "check_write_locs", "graph", *ALLOCATOR_OPERATIONS, "check_allocation")
+              "check_write_locs", "graph", *ALLOCATOR_OPERATIONS, "check_allocation", *RING_OPERATIONS)
 """The protocol's operations, in the order ``Backend`` declares them."""
 
 
@@ -143,4 +145,12 @@ class Backend(Protocol):
 
     def check_allocation(self, before: torch.Tensor, state: AllocState, allocation: Allocation) -> None:
         """A1-A6: the debug allocation checker (``before``: the table as handed); raises ContractViolation."""
+        ...
+
+    def ring_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int,
+                  window: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """R1-R3: a ring group's ``(writes [sum(extend_lens)], reads)`` for one step, request order; row ``i`` of
+        ``table`` is request ``i``'s ring pages (then its tail pad), which has ``prefix_lens[i]`` tokens cached and
+        ``extend_lens[i]`` new ones; lengths are CPU mirrors. Reads: per request with new tokens, the cached part of
+        its first query's window, then ``RING_SENTINEL`` once per new token."""
         ...

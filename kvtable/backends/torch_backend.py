@@ -12,6 +12,7 @@ import torch
 
 from kvtable.backends.protocol import Allocation, AllocState
 from kvtable.impl import locs as impl_locs
+from kvtable.impl import ring as impl_ring
 from kvtable.impl.allocation import Allocator, check_allocation
 from kvtable.impl.checker import check_write_locs as strong_check
 from kvtable.impl.expand import expand_table as impl_expand
@@ -104,6 +105,11 @@ class TorchBackend:
         if before is not None:
             check_allocation(before, state, allocation)
         return allocation
+
+    def ring_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int,
+                  window: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """R1-R3: a ring group's writes and reads; debug mode reads the ring's pages back (R1, W5)."""
+        return impl_ring.ring_locs(table, prefix_lens, extend_lens, page_size, window, debug=debug_enabled(self.debug))
 
     def cache_groups(self, specs: Sequence[GroupSpec], *, kernel_page_size: int, max_num_pages: int,
                      spec_num_tokens: int = 1, is_draft: bool = False, expand_tables: bool = True,

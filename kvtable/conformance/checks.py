@@ -22,7 +22,7 @@ Where = tuple[str | None, int | None, int | None]
 
 BACKEND_CALLS = frozenset({"decode_locs", "verify_locs", "reanchor_locs", "extend_locs", "group_locs",
                            "expand_table", "check_write_locs", "graph", "alloc_decode", "alloc_verify",
-                           "alloc_extend"})
+                           "alloc_extend", "ring_locs"})
 RUNNER_CALLS = frozenset({"capture", "replay"})
 KERNEL_CALLS = frozenset({"stacked_locs", "stacked_extend_locs", "replay_fill", "grouped_locs",
                           "grouped_extend_locs"})

@@ -1,11 +1,13 @@
-"""Allocator-driven steps in a trace: judged by ``reference.allocation.judge_allocation`` (A1-A5) on what the
+"""Allocator-driven steps in a trace: judged by ``reference.allocation.judge_allocation`` (A1-A6) on what the
 engine chose and recorded, and driven by a serving-loop model of an allocator (SGLang's route).
 
 The loop keeps SGLang's state: a token table (``req_to_token``; row 0 the padding row), a free list of pages
 (page 0 the reserved sink), request rows handed out and returned without clearing (``ReqToTokenPool.free``
 leaves a row's old slots behind), chunked prefill (``alloc_extend``), decode (``alloc_decode``) and speculative
 verify (``alloc_verify``; at page size 1 the rejected drafts' slots go back to the free list). The free pages
-are the top ``rows * pages per row`` of ``pool_pages`` (a pool past 2^31 slots has its free pages there). With
+are the top ``rows * pages per row`` of ``pool_pages``; a pool past 2^31 slots has them from two pages below
+slot 2^31 up (as many as the pool holds), and the allocator hands out the lowest first, so the first steps
+choose slots on both sides of it. With
 ``faults > 0`` some steps carry one more request, on a free row, with the lengths a scheduler bug publishes: an
 extend whose cached prefix is past its length, or a verify row shorter than N; its slots are freed after.
 """
@@ -23,6 +25,8 @@ from kvtable.trace.store import Step
 from kvtable.trace.watching import call_watched
 
 OPERATION = {"decode": "alloc_decode", "verify": "alloc_verify", "extend": "alloc_extend"}
+INT32_SLOTS = 2**31
+"""The first slot id no int32 holds."""
 
 
 def alloc_step(step: Step) -> AllocStep:
@@ -37,17 +41,16 @@ def alloc_step(step: Step) -> AllocStep:
 
 
 def judge_allocator_step(step: Step) -> list[Violation]:
-    """Every A1-A6 fault of a recorded allocator step (unsafe first; A6 in full where the free list after it was
-    recorded); a refused step is judged safe."""
+    """Every A1-A6 fault of a recorded allocator step (unsafe first); a refused step is judged safe."""
     if step.error is not None or "recorded" not in step.groups:
         return []
     a = step.arrays
-    swa_locs, swa_recorded, free_after = a.get("swa/locs"), a.get("swa/recorded"), a.get("free_after")
+    swa_locs, swa_recorded = a.get("swa/locs"), a.get("swa/recorded")
     outcome = AllocOutcome(a["locs"].tolist(), step.groups["recorded"].table.tolist(), a["guard_before"].tolist(),
                            a["guard_after"].tolist(), step.meta["canary"],
                            None if swa_locs is None else swa_locs.tolist(),
                            None if swa_recorded is None else swa_recorded.tolist(),
-                           free_pages=None if free_after is None else free_after.tolist(),
+                           free_pages=a["free_after"].tolist() if "free_after" in a else None,
                            guarded=bool(a["guard_before"].size))
     return [Violation(step.index, "safety" if f.unsafe else "correct", f.clause, "req_to_token", f.row, f.token,
                       f.position, f.loc, f.reason if f.request is None else f"request {f.request}: {f.reason}")
@@ -66,7 +69,10 @@ class AllocSimulator:
         self.pool_pages, self.faults = pool_pages, faults
         self.table = np.zeros((rows, max_len + spec_n), np.int64)
         free = rows * (-(-(max_len + spec_n) // page_size) + 2)
-        self.free_pages = list(range(pool_pages, max(pool_pages - free, 0), -1))
+        low = max(pool_pages - free, 0) + 1
+        if (pool_pages + 1) * page_size > INT32_SLOTS:  # the first pages handed out straddle slot 2^31
+            low = max(INT32_SLOTS // page_size - 2, 1)
+        self.free_pages = list(range(min(pool_pages, low + free - 1), low - 1, -1))
         self.free_rows = list(range(rows - 1, 0, -1))
         self.live: list[dict[str, Any]] = []
         self.next_id = 0
@@ -124,6 +130,7 @@ class AllocSimulator:
                             guard_before=None if outcome is None else outcome.guard_before,
                             guard_after=None if outcome is None else outcome.guard_after,
                             canary=0 if outcome is None else outcome.canary,
+                            free_after=None if outcome is None else outcome.free_pages,
                             req_ids=[-1] * phantom + [r["id"] for r in batch], error=error, unsafe=call.unsafe,
                             injected=f"request 0 (row {rows[0]}) is a phantom with prefix {prefix[0]} and length "
                             f"{seq[0]}, as a scheduler bug publishes" if phantom else None)

@@ -55,3 +55,12 @@ def test_a_runner_that_knows_only_captured_groups_passes_under_tokenspeed() -> N
                              properties=select(["graph/stale-guard", "graph/bounds", "graph/protocol"]),
                              level="correct", isolate=False)
     assert report.passed, report.details()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_tokenspeed_709s_extend_variant_is_found_at_every_seed(seed: int) -> None:
+    """An extend over a -1 page (no clamp on the extend path) is drawn first, not left to the seed's luck."""
+    report = run_conformance("examples/tokenspeed_style.py:backend_709", examples=30, seed=seed, profile="tokenspeed",
+                             properties=select(["safety/pad-inside"]), level="safety", shrink=False, isolate=False)
+    [result] = report.results
+    assert not result.passed and result.tier == "safety", report.details()

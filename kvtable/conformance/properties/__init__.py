@@ -29,6 +29,7 @@ from kvtable.conformance.properties import (
     kernels,
     lone_locs,
     rejects,
+    ring,
     routes,
     safety,
 )
@@ -48,6 +49,7 @@ PROPERTIES: tuple[Property, ...] = (
     *groups.PROPERTIES,
     *allocator.PROPERTIES,
     *alloc_debug.PROPERTIES,
+    *ring.PROPERTIES,
 )
 
 BY_NAME = {p.name: p for p in PROPERTIES}
