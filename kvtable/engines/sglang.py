@@ -23,7 +23,14 @@ import torch
 
 from kvtable.backends import BackendUnavailable
 from kvtable.backends.protocol import Allocation, AllocState
-from kvtable.engines._sglang_faults import FAULTS, PREFIX_PAST_LENGTH, SWA_TRANSLATION, check, patched
+from kvtable.engines._sglang_faults import (
+    FAULTS,
+    FREE_PAGES_LAUNCH,
+    PREFIX_PAST_LENGTH,
+    SWA_TRANSLATION,
+    check,
+    patched,
+)
 from kvtable.engines._sglang_locs import gather
 from kvtable.engines._shims_sglang import sglang
 from kvtable.engines.base import EngineInfo, EngineUnavailable, RunSummary
@@ -166,6 +173,11 @@ def backend_prefix_past_length(*, debug: bool = False) -> SglangBackend:
 def backend_swa_translation_off_by_one(*, debug: bool = False) -> SglangBackend:
     """Seeded: SGLang's full-to-SWA translation reads one slot off (``--backend`` form of the fault)."""
     return backend(fault=SWA_TRANSLATION, debug=debug)
+
+
+def backend_free_pages_launch_off_by_one(*, debug: bool = False) -> SglangBackend:
+    """Seeded: the paged allocator's extend kernel is launched one page into its free list (``--backend`` form)."""
+    return backend(fault=FREE_PAGES_LAUNCH, debug=debug)
 
 
 def record(out: str | Path, *, steps: int, seed: int, fault: str | None = None) -> RunSummary:

@@ -18,7 +18,8 @@ import pytest
 Run = Callable[..., CompletedProcess[str]]
 
 BACKEND = "kvtable.engines.sglang:backend"
-FAULT_PROPERTY = {"prefix-past-length": "alloc/prefix-past-length", "swa-translation-off-by-one": "alloc/swa-decode"}
+FAULT_PROPERTY = {"prefix-past-length": "alloc/prefix-past-length", "swa-translation-off-by-one": "alloc/swa-decode",
+                  "free-pages-launch-off-by-one": "alloc/extend"}
 """Each fault and a property that hands SGLang the input it breaks on."""
 
 
@@ -76,6 +77,6 @@ def test_fault_fails_trace_at_its_first_step(kvtable_in: Run, tmp_path: Path, fa
     steps = [json.loads(line) for line in manifest if line.strip()]
     if fault == "prefix-past-length":  # the first step SGLang was handed the uncapped prefix
         first = next(s["step"] for s in steps if s.get("injected"))
-    else:  # the first allocation: every one translates through the patched SWA mapping
+    else:  # the first allocation: each one translates through the SWA mapping, the first takes new pages
         first = next(s["step"] for s in steps if s["kind"] == "allocate")
     assert violation["step"] == first, (violation, first)
