@@ -23,14 +23,15 @@ MAX_TOKEN_COLUMNS = 1 << 16
 ``req_to_token`` is ``max_context_len`` wide, and no context is this long here."""
 
 
-def token_table(table: torch.Tensor, page_size: int) -> torch.Tensor:
-    """SGLang's int32 ``req_to_token`` whose page table (from row 1) is ``table``."""
+def token_table(table: torch.Tensor, page_size: int, columns: int) -> torch.Tensor:
+    """SGLang's int32 ``req_to_token`` of ``columns >= width * page_size`` columns (its ``max_context_len``) whose
+    page table (from row 1) is ``table``; the columns past the page table hold 0, as a fresh row does."""
     rows, width = table.shape
-    if width * page_size > MAX_TOKEN_COLUMNS:
-        raise Unsupported(f"a token table of {width * page_size} columns (page size {page_size}) is not laid out")
+    if columns > MAX_TOKEN_COLUMNS:
+        raise Unsupported(f"a token table of {columns} columns (page size {page_size}) is not laid out")
     pages = table.long().repeat_interleave(page_size, dim=1)
-    tokens = torch.zeros((rows + 1, width * page_size), dtype=torch.int32)
-    tokens[1:] = (pages * page_size + torch.arange(width * page_size) % page_size).to(torch.int32)
+    tokens = torch.zeros((rows + 1, columns), dtype=torch.int32)
+    tokens[1:, :width * page_size] = (pages * page_size + torch.arange(width * page_size) % page_size).to(torch.int32)
     return tokens
 
 
@@ -53,7 +54,7 @@ def gather(table: torch.Tensor, page_size: int, starts: Sequence[int], ends: Seq
     start, end = torch.tensor(list(starts), dtype=torch.int64), torch.tensor(list(ends), dtype=torch.int64)
     out = torch.empty(int((end - start).clamp_min(0).sum()), dtype=torch.int64)
     if bs and out.numel():
-        tokens = token_table(table, page_size)
+        tokens = token_table(table, page_size, max(columns, int(end.max())))  # padded reads stay in row 0
         sg.cache_locs.assign_extend_cache_locs[(bs,)](rows, tokens, start, end, out, tokens.shape[1],
                                                       sg.utils.next_power_of_2(bs))
     return out
