@@ -15,6 +15,8 @@ from subprocess import CompletedProcess
 
 import pytest
 
+from kvtable.trace.store import TraceReader
+
 Run = Callable[..., CompletedProcess[str]]
 
 BACKEND = "kvtable.engines.sglang:backend"
@@ -73,10 +75,9 @@ def test_fault_fails_trace_at_its_first_step(kvtable_in: Run, tmp_path: Path, fa
     verdict = _check(kvtable_in, tmp_path / fault)
     violation = verdict["violation"]
     assert violation is not None and violation["tier"] == "safety", verdict
-    manifest = (tmp_path / fault / "manifest.jsonl").read_text().splitlines()[1:]
-    steps = [json.loads(line) for line in manifest if line.strip()]
+    steps = list(TraceReader(tmp_path / fault).steps())
     if fault == "prefix-past-length":  # the first step SGLang was handed the uncapped prefix
-        first = next(s["step"] for s in steps if s.get("injected"))
+        first = next(s.index for s in steps if s.injected)
     else:  # the first allocation: each one translates through the SWA mapping, the first takes new pages
-        first = next(s["step"] for s in steps if s["kind"] == "allocate")
+        first = next(s.index for s in steps if s.kind == "allocate")
     assert violation["step"] == first, (violation, first)
