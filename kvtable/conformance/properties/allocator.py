@@ -142,7 +142,7 @@ def call_allocator(backend: Any, op: str, state: AllocState) -> tuple[Any, list[
 
 def _guards(locs: torch.Tensor, arenas: Sequence[torch.Tensor]) -> tuple[list[int], list[int], int] | None:
     """The guard cells around ``locs`` and their sentinel, if ``locs`` is a view of one of the guarded arenas."""
-    if not isinstance(locs, torch.Tensor) or locs.dim() != 1 or locs.numel() == 0 and not arenas:
+    if not isinstance(locs, torch.Tensor) or locs.dim() != 1:
         return None
     for arena in arenas:
         if locs.device == arena.device and locs.untyped_storage().data_ptr() == arena.untyped_storage().data_ptr():
