@@ -169,7 +169,8 @@ def alloc_outcome(allocation: Allocation, arena: torch.Tensor, made: Sequence[to
     return AllocOutcome(allocation.locs.reshape(-1).tolist(), allocation.req_to_token.tolist(), before, after,
                         canary, _list(swa_locs), _list(swa_mapping), _list(allocation.rows),
                         _list(allocation.allocated_lens), _list(allocation.free_pages),
-                        _list(allocation.freed_pages) or [], list(changed), guarded=guards is not None)
+                        _list(allocation.freed_pages) or [], list(changed), guarded=guards is not None,
+                        swa_free_pages=_list(getattr(allocation, "swa_free_pages", None)))
 
 
 def _kind(fault: AllocFault) -> str:
