@@ -353,7 +353,7 @@ def check_out_buffer(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]
     """A4 alloc-out-buffer: one location per token, every entry of a guarded buffer written, nothing written
     before or past it (the guards intact), and no input written (only the table, the buffer and the SWA mapping
     are the step's to write)."""
-    tokens = alloc_tokens(step, outcome)
+    tokens, rows = alloc_tokens(step, outcome), out_rows(step, outcome)
     faults = [_fault(step, "A4", True, None, None, None, None, f"wrote its input {what}")
               for what in outcome.changed_inputs]
     starts = _out_starts(step, outcome)
@@ -366,12 +366,13 @@ def check_out_buffer(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]
         pos = None if request is None else step.starts[request] + index - starts[request]
         side = "before" if index < 0 else "past"
         faults.append(_fault(step, "A4", True, request, index, pos, value,
-                             f"wrote entry {index}, {side} the output buffer of {len(outcome.locs)} entries"))
+                             f"wrote entry {index}, {side} the output buffer of {len(outcome.locs)} entries", rows))
     if outcome.guarded:
         for k, ((i, pos), loc) in enumerate(zip(tokens, outcome.locs, strict=False)):
             if loc == outcome.canary:
                 faults.append(_fault(step, "A4", True, i, k, pos, loc, f"left entry {k} of the output buffer "
-                                     "unwritten (it still holds the sentinel): its KV goes wherever garbage points"))
+                                     "unwritten (it still holds the sentinel): its KV goes wherever garbage points",
+                                     rows))
     if len(outcome.locs) != len(tokens):
         faults.append(_fault(step, "A4", False, None, None, None, None,
                              f"{len(outcome.locs)} locations for {len(tokens)} tokens"))
