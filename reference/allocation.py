@@ -232,7 +232,8 @@ def check_rows_kept(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]:
                 continue  # unchanged, a moved prefix (A1 judges it), or a token's own cell holding its slot
             k = writer.get(now)
             request, pos = tokens[k] if k is not None and k < len(tokens) else (None, None)
-            whose = _row_owner(step, row)
+            whose = (f"request {rows.index(row)}'s new row" if row in rows and row not in step.rows
+                     else _row_owner(step, row))
             faults.append(_fault(step, "A2", True, request, k, pos, now,
                                  f"changed row {row} col {col} ({whose}) from {was} to {now}", rows))
     return faults
