@@ -174,6 +174,10 @@ class Profile:
     writer: Literal["skips-negative", "skips-pad", "writes-all"] = "writes-all"
     """What the engine's KV writer does with a location: drops every negative slot (vLLM's
     ``reshape_and_cache*``), drops only ``pad_slot``, or writes anything it is given."""
+    stale_window_front: bool = False
+    """Sliding groups: a row's columns wholly below the window of its first token this step are never read and
+    may still hold ids already freed (and handed out again), not the hole 0; the trace rules across steps read
+    them as holes (``kvtable.trace.window_front``)."""
 
     def __post_init__(self) -> None:
         for field_name, allowed in CHOICES.items():
@@ -350,7 +354,7 @@ class Profile:
         """The profile's conventions, one per line (for ``--help`` texts and reports)."""
         fields = ("loc_dtype", "tail_pad", "pad_slot", "subpage_holes", "clamp_short_verify", "dummy_rows",
                   "buffers_at", "replay_bs0", "extra_groups", "loc_buffer_tail", "loc_buffer_tail_on", "validates",
-                  "domain", "writer", "allocator")
+                  "domain", "writer", "stale_window_front", "allocator")
         return "\n".join([f"{self.name}: {self.summary}"] + [f"  {f} = {getattr(self, f)!r}" for f in fields])
 
 
@@ -392,11 +396,16 @@ VLLM = Profile(
 - Validation: none on this path; the scheduler and KV-cache manager guarantee the invariants
   (``validates = "scheduler"``). The kernels' block-table load has no column bound before PR #54296
   (vLLM #53982: a position past a narrow group's width reads the next row's block).
+- Sliding windows: ``vllm/v1/core/single_type_kv_cache_manager.py`` (``SlidingWindowManager``,
+  ``remove_skipped_blocks``) frees the blocks wholly below ``num_computed_tokens - sliding_window + 1`` and puts
+  the null block in the manager's row, but the worker's ``BlockTable`` (``append_row``) keeps the old ids in
+  those columns, which may already be another request's or this one's again; the slot-mapping kernel never
+  reads them (``stale_window_front``).
 
 vLLM has no per-group CUDA-graph table buffers of kvtable's shape, so the graph conventions stay
 kvtable's (a vLLM-style backend simply has no ``graph``).""",
     loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, subpage_holes=True, dummy_rows="unread",
-    loc_buffer_tail=PAD_SLOT_ID, validates="scheduler",
+    loc_buffer_tail=PAD_SLOT_ID, validates="scheduler", stale_window_front=True,
     domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,
                   broken_lengths=False),
     writer="skips-negative",

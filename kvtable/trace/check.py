@@ -24,6 +24,7 @@ from kvtable.trace.history import GroupHistory
 from kvtable.trace.judge import Violation, dropped, judge_group, judge_strict, step_tokens
 from kvtable.trace.recorder import LOCATION_KINDS
 from kvtable.trace.store import GroupStep, Step, TraceReader
+from kvtable.trace.window_front import unread_front
 
 REPLAYS_KEPT = 8
 """A failing replay's snippet replays the graph's last replays up to it (earlier ones are left out)."""
@@ -52,6 +53,7 @@ class TraceJudge:
         self.tiers = LEVELS[level]
         self.level = level
         self.families = {g.group_id: g.family for g in groups}
+        self.windows = {g.group_id: g.window for g in groups if g.family == "sliding"}
         self.history: dict[str, GroupHistory] = {}
         self.model: GraphModel | None = None
         self.saw_req_ids = False
@@ -100,7 +102,7 @@ class TraceJudge:
         for gid, group in step.groups.items():
             if gid in attention:
                 out += judge_group(self.profile, step, gid, kind)
-            out += self._observe(step, gid, group)
+            out += self._observe(step, gid, unread_front(self.profile, step, kind, group, self.windows.get(gid)))
             if group.locs is not None and step.req_ids is not None:
                 out += self._writes(step, gid, group, kind)
         return out
