@@ -45,6 +45,15 @@ def extend_positions(prefix_lens: Sequence[int], extend_lens: Sequence[int]) -> 
     return torch.cat([torch.zeros(0, dtype=torch.int64), *parts])
 
 
+def table_sizes(tables: Sequence[torch.Tensor], block_sizes: Sequence[int], counts: Sequence[int],
+                positions: torch.Tensor) -> tuple[int, list[int]]:
+    """The batch's rows (a spare row follows them, as in a persistent batch) and each group's table width: the
+    handed width, or as many columns as the batch's positions reach (vLLM sizes tables for ``max_model_len``)."""
+    rows = max([len(t) for t in tables] + [len(counts), 1])
+    reach = int(positions.max()) + 1 if len(positions) else 0
+    return rows, [max(int(t.shape[1]), -(-reach // size), 1) for t, size in zip(tables, block_sizes, strict=True)]
+
+
 class VllmBackend:
     """Slot mappings (decode, verify, extend, per group) and kernel-block expansion, each by vLLM's own code."""
 
@@ -61,9 +70,7 @@ class VllmBackend:
                        positions: torch.Tensor, total_tokens: int) -> list[torch.Tensor]:
         """Each table's int64 slots for the live requests' ``counts`` tokens at ``positions``, in a buffer of
         ``total_tokens`` (the rest: the kernel's -1 padding)."""
-        rows = max([len(t) for t in tables] + [len(counts), 1])
-        reach = int(positions.max()) + 1 if len(positions) else 0
-        widths = [max(int(t.shape[1]), -(-reach // size), 1) for t, size in zip(tables, block_sizes, strict=True)]
+        rows, widths = table_sizes(tables, block_sizes, counts, positions)
         multi = self._tables(max_num_reqs=rows + 1, max_num_batched_tokens=max(total_tokens, 1), pin_memory=False,
                              device=CPU, block_sizes=list(block_sizes), max_num_blocks=widths)
         lists = [t.tolist() for t in tables]
@@ -143,9 +150,14 @@ class VllmBackend:
         return out
 
 
-def make_backend(*, debug: bool = False) -> VllmBackend:
-    """The backend; vLLM has no debug mode (no table checks on this path), so ``debug=True`` is refused."""
+def make_backend(*, debug: bool = False, v2: bool = False) -> VllmBackend:
+    """The V1 backend, or Model Runner V2's (``v2``); vLLM has no debug mode (nothing checks a table on these
+    paths), so ``debug=True`` is refused."""
     if debug:
         raise NoDebugMode("vLLM 0.33 has no debug mode on its slot-mapping path: its scheduler and KV-cache "
                           "manager keep the invariants, nothing checks a table")
+    if v2:
+        from kvtable.engines._vllm_v2 import VllmV2Backend
+
+        return VllmV2Backend()
     return VllmBackend()

@@ -2,10 +2,10 @@
 
 ``backend`` (``kvtable conform --backend kvtable.engines.vllm:backend --profile vllm``) exposes what vLLM 0.33
 has: slot mapping for decode, verify, chunked prefill and per group (the worker's ``MultiGroupBlockTable`` and
-its Triton kernel) and kernel-block expansion (``AttentionGroup.map_to_kernel_block_table``). Model Runner V2's
-gather and slot-mapping kernels load their tables through a pointer table, which Triton's interpreter cannot
-follow, so they are not exposed. ``record`` drives the real V1 ``Scheduler`` (``kvtable trace record --engine
-vllm``). ``backend_53982`` and ``backend_51031`` are the backend with a fault patched in.
+its Triton kernel) and kernel-block expansion (``AttentionGroup.map_to_kernel_block_table``); ``backend_v2`` the
+same calls on Model Runner V2's slot-mapping and gather kernels. ``record`` drives the real V1 ``Scheduler``
+(``kvtable trace record --engine vllm``). ``backend_53982`` and ``backend_51031`` are the V1 backend with a
+fault patched in.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ ENGINE = EngineInfo(
                   "llguidance"),
     env={"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "TRITON_INTERPRET": "1"})
 
-__all__ = ["ENGINE", "FAULTS", "backend", "backend_51031", "backend_53982", "record"]
+__all__ = ["ENGINE", "FAULTS", "backend", "backend_51031", "backend_53982", "backend_v2", "record"]
 
 
 def _load(fault: str | None) -> None:
@@ -43,6 +43,14 @@ def backend(*, fault: str | None = None, debug: bool = False) -> object:
 
     _load(fault)
     return make_backend(debug=debug)
+
+
+def backend_v2(*, debug: bool = False) -> object:
+    """The backend on Model Runner V2's kernels: its slot mapping (all groups in one launch) and its gather."""
+    from kvtable.engines._vllm_backend import make_backend
+
+    _load(None)
+    return make_backend(debug=debug, v2=True)
 
 
 def backend_53982(*, debug: bool = False) -> object:

@@ -1,0 +1,92 @@
+"""vLLM 0.33, as installed in its own venv: conform on its slot mapping and expansion, a judged real run, each fault.
+
+Budgets are small (``--examples 10``, 200 steps): each call imports vLLM (about 30 s) before any work.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kvtable.trace.check import check_trace
+from kvtable.trace.store import TraceReader
+
+CONFORM = ("conform", "--profile", "vllm", "--examples", "10", "--timeout", "600", "--json")
+"""The loading worker imports vLLM, which takes more than conform's default 60 s on a busy 2-core machine."""
+RECORD = ("trace", "record", "--engine", "vllm", "--steps", "200", "--seed", "0", "--out")
+
+
+def _conform(kvtable_in: Any, backend: str, level: str, *properties: str) -> tuple[int, dict[str, Any]]:
+    chosen = [arg for name in properties for arg in ("--property", name)]
+    run = kvtable_in("vllm", *CONFORM, "--level", level, "--backend", f"kvtable.engines.vllm:{backend}", *chosen)
+    assert "{" in run.stdout, run.stdout + run.stderr
+    return run.returncode, json.loads(run.stdout[run.stdout.index("{"):])
+
+
+def _record(kvtable_in: Any, out: Path, *fault: str) -> None:
+    run = kvtable_in("vllm", *RECORD, out, *fault)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "recorded 200 steps of vllm 0.33.0" in run.stdout
+
+
+@pytest.mark.parametrize("backend", ["backend", "backend_v2"])
+def test_conform_passes(kvtable_in: Any, backend: str) -> None:
+    """19 properties apply: the rest need what vLLM 0.33 has no code for (re-anchor, a debug mode, a write
+    checker, int32 graph buffers of kvtable's shape) or breaches its scheduler never builds."""
+    code, report = _conform(kvtable_in, backend, "correct")
+    ran = [r for r in report["results"] if r["status"] != "not applicable"]
+    assert code == 0 and report["passed"], report["failed_clauses"]
+    assert len(ran) >= 19, sorted(r["property"] for r in ran)
+    assert {r["status"] for r in ran} == {"passed"}
+    assert {"decode_locs", "verify_locs", "extend_locs", "group_locs/verify", "expand_table",
+            "unit-invariance"} <= {r["property"] for r in ran}
+
+
+def test_real_run_is_clean(kvtable_in: Any, tmp_path: Path) -> None:
+    _record(kvtable_in, tmp_path / "run")
+    report = check_trace(tmp_path / "run", "vllm")
+    assert report.violation is None, report.snippet
+    kinds = [step.kind for step in TraceReader(tmp_path / "run").steps()]
+    assert kinds.count("extend") == 200 and "finish" in kinds
+
+
+def _first_read_past_width(path: Path) -> int:
+    """The first step where a token's column passes its group's recorded (narrowed) table and the kernel's
+    unguarded load, ``row * width + column``, lands on a block of the next row."""
+    for step in TraceReader(path).steps():
+        if step.kind != "extend":
+            continue
+        counts = step.seq_lens - step.prefix_lens
+        rows = np.repeat(np.arange(len(counts)), counts)
+        positions = np.concatenate([np.arange(p, s) for p, s in zip(step.prefix_lens, step.seq_lens, strict=True)])
+        for group in step.groups.values():
+            width = group.table.shape[1]
+            index = rows * width + positions // group.page_size
+            past = (positions // group.page_size >= width) & (index < group.table.size)
+            if bool((group.table.reshape(-1)[index[past]] > 0).any()):
+                return step.index
+    raise AssertionError("no position read past a narrowed table into a block")
+
+
+def _first_location_step(path: Path) -> int:
+    return next(s.index for s in TraceReader(path).steps() if s.kind == "extend" and int(np.sum(s.seq_lens)) > 0)
+
+
+@pytest.mark.parametrize(("fault", "first_shown", "property_name"), [
+    ("53982", _first_read_past_width, "extend_locs"),
+    ("51031", _first_location_step, "decode_locs"),
+])
+def test_fault_is_caught_at_safety(kvtable_in: Any, tmp_path: Path, fault: str, first_shown: Any,
+                                   property_name: str) -> None:
+    code, report = _conform(kvtable_in, f"backend_{fault}", "safety", property_name, "group_locs/extend")
+    failed = [r for r in report["results"] if r["status"] == "failed"]
+    assert code == 1 and failed, report["results"]
+    assert {r["tier"] for r in failed} == {"safety"}
+    _record(kvtable_in, tmp_path / fault, "--fault", fault)
+    found = check_trace(tmp_path / fault, "vllm", level="safety").violation
+    assert found is not None and found.tier == "safety"
+    assert found.step == first_shown(tmp_path / fault)
