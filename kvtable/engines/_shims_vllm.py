@@ -13,7 +13,6 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
-from functools import cache
 from pathlib import Path
 
 
@@ -35,6 +34,7 @@ def _nvidia_driver_active() -> Iterator[None]:
 
 
 _PREPARED: list[bool] = []
+_MODEL_DIRS: dict[str, tempfile.TemporaryDirectory[str]] = {}
 
 
 def prepare(env: Mapping[str, str]) -> None:
@@ -50,12 +50,13 @@ def prepare(env: Mapping[str, str]) -> None:
     _PREPARED.append(True)
 
 
-@cache
 def model_dir() -> Path:
-    """A folder holding a tiny Llama ``config.json`` (no weights, no tokenizer): what ``ModelConfig`` loads."""
-    from transformers import LlamaConfig
+    """A folder holding a tiny Llama ``config.json`` (no weights, no tokenizer): what ``ModelConfig`` loads; made
+    once per process and removed when it ends."""
+    if "model" not in _MODEL_DIRS:
+        from transformers import LlamaConfig
 
-    folder = Path(tempfile.mkdtemp(prefix="kvtable-vllm-model-"))
-    LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=256, max_position_embeddings=4096).save_pretrained(folder)
-    return folder
+        folder = _MODEL_DIRS["model"] = tempfile.TemporaryDirectory(prefix="kvtable-vllm-model-")
+        LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, vocab_size=256, max_position_embeddings=4096).save_pretrained(folder.name)
+    return Path(_MODEL_DIRS["model"].name)
