@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from kvtable.argtypes import positive_float, positive_int, writable_folder
 from kvtable.backends import BackendNotFound, check_spec, default_spec
 from kvtable.backends.profiles import ALIASES, DOMAIN_ANY, PROFILES
-from kvtable.conformance.levels import DEFAULT_LEVEL, LEVELS
+from kvtable.conformance.levels import DEFAULT_LEVEL, LEVELS, with_latent
 from kvtable.declared import declared
 from kvtable.exitcodes import UsageError
 
@@ -40,6 +40,9 @@ def add_common(parser: argparse.ArgumentParser, *, examples: int, examples_help:
     parser.add_argument("--level", default=DEFAULT_LEVEL, choices=sorted(LEVELS),
                         help="what fails the run: safety (writes stay in allowed slots), correct (safety and exact "
                              "values on valid input; default), strict (also refusals naming clause and entry)")
+    parser.add_argument("--latent", action="store_true",
+                        help="latent failures (safety failures reachable only past a stated size, such as a pool of "
+                             "2^31 slots) fail the run too; without it they are reported and counted apart")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (there is none anyway when stderr is not a terminal)")
     add_execution(parser)
@@ -121,3 +124,8 @@ def _ping(url: str) -> None:
         redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30).ping()
     except redis.RedisError as err:
         raise UsageError(f"--database {url}: cannot reach Redis: {err}") from None
+
+
+def run_level(args: argparse.Namespace) -> str:
+    """The level the run judges at: ``--level``, with the latent tier under ``--latent``."""
+    return with_latent(args.level, getattr(args, "latent", False))

@@ -32,7 +32,7 @@ from kvtable.backends.profiles import Profile, get_profile
 from kvtable.conformance.checks import Mismatch, Recorded, Transcript
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.database import KeyedDatabase, database_prefix
-from kvtable.conformance.levels import CORRECTNESS, DEFAULT_LEVEL, LEVELS, STRICTNESS
+from kvtable.conformance.levels import CORRECTNESS, DEFAULT_LEVEL, LATENT, LEVELS, STRICTNESS
 from kvtable.conformance.notes import note_lines
 from kvtable.conformance.properties import PROPERTIES
 from kvtable.conformance.reproduce import Blob, blob_of, verdict_lines
@@ -196,9 +196,11 @@ class Report:
         skipped = f", {len(self.not_applicable)} not applicable" if self.not_applicable else ""
         unsupported = sum(self.unsupported.values())
         discarded = f", unsupported: {unsupported} examples" if unsupported else ""
+        latent = sum(f.tier == LATENT for r in self.results for f in r.failures)
+        apart = f", {latent} latent failure(s) (reachable only past a stated size)" if latent else ""
         return (f"kvtable {self.kind}: backend {self.backend}, profile {self.profile}, level {self.level}, "
                 f"seed {self.seed}: {sum(r.passed for r in self.results)}/{applicable} properties passed{skipped}"
-                f"{discarded} in {self.seconds:.1f}s; {verdict}")
+                f"{discarded}{apart} in {self.seconds:.1f}s; {verdict}")
 
     def notes(self) -> str:
         """Why each not-applicable property was not run, unsupported examples by reason, and failures of

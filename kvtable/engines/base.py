@@ -31,16 +31,10 @@ class EngineInfo:
     no_deps: bool
     """True where the engine's full install would replace torch: it is installed ``--no-deps``."""
     dependencies: tuple[str, ...] = ()
-    """With ``no_deps``: the pure-Python packages its KV-table code imports, installed beside torch 2.13.0."""
+    """With ``no_deps``: the pure-Python packages its KV-table code imports, installed beside torch 2.13.0 at the
+    versions the engine's own metadata states (``kvtable.engines.pins``)."""
     env: dict[str, str] = field(default_factory=dict)
     """Environment variables its code needs on a CPU (set before it is imported)."""
-
-    def pip_steps(self) -> list[list[str]]:
-        """The ``pip install`` argument lists, in order, that install this engine beside torch 2.13.0."""
-        engine = f"{self.distribution}=={self.version}"
-        if not self.no_deps:
-            return [[TORCH_PIN], [engine, TORCH_PIN]]
-        return [[TORCH_PIN], ["--no-deps", engine], [*self.dependencies, TORCH_PIN]]
 
     def installed_version(self) -> str:
         """The installed version; ``EngineUnavailable`` naming the install command if there is none."""

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kvtable.engines.base import ENGINES, EngineInfo
+from kvtable.engines.base import ENGINES, TORCH_PIN, EngineInfo
 from kvtable.exitcodes import EXIT_PASSED, UsageError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -44,8 +44,12 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_PASSED
     info = load_engine(args.name).ENGINE
     venv = args.venv or default_venv(info.name, info.version)
-    commands = install_commands(info, venv)
-    for command in commands:
+    for command in install_commands(info, venv):
+        if command[-1] == PINNED and not args.print_only:
+            pins = [str(venv / "bin" / "python"), "-m", "kvtable.engines.pins", info.distribution,
+                    *info.dependencies]
+            command = [*command[:-1], *subprocess.run(pins, capture_output=True, text=True,
+                                                      check=True).stdout.split()]
         print("$ " + " ".join(command), flush=True)
         if not args.print_only and subprocess.run(command).returncode != 0:
             raise UsageError(f"install of {info.name} failed at: {' '.join(command)}")
@@ -54,15 +58,21 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_PASSED
 
 
+PINNED = "<its dependencies, as the engine's own metadata pins them>"
+"""Stands for the engine's dependencies in a printed recipe; ``run`` asks the venv for them once it has the engine."""
+
+
 def install_commands(info: EngineInfo, venv: Path) -> list[list[str]]:
-    """The commands that make ``venv``: torch 2.13.0, kvtable from this checkout, then the engine's recipe."""
+    """The commands that make ``venv``: torch 2.13.0, kvtable from this checkout, then the engine, and for an
+    engine installed ``--no-deps`` its pure-Python dependencies at the versions its own metadata states."""
     if not (REPO_ROOT / "pyproject.toml").is_file():
         raise UsageError(f"kvtable is not installed from a checkout ({REPO_ROOT}): install engines from a clone")
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
     steps = [[sys.executable, "-m", "venv", str(venv)]] if not (venv / "bin" / "python").exists() else []
-    first, *rest = info.pip_steps()
-    steps.append([*pip, *first])
-    steps.append([*pip, "-e", str(REPO_ROOT), first[0]])
-    steps += [[*pip, *step] for step in rest]
-    return steps
+    steps.append([*pip, TORCH_PIN, "packaging"])
+    steps.append([*pip, "-e", str(REPO_ROOT), TORCH_PIN])
+    engine = f"{info.distribution}=={info.version}"
+    if not info.no_deps:
+        return [*steps, [*pip, engine, TORCH_PIN]]
+    return [*steps, [*pip, "--no-deps", engine], [*pip, TORCH_PIN, PINNED]]
 

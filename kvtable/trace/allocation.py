@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from kvtable.reference.allocation import AllocOutcome, AllocStep, judge_allocation
+from kvtable.reference.allocation import AllocOutcome, AllocStep, SwaState, judge_allocation
 from kvtable.trace.judge import Violation
 from kvtable.trace.recorder import Recorder
 from kvtable.trace.store import Step
@@ -26,11 +26,14 @@ OPERATION = {"decode": "alloc_decode", "verify": "alloc_verify", "extend": "allo
 
 
 def alloc_step(step: Step) -> AllocStep:
-    """The ``AllocStep`` a trace's allocator step was handed."""
+    """The ``AllocStep`` a trace's allocator step was handed (with its SWA pool, where one was recorded)."""
     a = step.arrays
+    swa = None
+    if "swa/mapping" in a:
+        swa = SwaState(a["swa/mapping"].tolist(), a["swa/free_pages"].tolist(), step.meta["swa_pool_pages"])
     return AllocStep(step.meta["mode"], step.groups["req_to_token"].table.tolist(), a["rows"].tolist(),
                      step.prefix_lens.tolist(), step.seq_lens.tolist(), a["free_pages"].tolist(),
-                     step.groups["req_to_token"].page_size, step.meta["pool_pages"])
+                     step.groups["req_to_token"].page_size, step.meta["pool_pages"], swa)
 
 
 def judge_allocator_step(step: Step) -> list[Violation]:
@@ -38,8 +41,11 @@ def judge_allocator_step(step: Step) -> list[Violation]:
     if step.error is not None or "recorded" not in step.groups:
         return []
     a = step.arrays
+    swa_locs, swa_recorded = a.get("swa/locs"), a.get("swa/recorded")
     outcome = AllocOutcome(a["locs"].tolist(), step.groups["recorded"].table.tolist(), a["guard_before"].tolist(),
-                           a["guard_after"].tolist(), step.meta["canary"])
+                           a["guard_after"].tolist(), step.meta["canary"],
+                           None if swa_locs is None else swa_locs.tolist(),
+                           None if swa_recorded is None else swa_recorded.tolist())
     return [Violation(step.index, "safety" if f.unsafe else "correct", f.clause, "req_to_token", f.row, f.token,
                       f.position, f.loc, f.reason if f.request is None else f"request {f.request}: {f.reason}")
             for f in judge_allocation(alloc_step(step), outcome)]

@@ -23,6 +23,7 @@ from kvtable.trace.allocation import judge_allocator_step
 from kvtable.trace.history import GroupHistory
 from kvtable.trace.judge import Violation, dropped, judge_group, judge_strict, step_tokens
 from kvtable.trace.recorder import LOCATION_KINDS
+from kvtable.trace.ring import judge_ring
 from kvtable.trace.store import GroupStep, Step, TraceReader
 from kvtable.trace.window_front import unread_front
 
@@ -54,6 +55,8 @@ class TraceJudge:
         self.level = level
         self.families = {g.group_id: g.family for g in groups}
         self.windows = {g.group_id: g.window for g in groups if g.family == "sliding"}
+        self.rings = {g.group_id: g.window for g in groups if g.layout == "ring"}
+        """Ring groups (R1-R3) by id: their window; their steps are judged by ``judge_ring``."""
         self.history: dict[str, GroupHistory] = {}
         self.model: GraphModel | None = None
         self.saw_req_ids = False
@@ -82,6 +85,7 @@ class TraceJudge:
         if step.kind == "graph":
             specs = [GroupSpec(**s) for s in step.meta["specs"]]
             self.families.update({s.group_id: s.family for s in specs})
+            self.rings.update({s.group_id: s.window for s in specs if s.layout == "ring"})
             self.model = self.profile.graph_model(specs, **step.meta["sizes"])
         elif step.kind in ("free", "alloc"):
             for gid, group in step.groups.items():
@@ -98,9 +102,11 @@ class TraceJudge:
         attention = [gid for gid, g in step.groups.items() if self.families.get(gid) != "state" and (
             g.locs is not None or (step.error is not None and step.error_group in (None, gid)))]
         if "strict" in self.tiers:
-            out += judge_strict(self.profile, step, attention)
+            out += judge_strict(self.profile, step, [gid for gid in attention if gid not in self.rings])
         for gid, group in step.groups.items():
-            if gid in attention:
+            if gid in attention and gid in self.rings:
+                out += judge_ring(self.profile, step, gid, kind, self.rings[gid])
+            elif gid in attention:
                 out += judge_group(self.profile, step, gid, kind)
             out += self._observe(step, gid, unread_front(self.profile, step, kind, group, self.windows.get(gid)))
             if group.locs is not None and step.req_ids is not None:

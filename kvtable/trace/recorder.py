@@ -87,10 +87,11 @@ class Recorder:
                   seq_lens: Any, *, page_sizes: Mapping[str, int] | None = None, n: int = 1,
                   actual_bs: int | None = None, prefix_lens: Any = None, req_ids: Any = None,
                   error: str | None = None, error_group: str | None = None, unsafe: str | None = None,
-                  injected: str | None = None) -> int:
+                  injected: str | None = None, reads: Mapping[str, Any] | None = None) -> int:
         """A location step (decode / verify / reanchor / extend): each group's table and the locations the engine
-        produced for it. ``error``: the engine refused the step (in ``error_group``, after computing the groups in
-        ``locs``; None: every group). ``unsafe``: what a sanitizer saw the step do that no output shows (an
+        produced for it; ``reads``: a ring group's read locations (R3), its table row the request's ring pages.
+        ``error``: the engine refused the step (in ``error_group``, after computing the groups in ``locs``; None:
+        every group). ``unsafe``: what a sanitizer saw the step do that no output shows (an
         out-of-bounds read, a write into an input): a safety violation whatever the step returned or raised.
         ``injected``: an input fault put into the step on purpose (a simulator's), named with its violations.
         Extend: ``seq_lens`` are ``prefix + extend`` per row. Returns the step number."""
@@ -98,7 +99,8 @@ class Recorder:
             raise ValueError(f"a location step is one of {LOCATION_KINDS}, got {kind!r}")
         locs = locs or {}
         arrays = {"seq_lens": seq_lens, "prefix_lens": prefix_lens, "req_ids": req_ids,
-                  **{f"{gid}/locs": loc for gid, loc in locs.items()}}
+                  **{f"{gid}/locs": loc for gid, loc in locs.items()},
+                  **{f"{gid}/reads": read for gid, read in (reads or {}).items()}}
         return self._emit(kind, arrays, tables=tables, groups=self._page_sizes(list(tables), page_sizes),
                           n=n, actual_bs=actual_bs, error=error, error_group=error_group, unsafe=unsafe,
                           injected=injected)
@@ -130,18 +132,25 @@ class Recorder:
     def allocation(self, mode: str, req_to_token: Any, rows: Any, prefix_lens: Any, seq_lens: Any, free_pages: Any,
                    *, page_size: int, pool_pages: int, locs: Any, recorded: Any, guard_before: Any = (),
                    guard_after: Any = (), canary: int = 0, req_ids: Any = None, error: str | None = None,
-                   unsafe: str | None = None, injected: str | None = None) -> int:
+                   unsafe: str | None = None, injected: str | None = None, swa: Mapping[str, Any] | None = None
+                   ) -> int:
         """An allocator-driven step (A1-A5, SGLang's route): the token table and free pages the allocator was
         handed, the slots it chose (``locs``, request order), the table as it recorded them, and the cells
         around its output buffer (``guard_before``/``guard_after``, which held ``canary`` before the step);
-        ``unsafe`` and ``injected`` as for ``locations``."""
+        ``unsafe`` and ``injected`` as for ``locations``. ``swa``, with a sliding-window pool (A5): the
+        ``mapping`` and ``free_pages`` handed, its ``pool_pages``, each token's SWA slot (``locs``) and the
+        mapping as recorded (``recorded``)."""
+        swa = dict(swa or {})
         arrays = {"rows": rows, "prefix_lens": prefix_lens, "seq_lens": seq_lens, "free_pages": free_pages,
-                  "locs": locs, "guard_before": guard_before, "guard_after": guard_after, "req_ids": req_ids}
+                  "locs": locs, "guard_before": guard_before, "guard_after": guard_after, "req_ids": req_ids,
+                  **{f"swa/{key}": swa.get(key) for key in ("mapping", "free_pages", "locs", "recorded")}}
         tables = {"req_to_token": req_to_token} if recorded is None else {"req_to_token": req_to_token,
                                                                           "recorded": recorded}
+        meta = {"mode": mode, "pool_pages": pool_pages, "canary": canary}
+        if swa:
+            meta["swa_pool_pages"] = int(swa["pool_pages"])
         return self._emit("allocate", arrays, tables=tables, groups={g: page_size for g in tables}, error=error,
-                          unsafe=unsafe, injected=injected,
-                          meta={"mode": mode, "pool_pages": pool_pages, "canary": canary})
+                          unsafe=unsafe, injected=injected, meta=meta)
 
     def free(self, group: str, pages: Any) -> int:
         """The engine returned these pages of ``group`` to its free list (their contents stay stale)."""

@@ -41,6 +41,8 @@ class GroupStep:
     """Graph replays: the persistent table buffer's rows ``[:bs]`` after the replay."""
     pages: np.ndarray | None = None
     """free / alloc events: the pages freed or allocated."""
+    reads: np.ndarray | None = None
+    """Ring groups (R3): the read locations, where recorded."""
 
 
 @dataclass
@@ -234,6 +236,10 @@ def _getter(chunk: dict[str, np.ndarray], index: dict[str, list[Any]]) -> Callab
     return get
 
 
+SWA_ARRAYS = ("swa/mapping", "swa/free_pages", "swa/locs", "swa/recorded")
+"""An allocator step's SWA pool, where it has one (A5)."""
+
+
 def _step(line: dict[str, Any], get: Callable[[str], np.ndarray | None], tables: dict[str, np.ndarray]) -> Step:
     """A ``Step`` from its manifest line and arrays; ``tables`` keeps each group's last table for the deltas."""
     step = Step(line["step"], line["kind"], line.get("n", 1), line.get("actual_bs"), get("seq_lens"),
@@ -241,6 +247,7 @@ def _step(line: dict[str, Any], get: Callable[[str], np.ndarray | None], tables:
                 unsafe=line.get("unsafe"), injected=line.get("injected"), meta=line.get("meta", {}))
     if step.kind == "allocate":
         step.arrays = {k: get(k) for k in ("rows", "free_pages", "locs", "guard_before", "guard_after")}
+        step.arrays.update({k: v for k in SWA_ARRAYS if (v := get(k)) is not None})
     delta = set(line.get("delta", ()))
     for gid, page_size in line.get("groups", {}).items():
         if gid in delta:
@@ -252,5 +259,6 @@ def _step(line: dict[str, Any], get: Callable[[str], np.ndarray | None], tables:
             table = get(f"{gid}/table")
             if table is not None:
                 tables[gid] = table
-        step.groups[gid] = GroupStep(page_size, table, get(f"{gid}/locs"), get(f"{gid}/buf"), get(f"{gid}/pages"))
+        step.groups[gid] = GroupStep(page_size, table, get(f"{gid}/locs"), get(f"{gid}/buf"), get(f"{gid}/pages"),
+                                     get(f"{gid}/reads"))
     return step

@@ -62,9 +62,9 @@ ALLOCATOR = ("--route", "allocator")
 SEEDED = {  # each example backend seeded with an engine's bug: its passing twin, profile, options, what is said
     "vllm_style.py:backend_53982": ("vllm_style.py:backend", "vllm", (), "out-of-bounds read in backend.decode_locs"),
     "sglang_style.py:backend_prefix_past_length": ("sglang_style.py:backend", "sglang", ALLOCATOR,
-                                                   "before the output buffer"),
+                                                   "changed row"),
     "sglang_style.py:backend_short_verify": ("sglang_style.py:backend", "sglang", ALLOCATOR, "(a row of no request"),
-    "sglang_style.py:backend_int32_pool": ("sglang_style.py:backend", "sglang",
+    "sglang_style.py:backend_int32_pool": ("sglang_style.py:backend_int64_table", "sglang",
                                            (*ALLOCATOR, "--pool-pages", str(2**31 + 512)), "outside the pool"),
 }
 

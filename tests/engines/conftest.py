@@ -40,3 +40,9 @@ def kvtable_in() -> Callable[..., subprocess.CompletedProcess[str]]:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
     return run
+
+
+@pytest.fixture
+def engine_python_of() -> Callable[[str], Path]:
+    """``engine_python`` as a fixture: for a test that runs its own script in an engine's venv."""
+    return engine_python
