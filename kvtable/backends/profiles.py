@@ -153,8 +153,9 @@ class Profile:
     holes) and fills the expanded tail with 0, not the tail pad (``expand_table`` at ``r == 1`` too; a
     graph replay at ``r == 1`` keeps the tail pad)."""
     own_blocks_only: bool = False
-    """With ``subpage_holes``: only a row's own blocks (up to its last non-null one) are expanded; a 0 after
-    them is the tail, kept as 0 (vLLM's ``append_row``: a row's block list never ends in the null block)."""
+    """With ``subpage_holes``: a 0 after a row's own blocks (up to its last non-null one) is the tail, which may
+    stay 0 (vLLM's older ``BlockTable.append_row`` expanded only a row's own block ids) or become ``0 .. r-1``
+    like a hole (0.33's ``AttentionGroup.map_to_kernel_block_table`` expands every entry): either is accepted."""
     clamp_short_verify: bool = False
     """A real verify row with ``seq_len < N`` is clamped like a padded row instead of breaking W2."""
     mha_verify_clamp: bool = False
@@ -329,7 +330,7 @@ class Profile:
                 if col >= covered:  # a replay under ``packed_tail`` may leave the runner's tail pad there
                     out[row][col] = 0 if tail_pad is None or not self.packed_tail else OneOf(0, tail_pad)
                 elif ratio > 1 and source[row][col // ratio] <= 0:
-                    out[row][col] = 0 if own is not None and col // ratio > own else col % ratio
+                    out[row][col] = OneOf(0, col % ratio) if own is not None and col // ratio > own else col % ratio
         return out
 
     def expand_table(self, table: Table, ratio: int, *, max_kernel_pages: int | None = None,
@@ -428,7 +429,9 @@ VLLM = Profile(
   when the attention kernel's block is ``r`` times smaller; ``BlockTable.append_row``
   (``vllm/v1/worker/block_table.py``) maps only the request's own block ids, so a null block 0 among them
   becomes ``0 .. r-1`` and the columns after them keep what they held, 0 in a fresh table (a row's block list
-  never ends in the null block: ``own_blocks_only``).
+  never ends in the null block: ``own_blocks_only``). In 0.33 ``BlockTable`` expands nothing: the attention
+  metadata's table goes through ``AttentionGroup.map_to_kernel_block_table`` (``vllm/v1/worker/utils.py``),
+  which maps every entry, so a 0 tail becomes ``0 .. r-1`` there; both are accepted.
 - Model Runner V2, ``vllm/v1/worker/gpu/block_table.py`` (``BlockTables.compute_slot_mappings``,
   ``_compute_slot_mappings_kernel``): all groups in one launch with a per-group ``block_sizes`` tensor, the
   rest of the int64 buffer padded with -1; ``get_dummy_slot_mappings`` fills the whole buffer with -1. Its
