@@ -38,7 +38,7 @@ def execution(args: argparse.Namespace, spec: str) -> dict[str, object]:
 
     isolate, _backend = isolated(spec, True if args.workers > 1 else args.isolate)
     return {"isolate": isolate, "workers": args.workers, "timeout": args.timeout,
-            "sanitize": getattr(args, "sanitize", False)}
+            "sanitize": getattr(args, "sanitize", False), "max_memory_growth": args.max_memory_growth}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kvtable.argtypes import positive_float, positive_int, writable_folder
+from kvtable.argtypes import memory_size, positive_float, positive_int, writable_folder
 from kvtable.backends import BackendNotFound, check_spec, default_spec
 from kvtable.backends.profiles import ALIASES, DOMAIN_ANY, PROFILES
 from kvtable.conformance.levels import DEFAULT_LEVEL, LEVELS, with_latent
@@ -17,6 +17,8 @@ from kvtable.declared import declared
 from kvtable.exitcodes import UsageError
 
 DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_MEMORY_GROWTH = 2**30
+"""``--max-memory-growth``: bytes of resident memory a backend may gain across one property's examples."""
 """``--timeout``: seconds a worker may go without a sign of life (each backend call is one)."""
 URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 REDIS_SCHEMES = ("redis", "rediss")
@@ -62,6 +64,9 @@ def add_execution(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help="with --isolate: a property whose worker gives no sign of life (each backend call "
                              f"is one) for this long is a TIMEOUT (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--max-memory-growth", type=memory_size, default=DEFAULT_MAX_MEMORY_GROWTH, metavar="SIZE",
+                        help="with --isolate: a backend whose resident memory grows by more than this across one "
+                             "property's examples is a MEMORY verdict naming the operation (default 1G)")
 
 
 def profile_arg(args: argparse.Namespace) -> str:

@@ -5,7 +5,9 @@ The loop keeps SGLang's state: a token table (``req_to_token``; row 0 the paddin
 (page 0 the reserved sink), request rows handed out and returned without clearing (``ReqToTokenPool.free``
 leaves a row's old slots behind), chunked prefill (``alloc_extend``), decode (``alloc_decode``) and speculative
 verify (``alloc_verify``; at page size 1 the rejected drafts' slots go back to the free list). The free pages
-are the top ``rows * pages per row`` of ``pool_pages`` (a pool past 2^31 slots has its free pages there). With
+are the top ``rows * pages per row`` of ``pool_pages``; a pool past 2^31 slots has them from two pages below
+slot 2^31 up (as many as the pool holds), and the allocator hands out the lowest first, so the first steps
+choose slots on both sides of it. With
 ``faults > 0`` some steps carry one more request, on a free row, with the lengths a scheduler bug publishes: an
 extend whose cached prefix is past its length, or a verify row shorter than N; its slots are freed after.
 """
@@ -23,6 +25,8 @@ from kvtable.trace.store import Step
 from kvtable.trace.watching import call_watched
 
 OPERATION = {"decode": "alloc_decode", "verify": "alloc_verify", "extend": "alloc_extend"}
+INT32_SLOTS = 2**31
+"""The first slot id no int32 holds."""
 
 
 def alloc_step(step: Step) -> AllocStep:
@@ -63,7 +67,10 @@ class AllocSimulator:
         self.pool_pages, self.faults = pool_pages, faults
         self.table = np.zeros((rows, max_len + spec_n), np.int64)
         free = rows * (-(-(max_len + spec_n) // page_size) + 2)
-        self.free_pages = list(range(pool_pages, max(pool_pages - free, 0), -1))
+        low = max(pool_pages - free, 0) + 1
+        if (pool_pages + 1) * page_size > INT32_SLOTS:  # the first pages handed out straddle slot 2^31
+            low = max(INT32_SLOTS // page_size - 2, 1)
+        self.free_pages = list(range(min(pool_pages, low + free - 1), low - 1, -1))
         self.free_rows = list(range(rows - 1, 0, -1))
         self.live: list[dict[str, Any]] = []
         self.next_id = 0
