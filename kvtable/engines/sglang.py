@@ -116,7 +116,8 @@ class SglangBackend:
                 step = pools.verify(state.rows, starts, [max(s, e) for s, e in zip(starts, ends, strict=True)])
         allocated = None if state.allocated_lens is None else [max(s, e) for s, e in zip(starts, ends, strict=True)]
         return Allocation(step.locs, pools.req_to_token, step.swa_locs, pools.mapping, rows=step.rows,
-                          allocated_lens=allocated, free_pages=pools.full.free_pages)
+                          allocated_lens=allocated, free_pages=pools.full.free_pages,
+                          swa_free_pages=pools.allocator.swa_attn_allocator.free_pages if pools.swa else None)
 
     def alloc_extend(self, state: AllocState) -> Allocation:
         """``alloc_for_extend``: the chunk ``[prefix, seq)`` of each request."""
