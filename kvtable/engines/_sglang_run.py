@@ -155,7 +155,8 @@ class ServingLoop:
         outcome = None
         if step is not None:  # the guards around SGLang's own output buffer, as conform reads them
             outcome = alloc_outcome(Allocation(step.locs, pools.req_to_token), torch.empty(0), buffers.arenas)
-            swa.update(locs=step.swa_locs, recorded=pools.mapping)
+            swa.update(locs=step.swa_locs, recorded=pools.mapping,
+                       free_after=pools.allocator.swa_attn_allocator.free_pages)
             self.counts[mode] += 1
         self.rec.allocation(mode, table, rows, prefix, seq, free, page_size=PAGE_SIZE, pool_pages=POOL_PAGES,
                             locs=None if step is None else step.locs, recorded=None if step is None else

@@ -51,6 +51,7 @@ def judge_allocator_step(step: Step) -> list[Violation]:
                            None if swa_locs is None else swa_locs.tolist(),
                            None if swa_recorded is None else swa_recorded.tolist(),
                            free_pages=a["free_after"].tolist() if "free_after" in a else None,
+                           swa_free_pages=a["swa/free_after"].tolist() if "swa/free_after" in a else None,
                            guarded=bool(a["guard_before"].size))
     return [Violation(step.index, "safety" if f.unsafe else "correct", f.clause, "req_to_token", f.row, f.token,
                       f.position, f.loc, f.reason if f.request is None else f"request {f.request}: {f.reason}")

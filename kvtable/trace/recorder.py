@@ -195,13 +195,13 @@ class Recorder:
         around its output buffer (``guard_before``/``guard_after``, which held ``canary`` before the step);
         ``unsafe`` and ``injected`` as for ``locations``. ``swa``, with a sliding-window pool (A5): the
         ``mapping`` and ``free_pages`` handed, its ``pool_pages``, each token's SWA slot (``locs``) and the
-        mapping as recorded (``recorded``). ``free_after``: the allocator's free list after the step, if it keeps
-        one (A6 judges it)."""
+        mapping as recorded (``recorded``), its free list after the step (``free_after``). ``free_after``: the
+        allocator's free list after the step, if it keeps one (A6 judges both)."""
         swa = dict(swa or {})
         arrays = {"rows": rows, "prefix_lens": prefix_lens, "seq_lens": seq_lens, "free_pages": free_pages,
                   "locs": locs, "guard_before": guard_before, "guard_after": guard_after, "req_ids": req_ids,
                   "free_after": free_after,
-                  **{f"swa/{key}": swa.get(key) for key in ("mapping", "free_pages", "locs", "recorded")}}
+                  **{f"swa/{key}": swa.get(key) for key in ("mapping", "free_pages", "locs", "recorded", "free_after")}}
         tables = {"req_to_token": req_to_token} if recorded is None else {"req_to_token": req_to_token,
                                                                           "recorded": recorded}
         meta = {"mode": mode, "pool_pages": pool_pages, "canary": canary}

@@ -21,8 +21,8 @@ KINDS = (*LOCATION_KINDS, "replay", "graph", "capture", "free", "alloc", "finish
 ALLOC_MODES = ("decode", "verify", "extend")
 ALLOC_GROUPS = ("req_to_token", "recorded")
 """An allocator step's two tables: the token table it was handed and the one it recorded."""
-SWA_ARRAYS = ("swa/mapping", "swa/free_pages", "swa/locs", "swa/recorded")
-"""An allocator step's SWA pool, where it has one (A5)."""
+SWA_ARRAYS = ("swa/mapping", "swa/free_pages", "swa/locs", "swa/recorded", "swa/free_after")
+"""An allocator step's SWA pool, where it has one (A5; ``swa/free_after``, its free list after the step, A6)."""
 STEP_ARRAYS = ("seq_lens", "prefix_lens", "req_ids", "rows", "free_pages", "locs", "guard_before", "guard_after",
                "free_after", *SWA_ARRAYS)
 """``free_after``: an allocator step's free list after the step, where the allocator keeps one (A6)."""
