@@ -17,6 +17,7 @@ import json
 import multiprocessing
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -95,6 +96,7 @@ def _outcome(obligation: Obligation, limits: Limits) -> Outcome:
 
 
 def _child(obligation: Obligation, limits: Limits, conn: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the parent stops this one
     try:
         conn.send(_outcome(obligation, limits))
     except Exception as exc:  # report the builder's bug in the table rather than lose it

@@ -6,7 +6,6 @@ lone-table call of the case's mode, ``check_group_locs`` judges one ``group_locs
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +15,7 @@ import torch
 from kvtable.conformance.checks import Mismatch, Outcome, check_tensor, judge
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context
+from kvtable.conformance.integrity import signature_of
 from kvtable.conformance.levels import SAFETY
 from kvtable.reference.model import Table
 from kvtable.reference.safety import Token, UnsafeWrite, token_positions
@@ -65,7 +65,7 @@ def decode_padding(backend: Any, actual_bs: int | None) -> int | None:
     method = getattr(getattr(backend, "target", backend), "decode_locs", None)
     if actual_bs is None or method is None:
         return None
-    params = inspect.signature(method).parameters
+    params = signature_of(method).parameters
     takes = "actual_bs" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
     return actual_bs if takes else None
 

@@ -57,9 +57,30 @@ def _storage(tensor: torch.Tensor) -> int:
 def _arguments(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call's arguments by parameter name (``arg0``, ``arg1``, ... where the signature cannot be read)."""
     try:
-        return dict(inspect.signature(fn).bind(*args, **kwargs).arguments)
+        return dict(signature_of(fn).bind(*args, **kwargs).arguments)
     except (TypeError, ValueError):
         return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
+
+
+_SIGNATURES: dict[tuple[Any, bool], inspect.Signature] = {}
+SIGNATURES_KEPT = 1024
+
+
+def signature_of(fn: Callable[..., Any]) -> inspect.Signature:
+    """``inspect.signature(fn)``, read once per function: reading it cost more than many of the calls it names the
+    arguments of. A bound method is new at every attribute access, so it is kept by its function (every method
+    bound to that function has the one signature)."""
+    func = getattr(fn, "__func__", None)
+    key = (func, True) if func is not None and getattr(fn, "__self__", None) is not None else (fn, False)
+    try:
+        found = _SIGNATURES.get(key)
+    except TypeError:  # an unhashable callable: read every time
+        return inspect.signature(fn)
+    if found is None:
+        if len(_SIGNATURES) >= SIGNATURES_KEPT:
+            _SIGNATURES.clear()
+        found = _SIGNATURES[key] = inspect.signature(fn)
+    return found
 
 
 class Inputs:
