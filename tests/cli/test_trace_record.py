@@ -76,8 +76,8 @@ def test_a_backend_that_cannot_load_leaves_no_trace(tmp_path: Path, capsys: pyte
 
 def test_a_pool_past_int32_crosses_slot_2_31_and_the_summary_says_so(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    assert _record(tmp_path / "t", f"{ROOT}/examples/sglang_style.py:backend", "--route", "allocator", "--profile",
-                   "sglang", "--pool-pages", "2147483700") == 0
+    assert _record(tmp_path / "t", f"{ROOT}/examples/sglang_style.py:backend_int64_table", "--route", "allocator",
+                   "--profile", "sglang", "--pool-pages", "2147483700") == 0
     said = capsys.readouterr().out.splitlines()[1]
     largest = int(said.split("largest slot chosen ")[1].split(";")[0])
     assert largest >= 2**31 and said.endswith("the int32 boundary was crossed")
