@@ -243,7 +243,6 @@ class TraceReader:
                              f"{VERSION} (checksummed chunks and a step count): record it again")
         self.header = Header.parse(first)
         self.cut: str | None = None
-        self.complete_steps = 0
         self._chunks: list[_Chunk] = []
         self.total = self._read_manifest(lines[1:])
 
@@ -353,7 +352,6 @@ class TraceReader:
                                      actual_bs=step.actual_bs)
                 if found:
                     raise TraceDamaged(line.step, self.total, [f"step {line.step} ({step.kind}): {d}" for d in found])
-                self.complete_steps += 1
                 yield step
 
     def _load(self, held: _Chunk) -> dict[str, np.ndarray]:
