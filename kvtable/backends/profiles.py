@@ -459,6 +459,16 @@ SGLANG = Profile(
 - Page size 1 is the default: ``python/sglang/srt/mem_cache/allocator/token.py`` hands out slots,
   ``allocator/paged.py`` (``PagedTokenToKVPoolAllocator``) whole pages, ``free_pages`` starting at 1 in both
   (``clear``): slot 0 (page 0) is the reserved padding sink, kvtable's dummy page 0.
+- What the allocator route accepts from it (``kvtable.alloc_contract``), as 0.5.23 does it: at page size 1
+  ``TokenToKVPoolAllocator.alloc`` returns a view of its free list (no output buffer); ``alloc_extend`` /
+  ``alloc_decode`` of the paged allocator make their own output with ``torch.empty`` (guarded during the call);
+  ``alloc_for_extend`` (``mem_cache/common.py``) takes fresh rows (``alloc_req_slots``) and rewrites
+  ``[0, prefix)`` from the radix cache's prefix indices (``Allocation.rows``); ``alloc_for_spec_decode`` rounds
+  the allocated end up to a page (``kv_allocated_len``: ``AllocState.allocated_lens`` / ``Allocation
+  .allocated_lens``); ``SWATokenToKVPoolAllocator.alloc_extend_swa_tail`` gives SWA slots to a tail only
+  (``SwaPool.tail_lens``); both allocators slice their free list, which comes back as ``Allocation
+  .free_pages`` and is judged by A6. ``ReqToTokenPool.req_to_token`` is int32 (``allocator.table_dtype``):
+  a slot ``>= 2^31`` wraps there, a latent failure (it needs a pool of 2^31 slots).
 - Tables are token-level: ``ReqToTokenPool`` (``python/sglang/srt/mem_cache/memory_pool.py``) keeps an int32
   ``req_to_token`` of ``torch.zeros`` with row 0 reserved for padding; a page table is
   ``req_to_token[:, ::page_size] // page_size``. ``ReqToTokenPool.free`` only returns the row index to
@@ -588,6 +598,12 @@ TRANSFORMERS = Profile(
   fresh blocks), so rings are private. A table row is that list, nothing past it, recorded padded with 0 (block 0,
   the read trash, is never handed out): no id is negative, no other shape (``domain.negative_ids = False``,
   ``tail_pads = (0,)``, ``malformed_tables = False``; stale rows hold earlier ids).
+- Allocation (``cache.py``, ``can_store_request_tokens``; ``full_attention.py``, ``allocate_cache_to_request``):
+  a step's new blocks are popped from the allocator's free pool (``CachePool.get_free_blocks``) and appended to the
+  request's list, and its write indices follow from that list: the allocator route (A1-A4) with page size
+  ``page_size``. ``kvtable.engines.transformers``' backend fills the pool with the drawn free pages (kvtable page
+  ``p > 0`` as block ``p + 2 * blocks_per_sector - 1``, past the trash sectors) and writes the chosen slots into the
+  token table itself (transformers keeps no token table).
 - Validation: none (``validates = "scheduler"``): the allocators index the python block table, so a missing
   block raises ``IndexError``, and nothing checks a ring's pages.""",
     loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, dummy_rows="unread", validates="scheduler",

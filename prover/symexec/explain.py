@@ -36,7 +36,7 @@ def wrap_hint(binding: Binding, model: Mapping[str, int | bool]) -> list[str]:
         if not key.endswith(_VALUE) or not key.startswith("store "):
             continue
         label = key.removesuffix(_VALUE)
-        expected = model.get(f"{label} expected")
+        expected = model.get(f"{label} expected", model.get(f"{label} slot"))  # safety: the token's own slot
         if not model.get(f"{label} mask") or expected is None or value == expected:
             continue
         if (int(value) - int(expected)) % 2**32 or -(2**31) <= int(expected) < 2**31:

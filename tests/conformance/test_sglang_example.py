@@ -114,3 +114,20 @@ def test_debug_mode_is_sglangs_memory_pool_asserts() -> None:
         debug.alloc_extend(alloc_state(step)[0])
     got = load_example("backend", debug=False).alloc_extend(alloc_state(step)[0])
     assert got.locs.tolist() == [14, 20]  # offset 2 after slot 13, then a fresh page for position 4
+
+
+class AllocatorOnly:
+    """The example's allocator route and nothing else: what an adapter around real SGLang's allocators has."""
+
+    def __init__(self, debug: bool | None = None) -> None:
+        inner = load_example("backend", debug=bool(debug))
+        self.name, self.device = "sglang-allocator-only", "cpu"
+        self.alloc_decode, self.alloc_verify, self.alloc_extend = inner.alloc_decode, inner.alloc_verify, \
+            inner.alloc_extend
+
+
+def test_an_allocator_only_backend_gets_at_least_30_properties_and_passes_them() -> None:
+    report = run_conformance(f"{__name__}:AllocatorOnly", examples=5, seed=0, profile="sglang", level="correct",
+                             isolate=False)
+    applied = [r.property for r in report.results if r.applicable]
+    assert len(applied) >= 30 and report.passed, (len(applied), report.details())

@@ -31,7 +31,7 @@ def engine_python(name: str) -> Path:
     return python
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def kvtable_in() -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run ``kvtable ARGS`` inside engine ``name``'s venv: ``kvtable_in("vllm", "conform", ...)``."""
 
