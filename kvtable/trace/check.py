@@ -29,6 +29,7 @@ from kvtable.trace.judge import Violation, dropped, judge_group, judge_strict, s
 from kvtable.trace.ring import judge_ring
 from kvtable.trace.schema import KINDS, LOCATION_KINDS, TraceDamaged
 from kvtable.trace.store import GroupStep, Step, TraceReader
+from kvtable.trace.window_front import unread_front
 
 REPLAYS_KEPT = 8
 """A failing replay's snippet replays the graph's last replays up to it (earlier ones are left out)."""
@@ -100,6 +101,7 @@ class TraceJudge:
         self.tiers = LEVELS[level]
         self.level = level
         self.families = {g.group_id: g.family for g in groups}
+        self.windows = {g.group_id: g.window for g in groups if g.family == "sliding"}
         self.rings = {g.group_id: g.window for g in groups if g.layout == "ring"}
         """Ring groups (R1-R3) by id: their window; their steps are judged by ``judge_ring``."""
         self.history: dict[str, GroupHistory] = {}
@@ -166,7 +168,7 @@ class TraceJudge:
                 out += judge_ring(self.profile, step, gid, kind, self.rings[gid])
             elif gid in attention:
                 out += judge_group(self.profile, step, gid, kind)
-            out += self._observe(step, gid, group)
+            out += self._observe(step, gid, unread_front(self.profile, step, kind, group, self.windows.get(gid)))
             if group.locs is not None and step.req_ids is not None:
                 out += self._writes(step, gid, group, kind)
         return out

@@ -87,7 +87,7 @@ class Step:
     """An input fault put into the step on purpose (``kvtable trace record --faults``)."""
     meta: dict[str, Any] = field(default_factory=dict)
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    """Allocator steps: their other arrays by name (rows, free_pages, locs, guards)."""
+    """Allocator steps: their other arrays by name (rows, free_pages, locs, guards, and free_after if recorded)."""
 
 
 class TraceWriter:
@@ -418,6 +418,8 @@ def _step(line: StepLine, get: Callable[[str], np.ndarray | None], tables: dict[
     if step.kind == "allocate":
         step.arrays = {k: get(k) for k in ("rows", "free_pages", "locs", "guard_before", "guard_after")}
         step.arrays.update({k: v for k in SWA_ARRAYS if (v := get(k)) is not None})
+        if (free_after := get("free_after")) is not None:  # the allocator's free list after the step (A6)
+            step.arrays["free_after"] = free_after
     versions = {} if versions is None else versions
     delta = set(line.delta)
     for gid, page_size in line.groups.items():
