@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -178,8 +178,7 @@ class TraceJudge:
             return []
         self.saw_req_ids = True
         live = len(step.req_ids) if step.actual_bs is None else min(step.actual_bs, len(step.req_ids))
-        delta = None if group.base is None else (group.base, group.cells)
-        return self._history(gid).observe(step.index, group.table, step.req_ids, live, delta)
+        return self._history(gid).observe(step.index, group.table, step.req_ids, live, group.changed)
 
     def _writes(self, step: Step, gid: str, group: GroupStep, kind: str) -> list[Violation]:
         tokens = step_tokens(kind, step.seq_lens, step.n, step.prefix_lens, step.actual_bs)
@@ -249,6 +248,12 @@ class TraceJudge:
         return []
 
 
+def _kept(step: Step) -> Step:
+    """A step whose tables stay as they are after the next step is read (``TraceReader.steps(shared=True)``)."""
+    groups = {gid: replace(g, table=None if g.table is None else g.table.copy()) for gid, g in step.groups.items()}
+    return replace(step, groups=groups)
+
+
 def _nothing(step: Step) -> list[Violation]:
     """A step that changes nothing judged (a capture: the replays after it are judged)."""
     return []
@@ -285,14 +290,14 @@ def _judge_steps(reader: TraceReader, report: Report, profile: str | Profile | N
     judge = TraceJudge(prof, level, header.specs)
     setup: list[Step] = []
     replays: deque[Step] = deque(maxlen=REPLAYS_KEPT)
-    for step in reader.steps():
+    for step in reader.steps(shared=True):
         report.steps += 1
         if step.kind == "graph":
             setup, replays = [step], deque(maxlen=REPLAYS_KEPT)
         elif step.kind == "capture":
             setup.append(step)
         elif step.kind == "replay":
-            replays.append(step)
+            replays.append(_kept(step))
         found = judge.feed(step)
         if not found:
             continue
