@@ -42,14 +42,16 @@ class Settings:
     size: Size
     repeats: int
     min_sample_s: float
+    baselines: tuple[str, ...] = ()
+    """Interpreters of other checkouts the tester is timed beside (``kvtable bench --baseline``)."""
 
     @classmethod
-    def for_size(cls, size: Size) -> Settings:
+    def for_size(cls, size: Size, baselines: Sequence[str] = ()) -> Settings:
         if size == "smoke":
-            return cls(size, repeats=1, min_sample_s=0.0)
+            return cls(size, repeats=1, min_sample_s=0.0, baselines=tuple(baselines))
         if size == "quick":
-            return cls(size, repeats=7, min_sample_s=0.003)
-        return cls(size, repeats=15, min_sample_s=0.02)
+            return cls(size, repeats=7, min_sample_s=0.003, baselines=tuple(baselines))
+        return cls(size, repeats=15, min_sample_s=0.02, baselines=tuple(baselines))
 
 
 @dataclass(frozen=True)
@@ -268,6 +270,8 @@ class Section:
     targets: list[Target] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """Parts not run here, with the reason (e.g. no CUDA device)."""
+    tables: list[dict[str, Any]] = field(default_factory=list)
+    """Tables RESULTS.md shows beside the targets: ``{"title", "columns", "rows"}`` (e.g. the tester's profile)."""
 
     def add(self, **record: Any) -> None:
         self.records.append(record)
@@ -275,7 +279,7 @@ class Section:
     def to_json(self) -> dict[str, Any]:
         return {"title": self.title, "columns": list(self.columns), "records": self.records,
                 "notes": self.notes, "targets": [t.to_json() for t in self.targets],
-                "skipped": self.skipped}
+                "skipped": self.skipped, "tables": self.tables}
 
     def render(self) -> str:
         """The section as an aligned text table followed by its targets, skips and notes."""
@@ -289,7 +293,15 @@ class Section:
         lines += [t.render() for t in self.targets]
         lines += [f"skipped: {s}" for s in self.skipped]
         lines += [f"note: {n}" for n in self.notes]
+        for table in self.tables:
+            lines += ["", f"{table['title']}:", *_aligned([list(table["columns"]), *table["rows"]])]
         return "\n".join(lines)
+
+
+def _aligned(rows: Sequence[Sequence[Any]]) -> list[str]:
+    cells = [[_cell(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
 
 
 def _cell(value: Any) -> str:
@@ -341,7 +353,7 @@ def write_json(path: Path, sections: Sequence[Section], settings: Settings, *, c
     doc = {"schema": 1, "created": datetime.now(UTC).isoformat(timespec="seconds"), "command": command,
            **source_commit(),
            "settings": {"size": settings.size, "repeats": settings.repeats,
-                        "min_sample_s": settings.min_sample_s},
+                        "min_sample_s": settings.min_sample_s, "baselines": list(settings.baselines)},
            "host": host, "sections": {s.name: s.to_json() for s in sections}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")
