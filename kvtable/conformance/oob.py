@@ -70,6 +70,8 @@ _INDEX_SELECT = frozenset({torch.Tensor.index_select, torch.index_select})
 _BASIC = frozenset({int, slice, type(None), type(Ellipsis)})
 """``tensor[...]`` with only these is views (``select``, ``slice``): no indexing op."""
 _INDEX_DTYPES = (torch.int64, torch.int32)
+SMALL_INDEX = 64
+"""Up to this many indices, their least and greatest are read as a list (one op) instead of ``aminmax`` (three)."""
 
 
 @dataclass(eq=False)
@@ -105,9 +107,9 @@ class IndexGuard(TorchFunctionMode):
         self.ops = IndexOps(on_hit)
 
     def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
         if func in NO_INDEXING:
-            return func(*args, **kwargs)
+            return func(*args, **kwargs) if kwargs else func(*args)
+        kwargs = kwargs or {}
         if func is _GETITEM and not kwargs and len(args) == 2:
             items = args[1] if type(args[1]) is tuple else (args[1],)
             if all(type(i) in _BASIC for i in items):
@@ -209,8 +211,12 @@ def _bounds(op: str, access: str, self: Any, dim: int, index: Any) -> OutOfBound
     if not isinstance(index, torch.Tensor) or index.numel() == 0 or index.is_meta or index.dtype.is_floating_point \
             or index.dtype == torch.bool:
         return None
-    low, high = torch.aminmax(index)
-    if least <= low.item() and high.item() < size:
+    if index.numel() <= SMALL_INDEX:
+        values = index.reshape(-1).tolist()
+        low, high = min(values), max(values)
+    else:
+        low, high = (int(v) for v in torch.aminmax(index))
+    if least <= low and high < size:
         return None
     bad = ((index < least) | (index >= size)).nonzero()[0].tolist()
     value = int(index[tuple(bad)]) if index.dim() else int(index)
