@@ -47,14 +47,22 @@ def render_run(name: str, doc: dict[str, Any]) -> str:
         lines += [f"### {section}", ""]
         if targets:
             lines += ["| target | want | got | verdict |", "|---|---|---|---|"]
-            lines += [f"| {t['name']} | {t['want']} | {_got(t.get('got'))} | {t['verdict']} |" for t in targets]
+            lines += [f"| {t['name']}{_cpu(t)} | {t['want']} | {_got(t.get('got'))} | {t['verdict']} |"
+                      for t in targets]
         lines += [f"- skipped: {s}" for s in body.get("skipped", [])]
+        lines += [f"- on the GPU: {s}" for s in body.get("moved", [])]
         lines.append("")
         for table in tables:
             lines += [f"{table['title']}:", "", _row(table["columns"]), _row(["---"] * len(table["columns"]))]
             lines += [_row(row) for row in table["rows"]]
             lines.append("")
     return "\n".join(lines)
+
+
+def _cpu(target: dict[str, Any]) -> str:
+    """A GPU target's CPU figure, shown beside it (not judged)."""
+    cpu = target.get("cpu")
+    return "" if cpu is None else f" (the CPU route, not judged: {_got(cpu)})"
 
 
 def _row(cells: Sequence[Any]) -> str:
