@@ -72,10 +72,6 @@ class FillStep:
     def bytes_written(self) -> int:
         return self.dst.shape[0] * self.bs * self.dst.shape[2] * self.dst.element_size()
 
-    @property
-    def bytes_read(self) -> int:
-        return int((self.meta[:, 1].to(torch.int64) * self.actual_bs).sum()) * self.packed.element_size()
-
     def seq_lens(self) -> torch.Tensor:
         """Every row's length: the live rows', then 1 for the padded rows."""
         seq = list(self.workload.batch.seq_lens) + [1] * (self.bs - self.actual_bs)

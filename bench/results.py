@@ -23,9 +23,11 @@ def _load(values: Any) -> str:
     return "?" if not values else ", ".join(f"{v:.1f}" for v in values)
 
 
-def _got(got: dict[str, float] | None) -> str:
+def _got(got: dict[str, float] | None, detail: str = "") -> str:
     if got is None:
         return "not measured"
+    if detail.startswith("projected"):  # one figure scaled from a shorter run: no spread, and said to be projected
+        return f"{got['median']:.3g}, {detail.split(';')[0]} (not measured at this size)"
     return f"{got['median']:.3g} ({got['min']:.3g}-{got['max']:.3g})"
 
 
@@ -47,8 +49,8 @@ def render_run(name: str, doc: dict[str, Any]) -> str:
         lines += [f"### {section}", ""]
         if targets:
             lines += ["| target | want | got | verdict |", "|---|---|---|---|"]
-            lines += [f"| {t['name']}{_cpu(t)} | {t['want']} | {_got(t.get('got'))} | {t['verdict']} |"
-                      for t in targets]
+            lines += [f"| {t['name']}{_cpu(t)} | {t['want']} | {_got(t.get('got'), t.get('detail', ''))} "
+                      f"| {t['verdict']} |" for t in targets]
         lines += [f"- skipped: {s}" for s in body.get("skipped", [])]
         lines += [f"- on the GPU: {s}" for s in body.get("moved", [])]
         lines.append("")

@@ -2,14 +2,19 @@
 
 What it models (read from SGLang's ``python/sglang/srt/mem_cache/`` and ``python/sglang/kernels/ops/memory/``):
 
-- the allocator chooses the write slots before any table holds them: per request (one "program" each, as
-  ``alloc_extend_kernel`` runs one per request) the slots of ``[prefix, seq)`` come first from the request's
-  partially filled last page (``last_loc + 1 ..``), then from whole free pages, then from one more free page
-  for the tail; decode and speculative verify are the same with one and N tokens (page size 1, the default,
-  is the same kernel with no partial pages);
-- the chosen slots are then recorded in ``req_to_token`` (``ReqToTokenPool``: int32, row 0 the padding row)
-  at each request's positions, as ``alloc_for_extend``/``alloc_for_decode``/``alloc_for_spec_decode`` do
-  with ``write_req_to_token_pool_triton`` and ``assign_req_to_token_pool``;
+- the allocator chooses the write slots before any table holds them. At page size 1 (the default,
+  ``TokenToKVPoolAllocator``) ``alloc(n)`` hands out a view of the first ``n`` entries of its free list: there
+  is no output buffer. Above it (``PagedTokenToKVPoolAllocator``) ``alloc_extend`` makes its own output with
+  ``torch.empty`` and, per request (one "program" each, as ``alloc_extend_kernel`` runs one per request),
+  takes the slots of ``[start, end)`` first from the request's partially filled last page (``last_loc + 1
+  ..``), then from whole free pages; then it slices its free list past the pages taken. Both return their
+  free list (A6);
+- the chosen slots are then recorded in ``req_to_token`` (``ReqToTokenPool``: int32 whatever the pool, row 0
+  the padding row) as ``alloc_for_extend``/``alloc_for_decode``/``alloc_for_spec_decode`` do with
+  ``assign_req_to_token_pool``: an extend takes a fresh row per request from the free rows and copies the
+  prefix there first (the radix cache's prefix indices); a speculative verify allocates up to the end of its
+  last page (``kv_allocated_len`` past ``seq_len``) from the request's allocated length;
+- a declared SWA tail (``alloc_extend_swa_tail``) gives SWA slots to each request's last tokens only;
 - with a sliding-window pool, the SWA allocator runs the same kernel over the SWA free pages from the
   translated last location (``translate_loc_from_full_to_swa``: ``mapping[loc]``, the sentinel -1 for
   ``last_loc = -1``), records ``mapping[full] = swa`` and returns the SWA locations as the int64 mapping holds
@@ -26,11 +31,13 @@ Run it with its profile, from a clone's root::
 
     kvtable conform --backend examples/sglang_style.py:backend --profile sglang
 
-Seeded variants, each one of SGLang's bug classes: ``backend_prefix_past_length`` starts each request's output
-at the signed sum of the extend lengths before it, so a request whose prefix exceeds its length makes the
-next one write before the output buffer (``alloc_extend_kernel``); ``backend_short_verify`` records a verify
-row shorter than N from its negative start, into the row before it (``assign_req_to_token_pool``);
-``backend_int32_pool`` keeps ``req_to_token`` int32 whatever the pool, so slots ``>= 2^31`` wrap.
+Seeded variants, each one of SGLang's bug classes: ``backend_prefix_past_length`` keeps a negative extend length
+in its signed sums (``alloc_extend_kernel``), so a request whose prefix exceeds its length makes the next one
+write before the output buffer, read the free page before its free list (one an earlier request holds: a
+double allocation, A6) and slice its free list backwards; ``backend_short_verify`` records a verify row
+shorter than N from its negative start, into the row before it (``assign_req_to_token_pool``). The example
+itself keeps SGLang's int32 ``req_to_token`` whatever the pool, so slots ``>= 2^31`` wrap: a latent failure
+(``backend_int32_pool`` names it).
 """
 
 from __future__ import annotations
@@ -41,8 +48,6 @@ from typing import Any
 import torch
 
 from kvtable.backends.protocol import Allocation, AllocState
-
-INT32_SLOTS = 2**31
 
 
 def _pages(tokens: torch.Tensor, page_size: int) -> torch.Tensor:
@@ -60,16 +65,18 @@ def _load(buffer: torch.Tensor, offset: int, count: int) -> torch.Tensor:
 
 
 def alloc_extend(prefix_lens: torch.Tensor, seq_lens: torch.Tensor, last_loc: torch.Tensor,
-                 free_pages: torch.Tensor, out: torch.Tensor, page_size: int, *, signed_starts: bool = False) -> int:
+                 free_pages: torch.Tensor, out: torch.Tensor, page_size: int, *, signed: bool = False) -> int:
     """Fill ``out`` with the slots of every request's ``[prefix, seq)``; returns the free pages taken.
 
-    Request ``i`` writes from the sum of the extend lengths before it. ``signed_starts`` keeps a negative
-    extend length (a prefix past its length) in that sum, as SGLang's kernel does; otherwise it counts 0.
+    Request ``i`` writes from the sum of the extend lengths before it and takes free pages from the sum of the
+    page counts before it. ``signed`` keeps a negative count (a prefix past its length) in both sums, as
+    SGLang's kernel does; otherwise it counts 0.
     """
     extend = seq_lens - prefix_lens
-    counted = extend if signed_starts else extend.clamp_min(0)
-    starts = torch.cumsum(counted, 0) - counted
-    new_pages = (_pages(seq_lens, page_size) - _pages(prefix_lens, page_size)).clamp_min(0)
+    new_pages = _pages(seq_lens, page_size) - _pages(prefix_lens, page_size)
+    if not signed:
+        extend, new_pages = extend.clamp_min(0), new_pages.clamp_min(0)
+    starts = torch.cumsum(extend, 0) - extend
     page_starts = torch.cumsum(new_pages, 0) - new_pages
     for i in range(len(seq_lens)):  # one program per request
         prefix, seq, start = int(prefix_lens[i]), int(seq_lens[i]), int(starts[i])
@@ -78,10 +85,39 @@ def alloc_extend(prefix_lens: torch.Tensor, seq_lens: torch.Tensor, last_loc: to
         part1 = min(seq, int(_pages(prefix_lens[i], page_size)) * page_size) - prefix
         _store(out, start, int(last_loc[i]) + 1 + torch.arange(part1))
         tail = torch.arange(seq - prefix - part1)
-        pages = _load(free_pages, int(page_starts[i]), int(new_pages[i]))
+        pages = _load(free_pages, int(page_starts[i]), int(_pages(seq_lens[i], page_size) - _pages(prefix_lens[i],
+                                                                                                     page_size)))
         _store(out, start + part1, pages[torch.div(tail, page_size, rounding_mode="floor")] * page_size
                + tail % page_size)
     return int(new_pages.sum())
+
+
+class TokenAllocator:
+    """Page size 1 (``TokenToKVPoolAllocator``): ``alloc(n)`` hands out the first ``n`` free slots as a view of
+    the free list, and keeps the rest; no output buffer of its own."""
+
+    def __init__(self, free_pages: torch.Tensor) -> None:
+        self.free_pages = free_pages
+
+    def alloc(self, n: int) -> torch.Tensor:
+        out, self.free_pages = self.free_pages[:n], self.free_pages[n:]
+        return out
+
+
+class PagedAllocator:
+    """Page size > 1 (``PagedTokenToKVPoolAllocator``): ``alloc_extend`` makes its own output with
+    ``torch.empty`` and advances the free list by the pages the kernel took."""
+
+    def __init__(self, free_pages: torch.Tensor, page_size: int, *, signed: bool = False) -> None:
+        self.free_pages, self.page_size, self.signed = free_pages, page_size, signed
+
+    def alloc_extend(self, prefix_lens: torch.Tensor, seq_lens: torch.Tensor, last_loc: torch.Tensor,
+                     n_tokens: int) -> torch.Tensor:
+        out = torch.empty((max(n_tokens, 0),), dtype=torch.int64)
+        taken = alloc_extend(prefix_lens, seq_lens, last_loc, self.free_pages, out, self.page_size,
+                             signed=self.signed)
+        self.free_pages = self.free_pages[taken:]  # a negative count moves the view back: popped pages come back
+        return out
 
 
 def last_locs(req_to_token: torch.Tensor, rows: torch.Tensor, prefix_lens: torch.Tensor) -> torch.Tensor:
@@ -108,6 +144,21 @@ class ReqToTokenPool:
             if count > 0:
                 values = _load(locs, int(starts[i]) + first - int(prefix_lens[i]), count)
                 _store(flat, int(rows[i]) * width + first, values.to(flat.dtype))
+
+
+def _swa_tail(start: torch.Tensor, end: torch.Tensor, tail_lens: torch.Tensor, free_pages: torch.Tensor,
+              out: torch.Tensor, page_size: int) -> None:
+    """SWA slots for each request's last ``tail_lens[i]`` new tokens only (``alloc_extend_swa_tail``): each page
+    column of the tail takes the next free SWA page; the head tokens keep 0."""
+    k, taken, pages = 0, 0, {}
+    for i in range(len(start)):
+        first = int(end[i]) - int(tail_lens[i])
+        for pos in range(int(start[i]), int(end[i])):
+            if pos >= first:
+                if (i, pos // page_size) not in pages:
+                    pages[i, pos // page_size], taken = int(free_pages[taken]), taken + 1
+                out[k] = pages[i, pos // page_size] * page_size + pos % page_size
+            k += 1
 
 
 class CudaGraphRunner:
@@ -199,45 +250,64 @@ class SglangStyleBackend:
     name = "sglang-style"
 
     def __init__(self, device: str = "cpu", debug: bool | None = None, *, signed_starts: bool = False,
-                 clamp_start: bool = True, int32_always: bool = False) -> None:
+                 clamp_start: bool = True, table_dtype: torch.dtype = torch.int32) -> None:
+        self.table_dtype = table_dtype
         self.device = device
         self.debug = bool(debug)
         self.signed_starts = signed_starts
         self.clamp_start = clamp_start
-        self.int32_always = int32_always
 
-    # -- the allocator route (A1-A5) ------------------------------------------------------------
-    def _allocate(self, state: AllocState) -> Allocation:
+    # -- the allocator route (A1-A6) ------------------------------------------------------------
+    def _allocate(self, state: AllocState, *, fresh_rows: bool = False, round_up: bool = False) -> Allocation:
+        """One step as ``alloc_for_extend`` / ``alloc_for_decode`` / ``alloc_for_spec_decode`` run it:
+        ``fresh_rows`` takes a free row per request and copies its prefix there (the radix cache's prefix
+        indices); ``round_up`` allocates to the end of the last page (``kv_allocated_len``)."""
         ps = state.page_size
         rows, prefix = torch.tensor(list(state.rows)), torch.tensor(list(state.prefix_lens))
+        start = prefix if state.allocated_lens is None else torch.tensor(list(state.allocated_lens))
         seq = torch.tensor(list(state.seq_lens))
-        fits = (state.pool_pages + 1) * ps <= INT32_SLOTS
-        pool = ReqToTokenPool(state.req_to_token, torch.int32 if fits or self.int32_always else torch.int64)
-        last = last_locs(state.req_to_token, rows, prefix)
+        end = _pages(seq, ps) * ps if round_up and ps > 1 and state.allocated_lens is not None else seq
+        end = torch.maximum(end, start) if not self.signed_starts else end
+        pool = ReqToTokenPool(state.req_to_token, self.table_dtype)  # SGLang's: int32, whatever the pool
+        last = last_locs(state.req_to_token, rows, start)
         if self.debug and ps > 1:  # SGLANG_DEBUG_MEMORY_POOL
-            bad = (prefix > 0) & ((last + 1) % ps != prefix % ps)
-            assert not bool(bad.any()), f"last_loc {last.tolist()} disagrees with prefix_lens {prefix.tolist()}"
-        alloc_extend(prefix, seq, last, state.free_pages, state.out, ps, signed_starts=self.signed_starts)
+            bad = (start > 0) & ((last + 1) % ps != start % ps)
+            assert not bool(bad.any()), f"last_loc {last.tolist()} disagrees with prefix_lens {start.tolist()}"
+        counted = (end - start) if self.signed_starts else (end - start).clamp_min(0)
+        if ps == 1:
+            allocator = TokenAllocator(state.free_pages)
+            out = allocator.alloc(int(counted.sum()))
+        else:
+            allocator = PagedAllocator(state.free_pages, ps, signed=self.signed_starts)
+            out = allocator.alloc_extend(start, end, last, int(counted.sum()))
         if self.debug:
-            assert state.out.unique().numel() == state.out.numel(), "duplicate slots in out_cache_loc"
-        counted = (seq - prefix) if self.signed_starts else (seq - prefix).clamp_min(0)
-        pool.write(rows, prefix, seq, state.out, torch.cumsum(counted, 0) - counted, clamp_start=self.clamp_start)
+            assert out.unique().numel() == out.numel(), "duplicate slots in out_cache_loc"
+        new_rows = rows
+        if fresh_rows and len(state.free_rows) >= len(rows):
+            new_rows = torch.tensor(list(state.free_rows[:len(rows)]))
+            for old, new, n in zip(rows.tolist(), new_rows.tolist(), start.clamp_min(0).tolist(), strict=True):
+                pool.req_to_token[new, :n] = pool.req_to_token[old, :n]
+        pool.write(new_rows, start, end, out, torch.cumsum(counted, 0) - counted, clamp_start=self.clamp_start)
+        kept = {"rows": new_rows.tolist(), "allocated_lens": end.tolist(), "free_pages": allocator.free_pages}
         if state.swa is None:
-            return Allocation(state.out, pool.req_to_token)
+            return Allocation(out, pool.req_to_token, **kept)
         mapping = state.swa.mapping.clone()
-        swa_out = torch.zeros_like(state.out)
-        alloc_extend(prefix, seq, mapping[last], state.swa.free_pages, swa_out, ps, signed_starts=self.signed_starts)
-        mapping[state.out] = swa_out
-        return Allocation(state.out, pool.req_to_token, swa_out, mapping)  # int64, as the mapping's entries
+        swa_out = torch.zeros_like(out)
+        if state.swa.tail_lens is None:
+            alloc_extend(start, end, mapping[last], state.swa.free_pages, swa_out, ps, signed=self.signed_starts)
+        else:
+            _swa_tail(start, end, torch.tensor(list(state.swa.tail_lens)), state.swa.free_pages, swa_out, ps)
+        mapping[out] = swa_out
+        return Allocation(out, pool.req_to_token, swa_out, mapping, **kept)  # int64, as the mapping's entries
 
     def alloc_decode(self, state: AllocState) -> Allocation:
         return self._allocate(state)
 
     def alloc_verify(self, state: AllocState) -> Allocation:
-        return self._allocate(state)
+        return self._allocate(state, round_up=True)
 
     def alloc_extend(self, state: AllocState) -> Allocation:
-        return self._allocate(state)
+        return self._allocate(state, fresh_rows=True)
 
     # -- the location route: slots read through the token table a page table stands for ----------
     @staticmethod
@@ -332,5 +402,12 @@ def backend_short_verify(debug: bool | None = None) -> SglangStyleBackend:
 
 
 def backend_int32_pool(debug: bool | None = None) -> SglangStyleBackend:
-    """Seeded: ``req_to_token`` stays int32 whatever the pool holds, so slots ``>= 2^31`` wrap."""
-    return SglangStyleBackend(debug=debug, int32_always=True)
+    """The backend itself, named for its latent bug: ``req_to_token`` is int32 whatever the pool, so slots
+    ``>= 2^31`` wrap (reachable only with a pool that large)."""
+    return backend(debug)
+
+
+def backend_int64_table(debug: bool | None = None) -> SglangStyleBackend:
+    """The int32 wrap fixed (``req_to_token`` int64): the passing twin of ``backend_int32_pool`` at a pool past
+    2^31 slots, and no longer SGLang's table dtype (``--profile sglang`` says so)."""
+    return SglangStyleBackend(debug=debug, table_dtype=torch.int64)

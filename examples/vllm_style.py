@@ -114,8 +114,9 @@ class VllmStyleBackend:
 
     def expand_table(self, table: torch.Tensor, ratio: int, *, max_kernel_pages: int | None = None,
                      tail_pad: int = -1, actual_bs: int | None = None) -> torch.Tensor:
-        """Manager blocks to kernel blocks: ``b -> b*r + j``; the null block (and anything <= 0) -> ``j``; tail 0.
-        Every row is mapped alike (``map_to_kernel_blocks`` knows no padded rows: they are never read)."""
+        """Manager blocks to kernel blocks as ``append_row`` maps a row's own block ids: ``b -> b*r + j``, a null
+        block among them (anything <= 0) -> ``j``; the columns after the row's last real block stay 0 (a block list
+        never ends in the null block). Every row is mapped alike (padded rows are never read)."""
         if ratio < 1:
             raise ValueError(f"the kernel block size must divide the manager's block size (ratio {ratio})")
         rows, width = table.shape
@@ -126,7 +127,9 @@ class VllmStyleBackend:
             kernel = table.to(torch.int32)
         else:
             base = torch.where(table > 0, table.long() * ratio, 0).repeat_interleave(ratio, dim=1)
-            kernel = (base + torch.arange(ratio).repeat(width)).to(torch.int32)
+            own = ((table > 0) * torch.arange(1, width + 1)).amax(dim=1, keepdim=True) if width else table[:, :0]
+            inside = torch.arange(width).repeat_interleave(ratio) < own  # the row's own blocks, up to its last real
+            kernel = torch.where(inside, base + torch.arange(ratio).repeat(width), 0).to(torch.int32)
         out = torch.zeros((rows, out_width), dtype=torch.int32)  # vLLM's tables are zero-initialised
         keep = min(out_width, kernel.shape[1])
         out[:, :keep] = kernel[:, :keep]

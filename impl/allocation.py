@@ -1,4 +1,4 @@
-"""A1-A5 in torch: kvtable's own allocator step (``Allocator``) and the checker a debug mode (or a trace checker)
+"""A1-A6 in torch: kvtable's own allocator step (``Allocator``) and the checker a debug mode (or a trace checker)
 runs on any backend's step with a few vectorized ops (``check_allocation``).
 
 The rules are the reference's (``kvtable.reference.allocation``, which judges in plain Python and lists every
@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from kvtable.alloc_contract import Allocation, AllocState
 from kvtable.errors import ContractViolation
 
 if TYPE_CHECKING:
-    from kvtable.backends.protocol import Allocation, AllocState
+    from collections.abc import Sequence
 
 
 def _first(mask: torch.Tensor) -> int | None:
@@ -25,19 +26,31 @@ def _first(mask: torch.Tensor) -> int | None:
     return int(hits[0, 0]) if hits.numel() else None
 
 
-def _tokens(state: AllocState) -> tuple[torch.Tensor, torch.Tensor]:
-    """(request, position) of every output entry, request order (a request with ``seq <= prefix`` has none)."""
-    prefix, seq = torch.tensor(list(state.prefix_lens)), torch.tensor(list(state.seq_lens))
-    counts = (seq - prefix).clamp_min(0)
+def _starts(state: AllocState) -> torch.Tensor:
+    """Each request's first position to allocate: its allocated length, else its prefix."""
+    return torch.tensor(list(state.prefix_lens if state.allocated_lens is None else state.allocated_lens))
+
+
+def _ends(state: AllocState, allocated: Sequence[int] | None) -> torch.Tensor:
+    """Each request's allocated end after the step: as returned, else ``max(seq, start)``."""
+    if allocated is not None:
+        return torch.tensor(list(allocated))
+    return torch.maximum(torch.tensor(list(state.seq_lens)), _starts(state))
+
+
+def _tokens(state: AllocState, allocated: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(request, position) of every output entry, request order: positions ``[start, end)`` of each request."""
+    start = _starts(state)
+    counts = (_ends(state, allocated) - start).clamp_min(0)
     req = torch.arange(len(counts)).repeat_interleave(counts)
-    starts = torch.cumsum(counts, 0) - counts
-    return req, prefix[req] + torch.arange(int(counts.sum())) - starts[req]
+    first = torch.cumsum(counts, 0) - counts
+    return req, start[req] + torch.arange(int(counts.sum())) - first[req]
 
 
 def _live(state: AllocState, before: torch.Tensor) -> torch.Tensor:
-    """Slots of the batch's live tokens (each request's positions below its prefix)."""
+    """Slots of the batch's live tokens (each request's positions below its allocated length)."""
     rows = torch.tensor(list(state.rows))
-    prefix = torch.tensor(list(state.prefix_lens)).clamp(0, before.shape[1])
+    prefix = _starts(state).clamp(0, before.shape[1])
     cols = torch.arange(before.shape[1])
     live = before[rows][cols < prefix[:, None]].long()
     return live[live >= state.page_size]
@@ -46,7 +59,7 @@ def _live(state: AllocState, before: torch.Tensor) -> torch.Tensor:
 def _partial(state: AllocState, before: torch.Tensor, translate: torch.Tensor | None) -> torch.Tensor:
     """Per request: the page of its partially filled last page, or -1."""
     ps = state.page_size
-    prefix, rows = torch.tensor(list(state.prefix_lens)), torch.tensor(list(state.rows))
+    prefix, rows = _starts(state), torch.tensor(list(state.rows))
     last = before[rows, (prefix - 1).clamp(0, before.shape[1] - 1)].long()
     if translate is not None:
         last = translate[last.clamp(0, translate.numel() - 2)]
@@ -55,15 +68,17 @@ def _partial(state: AllocState, before: torch.Tensor, translate: torch.Tensor | 
 
 
 def _slots(clause: str, state: AllocState, locs: torch.Tensor, free: torch.Tensor, pool_end: int,
-           partial: torch.Tensor, live: torch.Tensor, req: torch.Tensor, pos: torch.Tensor) -> None:
+           partial: torch.Tensor, live: torch.Tensor, req: torch.Tensor, pos: torch.Tensor,
+           sink_ok: torch.Tensor | None = None) -> None:
     """A3's rules for ``locs`` (A5's in SWA space): free or own partial page, in the pool, not page 0 (unless the
-    token owns no position), not live, chosen once, at offset ``pos % ps``, one page per page column."""
+    token owns no position, or is of ``sink_ok`` and gets slot 0), not live, chosen once, at offset ``pos % ps``,
+    one page per page column."""
     ps, rows = state.page_size, torch.tensor(list(state.rows))
     page = torch.div(locs, ps, rounding_mode="floor")
-    sink = (page == 0) & (pos < 0)
+    sink = (page == 0) & ((pos < 0) | ((locs == 0) & (sink_ok if sink_ok is not None else False)))
     checks = [
         (locs < 0, "a negative slot"), (locs >= pool_end, f"a slot past the pool (slots end at {pool_end})"),
-        ((page == 0) & (pos >= 0), "page 0, the reserved padding sink"),
+        ((page == 0) & ~sink, "page 0, the reserved padding sink"),
         (torch.isin(locs, live) & ~sink, "a live token's slot"),
         (~torch.isin(page, free) & (page != partial[req]) & ~sink & (page > 0),
          "a page neither free nor the request's own partially filled last page"),
@@ -74,7 +89,8 @@ def _slots(clause: str, state: AllocState, locs: torch.Tensor, free: torch.Tenso
     col = torch.div(pos, ps, rounding_mode="floor")
     col = col - col.min() if col.numel() else col
     _, column = torch.unique(req * (int(col.max()) + 1 if col.numel() else 1) + col, return_inverse=True)
-    lo = torch.full((int(column.max()) + 1 if column.numel() else 0,), 2**62).scatter_reduce(0, column, page, "amin")
+    lo = torch.full((int(column.max()) + 1 if column.numel() else 0,), 2**62).scatter_reduce(
+        0, column, torch.where(page > 0, page, 2**62), "amin")
     checks.append(((page > 0) & (pos >= 0) & (page != lo[column]), "a page other than its page column's"))
     for mask, what in checks:
         k = _first(mask)
@@ -84,15 +100,18 @@ def _slots(clause: str, state: AllocState, locs: torch.Tensor, free: torch.Tenso
 
 
 def check_allocation(before: torch.Tensor, state: AllocState, allocation: Allocation) -> None:
-    """Raise the first breach of A1-A5 by ``allocation``, the backend's answer to ``state`` (``before``: the
+    """Raise the first breach of A1-A6 by ``allocation``, the backend's answer to ``state`` (``before``: the
     token table as handed, before the backend recorded anything)."""
-    req, pos = _tokens(state)
-    rows = torch.tensor(list(state.rows))[req]
+    req, pos = _tokens(state, allocation.allocated_lens)
+    moved_rows = torch.tensor(list(state.rows if allocation.rows is None else allocation.rows))
+    _check_rows(state, moved_rows)
+    rows = moved_rows[req]
     locs, after = allocation.locs.reshape(-1).long(), allocation.req_to_token.long()
     if locs.numel() != req.numel():
         raise ContractViolation("A4", f"{locs.numel()} locations for {req.numel()} tokens")
     if after.shape != before.shape:
         raise ContractViolation("A2", f"the recorded table has shape {tuple(after.shape)}, was {tuple(before.shape)}")
+    _check_ends(state, allocation)
     own = (pos >= 0) & (pos < before.shape[1])
     recorded = after[rows, pos.clamp(0, before.shape[1] - 1)]
     misplaced = own & (recorded != locs) & torch.isin(recorded, locs)  # another token's slot: its write (A2)
@@ -102,16 +121,98 @@ def check_allocation(before: torch.Tensor, state: AllocState, allocation: Alloca
                                 f"{int(after[rows[k], pos[k]])}, chose {int(locs[k])}", row=int(rows[k]))
     allowed = torch.zeros_like(before, dtype=torch.bool)
     allowed[rows[own & ~misplaced], pos[own & ~misplaced]] = True
+    _check_moved(state, before, after, moved_rows, allowed)
     changed = ((after != before.long()) & ~allowed).nonzero()
     if changed.numel():
         row, col = (int(v) for v in changed[0])
         raise ContractViolation("A2", f"cell changed from {int(before[row, col])} to {int(after[row, col])}, not a "
                                 "cell of this step's tokens", row=row, col=col)
     live = _live(state, before)
-    _slots("A3", state, locs, state.free_pages, (state.pool_pages + 1) * state.page_size,
-           _partial(state, before, None), live, req, pos)
+    partial = _partial(state, before, None)
+    _slots("A3", state, locs, state.free_pages, (state.pool_pages + 1) * state.page_size, partial, live, req, pos)
     if state.swa is not None:
         _check_swa(state, before, allocation, locs, live, req, pos)
+    _check_pool(state, allocation, locs, live, partial, req, pos)
+
+
+def _check_rows(state: AllocState, rows: torch.Tensor) -> None:
+    """A2: a request moved to another row takes a free row, and no two requests share one."""
+    moved = rows != torch.tensor(list(state.rows))
+    k = _first(moved & ~torch.isin(rows, torch.tensor(list(state.free_rows), dtype=torch.long)))
+    if k is not None:
+        raise ContractViolation("A2", f"request {k} took row {int(rows[k])}, which is not a free row", row=int(rows[k]))
+    _, inverse, counts = torch.unique(rows, return_inverse=True, return_counts=True)
+    k = _first(counts[inverse] > 1)
+    if k is not None:
+        raise ContractViolation("A2", f"request {k} took row {int(rows[k])}, which another request also took",
+                                row=int(rows[k]))
+
+
+def _check_ends(state: AllocState, allocation: Allocation) -> None:
+    """A1: every committed position has a slot, and no request allocates past the page of its last one."""
+    start, end = _starts(state), _ends(state, allocation.allocated_lens)
+    seq, ps = torch.tensor(list(state.seq_lens)), state.page_size
+    k = _first(end < seq)
+    if k is not None:
+        raise ContractViolation("A1", f"request {k} allocated up to {int(end[k])}, but positions up to "
+                                f"{int(seq[k])} are committed", row=int(state.rows[k]))
+    limit = torch.div(seq + ps - 1, ps, rounding_mode="floor") * ps if state.allocated_lens is not None else seq
+    k = _first(end > torch.maximum(limit, start))
+    if k is not None:
+        raise ContractViolation("A1", f"request {k} allocated up to {int(end[k])}, past {int(limit[k])} (the page "
+                                "end with allocated lengths kept, else its length)", row=int(state.rows[k]))
+
+
+def _check_moved(state: AllocState, before: torch.Tensor, after: torch.Tensor, rows: torch.Tensor,
+                 allowed: torch.Tensor) -> None:
+    """A1: a request moved to a fresh row has its earlier slots there (they may change: ``allowed`` marks them)."""
+    for i in (rows != torch.tensor(list(state.rows))).nonzero().flatten().tolist():
+        start = max(int(_starts(state)[i]), 0)
+        old, new = before[state.rows[i], :start].long(), after[int(rows[i]), :start]
+        col = _first(old != new)
+        if col is not None:
+            raise ContractViolation("A1", f"request {i} moved to row {int(rows[i])}, which holds {int(new[col])} at "
+                                    f"position {col}, not its slot {int(old[col])}", row=int(rows[i]), col=col)
+        allowed[int(rows[i]), :start] = True
+
+
+def _check_pool(state: AllocState, allocation: Allocation, locs: torch.Tensor, live: torch.Tensor,
+                partial: torch.Tensor, req: torch.Tensor, pos: torch.Tensor) -> None:
+    """A6: every page handed out was free and goes to one page column only; with a free list returned, it holds
+    each page once, no page the batch holds, nothing held before that the step did not free, and every page
+    that was free and not handed out (or freed)."""
+    ps = state.page_size
+    page = torch.div(locs, ps, rounding_mode="floor")
+    new = (locs >= ps) & (page != partial[req])
+    column = req * (2**32) + torch.div(pos, ps, rounding_mode="floor")
+    pages, cols = page[new], column[new]
+    for p in torch.unique(pages).tolist():
+        if torch.unique(cols[pages == p]).numel() > 1:
+            raise ContractViolation("A6", f"page {p} handed out twice, to two page columns")
+    k = _first(new & ~torch.isin(page, state.free_pages))
+    if k is not None:
+        raise ContractViolation("A6", f"page {int(page[k])} handed out again to request {int(req[k])}: it was not "
+                                "free (a double allocation)", row=int(state.rows[int(req[k])]))
+    if allocation.free_pages is None:
+        return
+    free = allocation.free_pages.reshape(-1).long()
+    freed = torch.zeros(0, dtype=torch.long) if allocation.freed_pages is None else allocation.freed_pages.long()
+    listed = torch.cat([free, freed.reshape(-1)])
+    held = torch.cat([pages, torch.div(live, ps, rounding_mode="floor")])
+    _, inverse, counts = torch.unique(listed, return_inverse=True, return_counts=True)
+    for mask, what in (((listed < 1) | (listed > state.pool_pages), "outside the pool"), (counts[inverse] > 1,
+                       "free twice"), (torch.isin(listed, held), "free while the batch holds it")):
+        k = _first(mask)
+        if k is not None:
+            raise ContractViolation("A6", f"page {int(listed[k])} on the free list or freed: {what}")
+    k = _first(torch.isin(free, state.free_pages, invert=True) & torch.isin(free, freed, invert=True))
+    if k is not None:
+        raise ContractViolation("A6", f"page {int(free[k])} is on the free list after the step, but it was held "
+                                "before it and the step freed no such page")
+    lost = state.free_pages.long()[~torch.isin(state.free_pages.long(), torch.cat([pages, listed]))]
+    if lost.numel():
+        raise ContractViolation("A6", f"page {int(lost[0])} is lost: it was free, the step did not hand it out, "
+                                "and it is neither free nor freed after it")
 
 
 def _check_swa(state: AllocState, before: torch.Tensor, allocation: Allocation, locs: torch.Tensor,
@@ -125,8 +226,13 @@ def _check_swa(state: AllocState, before: torch.Tensor, allocation: Allocation, 
         raise ContractViolation("A5", "SWA locations or mapping of the wrong size, or the sentinel mapping[-1] = -1 "
                                 "lost")
     live_swa = swa.mapping[live.clamp(0, swa.mapping.numel() - 2)]
+    head = None
+    if swa.tail_lens is not None:  # a declared tail: each request's new tokens before its last tail_lens[i]
+        counts = torch.bincount(req, minlength=len(state.rows))
+        rank = torch.arange(req.numel()) - (torch.cumsum(counts, 0) - counts)[req]
+        head = rank < (counts - torch.tensor(list(swa.tail_lens)))[req]
     _slots("A5", state, swa_locs, swa.free_pages, (swa.pool_pages + 1) * state.page_size,
-           _partial(state, before, swa.mapping), live_swa[live_swa >= state.page_size], req, pos)
+           _partial(state, before, swa.mapping), live_swa[live_swa >= state.page_size], req, pos, head)
     expected = swa.mapping.clone()
     expected[locs] = swa_locs
     slot = _first(expected != mapping)
@@ -135,10 +241,11 @@ def _check_swa(state: AllocState, before: torch.Tensor, allocation: Allocation, 
 
 
 class Allocator:
-    """kvtable's own allocator-driven step in torch (A1-A5): each request's new positions take the rest of its
-    partially filled last page, then whole free pages in free-list order; tokens at negative positions (a verify
-    row shorter than N) get slots too but own no cell, so nothing records them. The chosen slots go to
-    ``state.out`` at each request's output offset and are recorded in a copy of the token table, returned."""
+    """kvtable's own allocator-driven step in torch (A1-A6): each request's new positions (from its allocated
+    length) take the rest of its partially filled last page, then whole free pages in free-list order; tokens at
+    negative positions (a verify row shorter than N) get slots too but own no cell, so nothing records them. The
+    chosen slots go to ``state.out`` at each request's output offset and are recorded in a copy of the token
+    table, returned with the free list that is left (a view of the one handed in, never written)."""
 
     def out_starts(self, extend: torch.Tensor) -> torch.Tensor:
         """Each request's first output entry: the sum of the extend lengths before it (a negative one counts 0)."""
@@ -155,32 +262,32 @@ class Allocator:
         table[rows[own], pos[own]] = locs[own].to(table.dtype)
 
     def allocate(self, state: AllocState) -> Allocation:
-        from kvtable.backends.protocol import Allocation
-
         before, ps = state.req_to_token, state.page_size
-        prefix, seq = torch.tensor(list(state.prefix_lens)), torch.tensor(list(state.seq_lens))
+        prefix, seq = _starts(state), torch.tensor(list(state.seq_lens))
         rows = torch.tensor(list(state.rows))
         req, pos = _tokens(state)
         width = before.shape[1]
         last = torch.where(prefix > 0, before[rows, (prefix - 1).clamp(0, width - 1)].long(), -1)
-        locs = _choose(req, pos, prefix, seq, last, state.free_pages, ps)
+        locs, taken = _choose(req, pos, prefix, seq, last, state.free_pages, ps)
         starts = self.out_starts(seq - prefix)
         _scatter(state.out, starts[req] + pos - prefix[req], locs)
         table = before.to(self.table_dtype((state.pool_pages + 1) * ps))
         self.record(table, rows[req], pos, locs)
+        free = state.free_pages[taken:]
         if state.swa is None:
-            return Allocation(state.out, table)
+            return Allocation(state.out, table, free_pages=free)
         mapping = state.swa.mapping.clone()
         swa_last = torch.where(last >= 0, mapping[last.clamp_min(0)], -1)
-        swa_locs = _choose(req, pos, prefix, seq, swa_last, state.swa.free_pages, ps)
+        swa_locs, _ = _choose(req, pos, prefix, seq, swa_last, state.swa.free_pages, ps)
         mapping[locs] = swa_locs
-        return Allocation(state.out, table, swa_locs.to(torch.int32), mapping)
+        return Allocation(state.out, table, swa_locs.to(torch.int32), mapping, free_pages=free)
 
 
 def _choose(req: torch.Tensor, pos: torch.Tensor, prefix: torch.Tensor, seq: torch.Tensor, last: torch.Tensor,
-            free_pages: torch.Tensor, ps: int) -> torch.Tensor:
+            free_pages: torch.Tensor, ps: int) -> tuple[torch.Tensor, int]:
     """Each token's slot: on its request's partial last page (the page of ``last``) where its column is that
-    page's, else on the next free page its request takes (one per new column, negative columns too)."""
+    page's, else on the next free page its request takes (one per new column, negative columns too); and the
+    number of free pages taken."""
     partial = (ps > 1) & (prefix > 0) & (prefix % ps != 0) & (last >= 0)
     first_new = torch.where(prefix > 0, torch.div(prefix + ps - 1, ps, rounding_mode="floor"),
                             torch.div(prefix, ps, rounding_mode="floor"))
@@ -194,7 +301,7 @@ def _choose(req: torch.Tensor, pos: torch.Tensor, prefix: torch.Tensor, seq: tor
     index = (page_start[req] + col - first_new[req]).clamp(0, max(free_pages.numel() - 1, 0))
     fresh = free_pages[index] if free_pages.numel() else torch.zeros_like(pos)  # no page taken: all partial
     page = torch.where(on_partial, torch.div(last[req], ps, rounding_mode="floor"), fresh)
-    return page * ps + pos % ps
+    return page * ps + pos % ps, int(new_pages.sum())
 
 
 def _scatter(out: torch.Tensor, offsets: torch.Tensor, values: torch.Tensor) -> None:

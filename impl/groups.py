@@ -41,6 +41,7 @@ def _check_spec(gid: Any, spec: object) -> None:
         raise ContractViolation("T1", f"a group spec is a GroupSpec, got {type(spec).__name__}", group=str(gid))
     if spec.family not in ("full", "sliding", "state"):
         raise ValueError(f"group {gid!r}: unknown family {spec.family!r}")
+    _check_layout(gid, spec)
     if spec.is_state:
         return
     if not _positive_int(spec.block_granularity):
@@ -51,6 +52,15 @@ def _check_spec(gid: Any, spec: object) -> None:
     if spec.family == "full" and spec.window is not None:
         raise ContractViolation("T4", f"a full-attention group reads every column from 0 and has no window, got "
                                 f"{spec.window!r}; declare it sliding", group=gid)
+
+
+def _check_layout(gid: Any, spec: GroupSpec) -> None:
+    """A known layout, ``ring`` for a sliding group only; R1: a ring group's locations are ``ring_locs``' alone."""
+    if spec.layout not in ("holes", "ring") or (spec.layout == "ring" and spec.family != "sliding"):
+        raise ValueError(f"group {gid!r}: layout {spec.layout!r} (holes, or ring for a sliding group)")
+    if spec.layout == "ring":
+        raise ContractViolation("R1", "a ring group's locations come from ring_locs (R1-R3), not from the batch "
+                                "calls", group=gid)
 
 
 def _positive_int(value: object) -> bool:

@@ -141,8 +141,9 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
     runs = None if fixed else _extend_runs(batch)
     if fixed:
         shortest, longest = _bounds(batch.seq_lens, mirror)
-        # every row at least 1 (W2: N) long passes T9 and W2 at once; anything else is checked row by row
-        checked = debug or shortest >= (batch.n if batch.mode == "verify" else 1)  # debug: with the tables
+        # every row at least 1 (W2: N) long passes T9 and W2 at once; anything else is checked row by row, before
+        # the tables in debug mode too (the reference's order: T9/W2 ahead of T1)
+        checked = shortest >= (batch.n if batch.mode == "verify" else 1)
     else:
         checked, longest = runs is not None, max(batch.seq_lens, default=0) if runs is None else runs[2]
     if not checked:

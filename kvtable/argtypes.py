@@ -20,6 +20,41 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (a seed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def share(text: str) -> float:
+    """A share of something, from 0 to 1 (a rate)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}") from None
+    if not 0 <= value <= 1:  # nan fails both
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, got {text}")
+    return value
+
+
+def memory_size(text: str) -> int:
+    """A number of bytes > 0, with an optional K, M or G suffix (binary units: 1G is 2^30 bytes)."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    number, unit = (text[:-1], units[text[-1].upper()]) if text[-1:].upper() in units else (text, 1)
+    try:
+        value = float(number) * unit
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 1G, got {text!r}") from None
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text}")
+    return int(value)
+
+
 def positive_float(text: str) -> float:
     """A number of seconds > 0 (a timeout)."""
     try:

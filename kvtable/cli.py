@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "zoo": ("kvtable.zoo.cli", "run the suite against every known-engine-bug mutant"),
     "check": ("kvtable.check", "the main job on built-in defaults: prove, then a short fuzz"),
     "trace": ("kvtable.trace.cli", "record a serving run (or simulate one) and judge every step of its trace"),
+    "engines": ("kvtable.engines.cli", "the installed engines kvtable drives (vLLM, SGLang, transformers)"),
 }
 
 
@@ -72,12 +73,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kvtable {args.command}: error: {err}", file=sys.stderr)
             return EXIT_USAGE
         except KeyboardInterrupt:
-            print(f"kvtable {args.command}: interrupted", file=sys.stderr)
-            return EXIT_INTERRUPTED
+            status = EXIT_INTERRUPTED
         except BrokenPipeError:
             _close_stdout()
             return EXIT_PASSED
-        return EXIT_INTERRUPTED if interrupts.pending() else status
+        if status == EXIT_INTERRUPTED or interrupts.pending():  # whoever caught it, every interrupted run says so
+            print(f"kvtable {args.command}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        return status
 
 
 if __name__ == "__main__":

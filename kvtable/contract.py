@@ -14,8 +14,8 @@ from typing import Literal
 from kvtable.errors import ContractViolation, StaleGraphState
 
 __all__ = [
-    "DEFAULT_TAIL_PAD", "INT32_MAX", "INT32_MIN", "MODES", "NULL_PAGE", "Batch", "ContractViolation", "Family",
-    "GroupSpec", "Mode", "Specs", "StaleGraphState",
+    "DEFAULT_TAIL_PAD", "INT32_MAX", "INT32_MIN", "MODES", "NULL_PAGE", "RING_SENTINEL", "Batch", "ContractViolation",
+    "Family", "GroupSpec", "Layout", "Mode", "Specs", "StaleGraphState",
 ]
 
 NULL_PAGE = 0
@@ -24,10 +24,17 @@ NULL_PAGE = 0
 DEFAULT_TAIL_PAD = -1
 """The pad past a row's last real page (a full-width-table backend pads with 0 instead)."""
 
+RING_SENTINEL = -1
+"""A ring group's read entry that takes one of the step's own new keys, not a cached slot (R3; transformers'
+``sentinel_index``)."""
+
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 
 Family = Literal["full", "sliding", "state"]
+Layout = Literal["holes", "ring"]
+"""How a sliding group stores its window: ``holes`` (a row of pages, those that left the window page 0 at the front,
+T5) or ``ring`` (a fixed set of pages reused as a ring buffer, R1-R3)."""
 Mode = Literal["decode", "verify", "extend", "reanchor"]
 MODES: tuple[Mode, ...] = ("decode", "verify", "extend", "reanchor")
 
@@ -44,6 +51,8 @@ class GroupSpec:
     block_granularity: int
     window: int | None = None
     """Sliding groups: a query at position q attends to the keys at positions (q - window, q]."""
+    layout: Layout = "holes"
+    """Sliding groups: ``holes`` (T5) or ``ring`` (R1-R3, transformers' sliding-window cache)."""
 
     @property
     def is_state(self) -> bool:

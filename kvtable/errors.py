@@ -39,7 +39,8 @@ class ContractViolation(ValueError):
     @property
     def clause_id(self) -> str:
         """The short id alone, e.g. ``"T2"``."""
-        return self.clause.split()[0]
+        short: str = self.clause.split()[0]
+        return short
 
 
 class StaleGraphState(ContractViolation, RuntimeError):

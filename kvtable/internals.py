@@ -2,7 +2,7 @@
 
 kvtable pins both (pyproject.toml: ``hypothesis>=6.170,<7``, ``triton>=3.9,<3.10``), and still only touches
 their internals through this module: each symbol is named once in ``PRIVATE``, fetched by ``private(name)``,
-and ``missing()`` lists every one an installed version no longer has, so tests/unit/test_internals.py fails
+and ``missing()`` lists every one an installed version no longer has, so tests/architecture/test_internals.py fails
 loudly, naming the moved symbol, on an upgrade that moves it. Nothing here imports Hypothesis or Triton until
 a symbol is asked for.
 """

@@ -4,7 +4,8 @@ Exit status 0 only if every obligation passed: proved where it must be proved, r
 counterexample where it drops a precondition on purpose; 1 if any got the other verdict; otherwise 4
 (``EXIT_INCONCLUSIVE``) if z3 reached its resource limit on any ("unknown": no verdict about the contract).
 Limits are z3 resource counts (``--rlimit``), so a run gives the same verdicts on any machine at any load;
-a wall-clock cap (``--timeout``) guards only against a hang.
+a wall-clock cap (``--timeout``) guards only against a hang: an obligation that reaches it is "too slow" (exit
+5, ``EXIT_TOO_SLOW``, where nothing failed): the machine ran out of time, never a verdict, never "unknown".
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import multiprocessing
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -24,7 +26,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO
 
 from kvtable.argtypes import positive_float, positive_int
-from kvtable.exitcodes import EXIT_FAILED, EXIT_INCONCLUSIVE, EXIT_PASSED, UsageError
+from kvtable.exitcodes import EXIT_FAILED, EXIT_INCONCLUSIVE, EXIT_PASSED, EXIT_TOO_SLOW, UsageError
 from kvtable.prover.bindings.binding import Binding, check_binding, load_binding, load_object
 from kvtable.prover.bindings.coverage import output_stores
 from kvtable.prover.bindings.queries import symbolic_run
@@ -33,6 +35,7 @@ from kvtable.prover.obligations.registry import OBLIGATIONS, Obligation
 from kvtable.prover.solver.discharge import DEFAULT_RLIMIT, HANG_GUARD_MS, Outcome, discharge
 from kvtable.prover.solver.intblast import UnsupportedOperation
 from kvtable.prover.symexec.run import is_jit, python_function
+from kvtable.prover.symexec.tl import NotCompilable
 from kvtable.prover.symexec.values import KernelNotSupported
 from kvtable.spec.clauses import clause_label
 
@@ -43,6 +46,8 @@ SMALL_VALUES = 64
 """Expected counterexamples are looked for among values in [-64, 64] first, to read easily."""
 ASSUMED = "holds under the stated assumptions"
 """The verdict of a proof that needs the binding's ``assumes`` (prover/bindings/assumptions.py)."""
+NO_VERDICT = ("unknown", "too slow")
+"""Statuses that say nothing about the contract: z3's resource limit, and the machine's wall clock."""
 GRACE_S = 10.0
 """Beyond its hang guard, how long an isolated obligation may take (building, checking) before it is killed."""
 
@@ -91,6 +96,7 @@ def _outcome(obligation: Obligation, limits: Limits) -> Outcome:
 
 
 def _child(obligation: Obligation, limits: Limits, conn: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the parent stops this one
     try:
         conn.send(_outcome(obligation, limits))
     except Exception as exc:  # report the builder's bug in the table rather than lose it
@@ -122,8 +128,9 @@ class _Forked:
             if self.receive.poll(0):
                 outcome = self.receive.recv()
             else:
-                outcome = Outcome("unknown", self.cap,
-                                  detail=f"hang guard: killed after {self.cap:g} s of wall clock (not a verdict)")
+                outcome = Outcome("too slow", self.cap, detail=f"the machine was too slow: killed by the hang guard"
+                                  f" after {self.cap:g} s of wall clock (not a verdict; rerun on a less loaded"
+                                  " machine or raise --timeout)")
         except EOFError:
             self.process.join()
             outcome = Outcome("unknown", 0.0, detail=f"the prover process died (exit code {self.process.exitcode})")
@@ -205,7 +212,7 @@ def format_model(model: Iterable[tuple[str, int | bool]]) -> str:
 
 ACCESS = re.compile(r"^(load|store) (\d+) (\S+) (.+)$")
 """A kernel counterexample's per-access value: ``store 8 out@path1 index[0]`` (the access, its field)."""
-SHOWN_FIELDS = ("value", "expected", "row", "position", "column", "page", "slot")
+SHOWN_FIELDS = ("value", "expected", "in range", "row", "position", "column", "page", "slot")
 """The fields a store's line names after its element, in this order, where the model has them."""
 
 
@@ -244,9 +251,11 @@ def _element(tensor: str, fields: dict[str, int | bool]) -> str:
 class Table:
     """The progress table: a header, then one row per obligation as it finishes, then a summary."""
 
-    def __init__(self, obligations: Sequence[Obligation], out: TextIO, show_counterexamples: bool) -> None:
+    def __init__(self, obligations: Sequence[Obligation], out: TextIO, show_counterexamples: bool,
+                 times: bool = True) -> None:
         self.out = out
         self.show_counterexamples = show_counterexamples
+        self.times = times
         self.name_width = max([len("obligation"), *(len(ob.name) for ob in obligations)])
         self.clause_width = max([len("clause"), *(len(clause_label(ob.clause)) for ob in obligations)])
         self.result_width = len(ASSUMED)
@@ -256,7 +265,7 @@ class Table:
 
     def row(self, result: Result) -> None:
         ob, outcome = result.obligation, result.outcome
-        self._line(ob.name, clause_label(ob.clause), result.verdict, f"{result.seconds:6.2f}s")
+        self._line(ob.name, clause_label(ob.clause), result.verdict, f"{result.seconds:6.2f}s" if self.times else "")
         replayed = isinstance(ob, KernelObligation) and outcome.status == "counterexample"
         if outcome.assumed:
             self.out.write("    assumes: " + "; ".join(outcome.assumed) + "\n")
@@ -272,24 +281,29 @@ class Table:
 
     def summary(self, results: Sequence[Result], seconds: float) -> None:
         unknown = [r.obligation.name for r in results if r.outcome.status == "unknown"]
-        failed = [r.obligation.name for r in results if not r.passed and r.outcome.status != "unknown"]
+        slow = [r.obligation.name for r in results if r.outcome.status == "too slow"]
+        failed = [r.obligation.name for r in results if not r.passed and r.outcome.status not in NO_VERDICT]
         expected = sum(r.passed and r.obligation.expect == "counterexample" for r in results)
         proved = sum(r.passed and r.obligation.expect == "proved" for r in results)
         line = (f"{len(results)} obligations: {proved} proved, {expected} counterexamples found as expected, "
-                f"{len(failed)} failed, {len(unknown)} unknown ({seconds:.2f}s)")
+                f"{len(failed)} failed, {len(unknown)} unknown" + (f", {len(slow)} too slow" if slow else "")
+                + (f" ({seconds:.2f}s)" if self.times else ""))
         if failed:
             line += "\nfailed: " + ", ".join(failed)
         if unknown:
             line += "\nunknown (a limit was reached or a shape is not modelled: no verdict): " + ", ".join(unknown)
+        if slow:
+            line += ("\ntoo slow (the wall-clock hang guard ran out on this machine: no verdict, not unknown): "
+                     + ", ".join(slow))
         self.out.write(line + "\n")
 
     def _line(self, name: str, clause: str, result: str, seconds: str) -> None:
-        self.out.write(f"{name:<{self.name_width}}  {clause:<{self.clause_width}}  "
-                       f"{result:<{self.result_width}}  {seconds:>7}\n")
+        line = f"{name:<{self.name_width}}  {clause:<{self.clause_width}}  {result:<{self.result_width}}"
+        self.out.write((f"{line}  {seconds:>7}" if self.times else line.rstrip()) + "\n")
 
 
-def to_json(results: Sequence[Result], seconds: float, limits: Limits) -> dict[str, Any]:
-    """The machine-readable report of ``--json``."""
+def to_json(results: Sequence[Result], seconds: float | None, limits: Limits) -> dict[str, Any]:
+    """The machine-readable report of ``--json`` (``seconds`` None: no wall-clock times in it at all)."""
     rows = [{
         "name": r.obligation.name,
         "clause": r.obligation.clause,
@@ -298,16 +312,18 @@ def to_json(results: Sequence[Result], seconds: float, limits: Limits) -> dict[s
         "status": r.outcome.status,
         "result": r.verdict,
         "passed": r.passed,
-        "seconds": round(r.seconds, 4),
         "work": r.outcome.work,
         "detail": r.outcome.detail,
         "assumed": list(r.outcome.assumed),
         "counterexample": dict(r.outcome.model) if r.outcome.status == "counterexample" else None,
-    } for r in results]
+    } | ({} if seconds is None else {"seconds": round(r.seconds, 4)}) for r in results]
     failed = sum(not r.passed for r in results)
     summary = {"total": len(results), "passed": len(results) - failed, "failed": failed,
-               "unknown": sum(r.outcome.status == "unknown" for r in results), "seconds": round(seconds, 3),
+               "unknown": sum(r.outcome.status == "unknown" for r in results),
+               "too_slow": sum(r.outcome.status == "too slow" for r in results),
                "rlimit": limits.rlimit, "hang_guard_s": limits.guard_s}
+    if seconds is not None:
+        summary["seconds"] = round(seconds, 3)
     return {"obligations": rows, "summary": summary}
 
 
@@ -331,7 +347,12 @@ def refuse_unprovable(binding: Binding) -> None:
         raise KernelNotSupported(f"{getattr(kernel, '__qualname__', kernel)!r} is not a @triton.jit function")
     parameters = inspect.signature(python_function(kernel)).parameters
     check_binding(binding, list(parameters), {n for n, p in parameters.items() if p.default is not p.empty})
-    launch, trace = symbolic_run(binding)
+    try:
+        launch, trace = symbolic_run(binding)
+    except NotCompilable as exc:  # name the binding's key that gave the block its length
+        keys = ", ".join(f"constexprs.{name} = {value}" for name, value in binding.constexprs.items()
+                         if value == exc.length)
+        raise KernelNotSupported(f"{exc} (from the binding: {keys})" if keys else str(exc)) from None
     if not output_stores(launch, trace):
         raise KernelNotSupported(f"{binding.label}: the kernel stores nothing into {binding.roles.get('out')!r},"
                                  " the binding's output, so it has nothing to prove")
@@ -354,12 +375,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="obligations solved at once, each in its own process with its own resource limit (the"
                              f" verdicts do not depend on it; default {DEFAULT_WORKERS})")
     parser.add_argument("--rlimit", type=positive_int, default=DEFAULT_RLIMIT, metavar="UNITS",
-                        help="z3 resource units per query before its obligation is unknown (exit 4);"
+                        help="z3 resource units per question (premises, each step, each part of a goal) before its"
+                             " obligation is unknown (exit 4);"
                              " deterministic, unlike time: the same verdicts on any machine and load"
                              f" (default {DEFAULT_RLIMIT})")
     parser.add_argument("--timeout", type=positive_float, default=HANG_GUARD_S, metavar="SECONDS",
                         help="wall-clock cap per obligation, a guard against a hang only: past it the obligation is"
-                             f" unknown (default {HANG_GUARD_S:g})")
+                             f" 'too slow' (exit 5), never unknown nor a verdict (default {HANG_GUARD_S:g})")
+    parser.add_argument("--no-times", action="store_true",
+                        help="leave wall-clock times out of the table and the JSON, so two runs of the same"
+                             " obligations print the same bytes at any load")
 
 
 def run(args: argparse.Namespace, obligations: Sequence[Obligation] = OBLIGATIONS) -> int:
@@ -378,11 +403,11 @@ def run(args: argparse.Namespace, obligations: Sequence[Obligation] = OBLIGATION
     start = time.perf_counter()
     if args.json:
         results = prove(chosen, limits, workers=args.workers)
-        report = to_json(results, time.perf_counter() - start, limits)
+        report = to_json(results, None if args.no_times else time.perf_counter() - start, limits)
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        table = Table(chosen, sys.stdout, args.show_counterexamples)
+        table = Table(chosen, sys.stdout, args.show_counterexamples, times=not args.no_times)
         table.header()
         results = prove(chosen, limits, on_result=table.row, workers=args.workers)
         table.summary(results, time.perf_counter() - start)
@@ -390,7 +415,10 @@ def run(args: argparse.Namespace, obligations: Sequence[Obligation] = OBLIGATION
 
 
 def exit_status(results: Sequence[Result]) -> int:
-    """1 if any obligation got a verdict other than its expected one, else 4 if any is unknown, else 0."""
-    if any(not r.passed and r.outcome.status != "unknown" for r in results):
+    """1 if any obligation got a verdict other than its expected one, else 4 if any is unknown, else 5 if any was
+    too slow for this machine's wall clock, else 0."""
+    if any(not r.passed and r.outcome.status not in NO_VERDICT for r in results):
         return EXIT_FAILED
-    return EXIT_INCONCLUSIVE if any(not r.passed for r in results) else EXIT_PASSED
+    if any(r.outcome.status == "unknown" for r in results):
+        return EXIT_INCONCLUSIVE
+    return EXIT_TOO_SLOW if any(r.outcome.status == "too slow" for r in results) else EXIT_PASSED

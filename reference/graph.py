@@ -33,10 +33,10 @@ from kvtable.reference.tables import Specs, as_table, specs_by_id
 class View:
     """The leading ``length`` entries of a persistent buffer; ``base`` is the buffer itself."""
 
-    base: list
+    base: list[Any]
     length: int
 
-    def contents(self) -> list:
+    def contents(self) -> list[Any]:
         return self.base[: self.length]
 
 

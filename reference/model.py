@@ -7,7 +7,7 @@ give them meaning (a batch's well-formedness, its write and read positions) are 
 from __future__ import annotations
 
 from numbers import Integral
-from typing import Literal
+from typing import Literal, TypeGuard
 
 from kvtable.contract import (
     DEFAULT_TAIL_PAD,
@@ -37,7 +37,7 @@ SHORT_ROWS: tuple[ShortRows, ...] = ("refuse", "sink", "clamp")
 send its negative positions to the sink (slot 0 of page 0), or clamp them at 0 (tokenspeed)."""
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """An integer (a python int, or any ``numbers.Integral`` such as numpy's) that is not a bool: ``True`` is
     no batch size, page size or token count."""
     return isinstance(value, Integral) and not isinstance(value, bool)
@@ -71,10 +71,16 @@ def check_page_size(page_size: object, *, group: str | None = None) -> None:
 
 
 def check_group_spec(spec: GroupSpec) -> None:
-    """A declared group: a known family; E1 page-ratio for a non-state group's block granularity; a window
-    for a sliding group, and none for a full-attention one."""
+    """A declared group: a known family and layout (R1: a ring group is refused here, ``ring_locs`` serves it); E1
+    page-ratio for a non-state group's block granularity; a window for a sliding group, and none for a
+    full-attention one."""
     if spec.family not in ("full", "sliding", "state"):
         raise ValueError(f"group {spec.group_id!r}: unknown family {spec.family!r}")
+    if spec.layout not in ("holes", "ring") or (spec.layout == "ring" and spec.family != "sliding"):
+        raise ValueError(f"group {spec.group_id!r}: layout {spec.layout!r} (holes, or ring for a sliding group)")
+    if spec.layout == "ring":
+        raise ContractViolation("R1", "a ring group's locations come from ring_locs (R1-R3), not from the batch "
+                                "calls", group=spec.group_id)
     if spec.is_state:
         return
     check_page_size(spec.block_granularity, group=spec.group_id)

@@ -58,7 +58,7 @@ def token_positions(mode: str, seq_lens: Sequence[int], *, n: int = 1, prefix_le
         prefixes = list(prefix_lens) if prefix_lens is not None else [0] * len(seq_lens)
         if extend_lens is None:
             extend_lens = [seq - prefix for seq, prefix in zip(seq_lens, prefixes, strict=False)]
-        rows = [(row, range(prefix, prefix + extend))
+        rows: list[tuple[int, Sequence[int]]] = [(row, range(prefix, prefix + extend))
                 for row, (prefix, extend) in enumerate(zip(prefixes, extend_lens, strict=False))]
     elif mode == "decode":
         rows = [(row, [seq - 1]) for row, seq in enumerate(seq_lens)]
@@ -121,7 +121,8 @@ def _own_page(rows: Any, row: int, pos: int, page_size: int) -> int | None:
     col = pos // page_size
     if pos < 0 or not 0 <= row < len(rows) or col >= len(rows[row]):
         return None
-    return rows[row][col]
+    entry: int = rows[row][col]
+    return entry
 
 
 def _whose(rows: Any, page: int) -> str:

@@ -89,10 +89,20 @@ CLAUSES: tuple[Clause, ...] = (
            "allocation.check_rows_kept"),
     Clause("A3", "alloc-free-slot", "each location is free (or on the request's own partial last page), in the"
            " pool, not page 0, not live, chosen once, at offset pos % ps", "allocation.check_free_slots"),
-    Clause("A4", "alloc-out-buffer", "one location per token, written inside the output buffer only",
+    Clause("A4", "alloc-out-buffer", "one location per token, every entry written, nothing before or past the"
+           " output buffer, no input written",
            "allocation.check_out_buffer"),
     Clause("A5", "alloc-swa-slot", "each SWA slot is free, in the SWA pool, distinct; the mapping records it and"
            " keeps mapping[-1] = -1", "allocation.check_swa_slots"),
+    Clause("A6", "alloc-pool-accounting", "the pages held, the free list and the freed pages partition the pool:"
+           " no page handed out twice, none lost, none free while held", "allocation.check_pool"),
+    # Sliding groups stored as a ring --------------------------------------------------------------
+    Clause("R1", "ring-slot", "a ring row holds at most ceil(window / ps) private real pages; position p lives at ring"
+           " index p % window", "ring.check_ring_table"),
+    Clause("R2", "ring-write", "a step writes its last min(q, window) tokens at their R1 slots, earlier ones to the"
+           " sink or pad slot", "ring.ring_write_locs"),
+    Clause("R3", "ring-read", "a step reads its first query's cached window at R1 slots, then one sentinel per new"
+           " token", "ring.ring_read_locs"),
 )
 
 _BY_ID = {c.id: c for c in CLAUSES}

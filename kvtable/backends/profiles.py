@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from kvtable import reference
-from kvtable.reference import Batch, GroupSpec
+from kvtable.reference import Batch, GroupSpec, ring
 from kvtable.reference.graph import GroupBuffers, ShortRows
 from kvtable.reference.model import Table
 from kvtable.reference.safety import Token, UnsafeWrite, unsafe_writes
@@ -44,6 +44,7 @@ CHOICES = {
     "validates": ("backend", "scheduler"),
     "writer": ("skips-negative", "skips-pad", "writes-all"),
     "loc_buffer_tail_on": ("every", "padded"),
+    "sliding_layout": ("holes", "ring"),
 }
 DOMAIN_ANY = "+any"
 """Suffix of a profile name (``vllm+any``): the profile with the wide input domain (``--domain any``)."""
@@ -71,6 +72,12 @@ class Domain:
     """Whether a call can be handed lengths no scheduler of the engine builds (a live seq_len 0, a prefix that is
     negative or past its length, a verify row shorter than N: T9's and W2's breaches); not where positions come
     from token counts the scheduler keeps (vLLM's ``num_computed_tokens``, SGLang's ``prefix_lens``)."""
+    zero_length_rows: bool = True
+    """Whether a live row can reach the location code at seq_len 0 (T9); not where every live row holds at least
+    its current token and padded rows replay at seq_len 1 (tokenspeed)."""
+    empty_tables: bool = True
+    """Whether a group's table can have no columns (T1); not where a live attention row always holds its current
+    page (tokenspeed's graph fill asserts at least one source column)."""
     contiguous_args: tuple[str, ...] = ()
     """Fused-kernel arguments (``backend.kernels``) the engine always builds as fresh contiguous tensors: the
     kernel strategies lay these out contiguous, never as the strided views they draw for others."""
@@ -114,7 +121,7 @@ class OneOf(int):
 
 @dataclass(frozen=True)
 class Allocator:
-    """An allocator-driven engine (spec section 6a, A1-A5): its allocator picks the write slots, then records them."""
+    """An allocator-driven engine (spec section 6a, A1-A6): its allocator picks the write slots, then records them."""
 
     loc_dtype: Literal["int32", "int64"] = "int64"
     """The dtype of the slots the allocator hands out (``out_cache_loc``)."""
@@ -122,6 +129,9 @@ class Allocator:
     """The dtypes translated SWA locations may have (engine versions differ); ``alloc/swa-*`` checks them."""
     debug_env: str = ""
     """The switch of the engine's own allocator debug asserts, if it has one."""
+    table_dtype: Literal["int32", "int64", ""] = ""
+    """The dtype the engine keeps its token table in (``req_to_token``): the allocator route hands the table in
+    it and the judge checks the recorded one has it; '' : int64 handed, any dtype back."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +152,9 @@ class Profile:
     """Expansion at ``r > 1`` maps entries ``<= 0`` to sub-pages ``0 .. r-1`` of dummy block 0 (not repeated
     holes) and fills the expanded tail with 0, not the tail pad (``expand_table`` at ``r == 1`` too; a
     graph replay at ``r == 1`` keeps the tail pad)."""
+    own_blocks_only: bool = False
+    """With ``subpage_holes``: only a row's own blocks (up to its last non-null one) are expanded; a 0 after
+    them is the tail, kept as 0 (vLLM's ``append_row``: a row's block list never ends in the null block)."""
     clamp_short_verify: bool = False
     """A real verify row with ``seq_len < N`` is clamped like a padded row instead of breaking W2."""
     mha_verify_clamp: bool = False
@@ -158,14 +171,15 @@ class Profile:
     replay_bs0: Literal["refuse", "noop"] = "refuse"
     """G3: a replay at bs 0 is refused (kvtable) or does nothing (tokenspeed's idle replay)."""
     extra_groups: Literal["refuse", "ignore"] = "refuse"
-    """G5: a delivered group that was never captured is refused, or ignored (only missing ones are stale)."""
+    """G5: a delivered group that was never captured is refused, or (``ignore``) ignored or refused unwritten: only
+    missing ones are stale (tokenspeed's seed refused one, its HEAD ignores it)."""
     loc_buffer_tail: int | None = None
     """G4: the value the engine rewrites a location buffer's tail ``[bs*N:]`` with on every replay (None:
     the tail is left untouched, as kvtable's contract says)."""
     loc_buffer_tail_on: Literal["every", "padded"] = "every"
     """G4: whether ``loc_buffer_tail`` is written on every replay or only on padded ones (``actual_bs < bs``)."""
     allocator: Allocator | None = None
-    """The engine chooses its write slots in an allocator (A1-A5); None: locations are computed from tables."""
+    """The engine chooses its write slots in an allocator (A1-A6); None: locations are computed from tables."""
     validates: Literal["backend", "scheduler"] = "backend"
     """Who refuses broken input: the backend itself, or the engine's scheduler before the backend runs
     (then refusals are a strictness matter only: a missing one is reported, never a safety failure)."""
@@ -174,6 +188,9 @@ class Profile:
     writer: Literal["skips-negative", "skips-pad", "writes-all"] = "writes-all"
     """What the engine's KV writer does with a location: drops every negative slot (vLLM's
     ``reshape_and_cache*``), drops only ``pad_slot``, or writes anything it is given."""
+    sliding_layout: Literal["holes", "ring"] = "holes"
+    """How the engine stores a sliding group: a row of pages with front holes (T5), or a ring of pages per request
+    (R1-R3, ``GroupSpec(..., layout="ring")``)."""
 
     def __post_init__(self) -> None:
         for field_name, allowed in CHOICES.items():
@@ -272,6 +289,26 @@ class Profile:
                                                                          batch.tokens_per_row)
         return out
 
+    # -- ring groups (R1-R3) ----------------------------------------------------------------------
+    def ring_write_locs(self, table: Table, prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int,
+                        window: int) -> list[int]:
+        """R2: the reference's writes, the tokens it sends to the sink (a step's unstored ones) at the pad slot."""
+        locs = ring.ring_write_locs(table, prefix_lens, extend_lens, page_size, window)
+        return locs if self.pad_slot is None else [self.pad_slot if loc < page_size else loc for loc in locs]
+
+    def ring_read_locs(self, table: Table, prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int,
+                       window: int) -> list[int]:
+        """R3: the reference's reads (the sentinel is the contract's own in every profile)."""
+        return ring.ring_read_locs(table, prefix_lens, extend_lens, page_size, window)
+
+    def ring_unsafe(self, table: Any, writes: Any, reads: Any, prefix_lens: Sequence[int], extend_lens: Sequence[int],
+                    page_size: int, window: int, *, group: str | None = None) -> list[UnsafeWrite]:
+        """``reference.ring.ring_unsafe`` through the writer: a write the writer drops is no write."""
+        wrote = writes.tolist() if hasattr(writes, "tolist") else list(writes)
+        kept = [0 if self.drops(loc) else loc for loc in wrote]
+        return ring.ring_unsafe(table, kept, reads, prefix_lens, extend_lens, page_size, window,
+                                pad_slot=self.pad_slot, group=group)
+
     # -- expansion ------------------------------------------------------------------------------
     def subpages(self, expanded: Table, source: Table, ratio: int, live_rows: int, *, zero_tail: bool = False,
                  tail_pad: int | None = None) -> Table:
@@ -283,11 +320,12 @@ class Profile:
         out = [list(r) for r in expanded]
         for row in range(min(live_rows, len(source), len(out))):
             covered = len(source[row]) * ratio
+            own = max((c for c, v in enumerate(source[row]) if v > 0), default=-1) if self.own_blocks_only else None
             for col in range(len(out[row])):
                 if col >= covered:  # a replay under ``packed_tail`` may leave the runner's tail pad there
                     out[row][col] = 0 if tail_pad is None or not self.packed_tail else OneOf(0, tail_pad)
                 elif ratio > 1 and source[row][col // ratio] <= 0:
-                    out[row][col] = col % ratio
+                    out[row][col] = 0 if own is not None and col // ratio > own else col % ratio
         return out
 
     def expand_table(self, table: Table, ratio: int, *, max_kernel_pages: int | None = None,
@@ -348,9 +386,9 @@ class Profile:
 
     def describe(self) -> str:
         """The profile's conventions, one per line (for ``--help`` texts and reports)."""
-        fields = ("loc_dtype", "tail_pad", "pad_slot", "subpage_holes", "clamp_short_verify", "dummy_rows",
-                  "buffers_at", "replay_bs0", "extra_groups", "loc_buffer_tail", "loc_buffer_tail_on", "validates",
-                  "domain", "writer", "allocator")
+        fields = ("loc_dtype", "tail_pad", "pad_slot", "subpage_holes", "own_blocks_only", "clamp_short_verify",
+                  "dummy_rows", "buffers_at", "replay_bs0", "extra_groups", "loc_buffer_tail", "loc_buffer_tail_on",
+                  "validates", "domain", "writer", "allocator", "sliding_layout")
         return "\n".join([f"{self.name}: {self.summary}"] + [f"  {f} = {getattr(self, f)!r}" for f in fields])
 
 
@@ -383,7 +421,10 @@ VLLM = Profile(
   positions into ``block_id * block_size + pos % block_size`` in an int64 buffer (int64 since vLLM #1486);
   one extra program writes ``PAD_SLOT_ID`` (-1) over ``[num_tokens, max_num_tokens)``, so padded tokens and
   the buffer's tail hold -1. ``map_to_kernel_blocks`` turns block ``b`` into kernel blocks ``b*r .. b*r+r-1``
-  when the attention kernel's block is ``r`` times smaller: the null block 0 and a zero tail become ``0 .. r-1``.
+  when the attention kernel's block is ``r`` times smaller; ``BlockTable.append_row``
+  (``vllm/v1/worker/block_table.py``) maps only the request's own block ids, so a null block 0 among them
+  becomes ``0 .. r-1`` and the columns after them keep what they held, 0 in a fresh table (a row's block list
+  never ends in the null block: ``own_blocks_only``).
 - Model Runner V2, ``vllm/v1/worker/gpu/block_table.py`` (``BlockTables.compute_slot_mappings``,
   ``_compute_slot_mappings_kernel``): all groups in one launch with a per-group ``block_sizes`` tensor, the
   rest of the int64 buffer padded with -1; ``get_dummy_slot_mappings`` fills the whole buffer with -1. Its
@@ -395,7 +436,8 @@ VLLM = Profile(
 
 vLLM has no per-group CUDA-graph table buffers of kvtable's shape, so the graph conventions stay
 kvtable's (a vLLM-style backend simply has no ``graph``).""",
-    loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, subpage_holes=True, dummy_rows="unread",
+    loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, subpage_holes=True, own_blocks_only=True,
+    dummy_rows="unread",
     loc_buffer_tail=PAD_SLOT_ID, validates="scheduler",
     domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,
                   broken_lengths=False),
@@ -408,7 +450,7 @@ SGLANG = Profile(
     "replays, no validation (the scheduler's job)",
     details="""Read from SGLang's public code, point by point:
 
-- The allocator chooses the locations (``allocator``; spec section 6a, A1-A5). ``alloc_decode_kernel`` and
+- The allocator chooses the locations (``allocator``; spec section 6a, A1-A6). ``alloc_decode_kernel`` and
   ``alloc_extend_kernel`` (``python/sglang/kernels/ops/memory/allocator.py``) compute ``out_cache_loc`` from
   each request's last location and the free pages; ``alloc_for_decode``, ``alloc_for_extend`` and
   ``alloc_for_spec_decode`` (``python/sglang/srt/mem_cache/allocation.py``) then record it in
@@ -417,6 +459,16 @@ SGLANG = Profile(
 - Page size 1 is the default: ``python/sglang/srt/mem_cache/allocator/token.py`` hands out slots,
   ``allocator/paged.py`` (``PagedTokenToKVPoolAllocator``) whole pages, ``free_pages`` starting at 1 in both
   (``clear``): slot 0 (page 0) is the reserved padding sink, kvtable's dummy page 0.
+- What the allocator route accepts from it (``kvtable.alloc_contract``), as 0.5.23 does it: at page size 1
+  ``TokenToKVPoolAllocator.alloc`` returns a view of its free list (no output buffer); ``alloc_extend`` /
+  ``alloc_decode`` of the paged allocator make their own output with ``torch.empty`` (guarded during the call);
+  ``alloc_for_extend`` (``mem_cache/common.py``) takes fresh rows (``alloc_req_slots``) and rewrites
+  ``[0, prefix)`` from the radix cache's prefix indices (``Allocation.rows``); ``alloc_for_spec_decode`` rounds
+  the allocated end up to a page (``kv_allocated_len``: ``AllocState.allocated_lens`` / ``Allocation
+  .allocated_lens``); ``SWATokenToKVPoolAllocator.alloc_extend_swa_tail`` gives SWA slots to a tail only
+  (``SwaPool.tail_lens``); both allocators slice their free list, which comes back as ``Allocation
+  .free_pages`` and is judged by A6. ``ReqToTokenPool.req_to_token`` is int32 (``allocator.table_dtype``):
+  a slot ``>= 2^31`` wraps there, a latent failure (it needs a pool of 2^31 slots).
 - Tables are token-level: ``ReqToTokenPool`` (``python/sglang/srt/mem_cache/memory_pool.py``) keeps an int32
   ``req_to_token`` of ``torch.zeros`` with row 0 reserved for padding; a page table is
   ``req_to_token[:, ::page_size] // page_size``. ``ReqToTokenPool.free`` only returns the row index to
@@ -441,7 +493,7 @@ SGLANG = Profile(
 - Validation lives in the scheduler; the attention backends trust what they get.""",
     loc_dtype="int64", tail_pad=0, dummy_rows="unread", loc_buffer_tail=0, loc_buffer_tail_on="padded",
     validates="scheduler",
-    allocator=Allocator(swa_loc_dtypes=("int32", "int64"), debug_env="SGLANG_DEBUG_MEMORY_POOL"),
+    allocator=Allocator(swa_loc_dtypes=("int32", "int64"), debug_env="SGLANG_DEBUG_MEMORY_POOL", table_dtype="int32"),
     domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,
                   broken_lengths=False),
 )
@@ -472,6 +524,13 @@ TOKENSPEED = Profile(
   sub-pages ``0 .. r-1`` of dummy block 0 and the expanded tail is 0, not -1.
 - ``tokenspeed-kernel/.../ops/kvcache/triton.py`` (``compute_group_decode_locs``): clamped positions, a
   clamped page, no column bound, int32 output; the location buffer's tail past ``bs*N`` is untouched.
+- What its scheduler never builds is not drawn (``domain``): a live row reaches the location code holding at
+  least its current token (the decode path ``_compute_decode_group_out_cache_locs`` takes ``seq_len - 1``
+  unclamped and relies on it), and ``python/tokenspeed/runtime/execution/cuda_graph_wrapper.py`` sets the
+  padded rows' ``seq_lens`` to 1, so no live row has seq_len 0 (``zero_length_rows = False``); every group's
+  table has a column, the current page of each live row (``_fill_group_graph_buffers`` asserts
+  ``source_cols >= 1``), so no table without columns (``empty_tables = False``). Other broken lengths (a short
+  verify row, a prefix past its length) stay drawn: its scheduler's chunking can publish them (#709).
 - ``.../attention/backends/mha.py`` (``MHAAttnBackend``, CUDA-graph capture): for target verify the captured
   ``seq_lens`` buffer is seeded with ``clamp_min(seq, N)``, so a replayed row shorter than N (a dummy row at
   seq_len 1) writes positions ``0 .. N-1``, slots ``0 .. N-1`` of page 0 for a dummy row
@@ -481,8 +540,8 @@ TOKENSPEED = Profile(
   where the fallback ``_fill_group_graph_buffers`` writes 0 (``packed_tail``: either is accepted). It
   builds ``meta`` fresh and contiguous each step (``Domain.contiguous_args``).""",
     subpage_holes=True, clamp_short_verify=True, buffers_at="first-capture", replay_bs0="noop",
-    extra_groups="ignore", domain=Domain(contiguous_args=("packed", "meta", "dst")), mha_verify_clamp=True,
-    packed_tail=True,
+    extra_groups="ignore", mha_verify_clamp=True, packed_tail=True,
+    domain=Domain(contiguous_args=("packed", "meta", "dst"), zero_length_rows=False, empty_tables=False),
 )
 
 TRTLLM = Profile(
@@ -500,7 +559,60 @@ the fill kernel's arguments fresh and contiguous.""",
     domain=Domain(contiguous_args=("packed", "meta", "dst")),
 )
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (KVTABLE, VLLM, SGLANG, TOKENSPEED, TRTLLM)}
+TRANSFORMERS = Profile(
+    "transformers", "transformers' continuous batching (index path): int64 indices, sliding groups as rings (R1-R3), "
+    "rows padded with 0 (the trash block), padding and slid-out tokens write the write trash (pad slot -1, never "
+    "read), padded reads at the read trash (slot 0), no validation (the scheduler's job)",
+    details="""Read from transformers 5.23.0, ``src/transformers/generation/continuous_batching/``, point by point:
+
+- Sliding groups are rings (``sliding_layout = "ring"``): ``cache_allocators/sliding_attention.py``
+  (``SlidingAttentionCacheAllocator``) gives a request at most ``ceil(sliding_window / page_size)`` blocks
+  (``_compute_blocks_needed``: ``ceil(min(past + query, window) / page_size)``) and maps position ``p`` to ring index
+  ``p % sliding_window`` (``_token_indices_to_physical_indices``): the span is the window, not blocks times page
+  size. ``get_write_indices`` stores the last ``min(query, window)`` tokens from ring index
+  ``(past + padding) % window`` and sends the earlier ones to ``write_trash_index`` (R2); ``get_read_indices`` reads
+  ``min(past, window - 1)`` cached tokens from ``(past + 1) % window`` when ``past >= window`` (else from 0), then
+  ``sentinel_index`` once per new token (R3), and ``update`` reads before it writes. Full-attention groups
+  (``full_attention.py``, ``FullAttentionCacheAllocator``) write ``[past, past + query)`` and read ``[0, past +
+  query)`` at ``block * block_physical_stride + offset``: W3's slots.
+- Slots: an index is ``block * block_physical_stride + offset`` in a layer's shifted view
+  (``register_cache_tensor``; the stride spaces blocks by all the group's layers, keys and values):
+  ``kvtable.engines.transformers`` records index ``i`` as slot ``(i // stride) * page_size + i % stride``, so a
+  page is the block id. ``cache_allocator.py`` (``_after_cache_tensor_init``): sectors 0 and 1 of the cache are
+  never allocated (``cache_pool.py``, ``CachePool``: ``free_sectors`` start at ``num_reserved_sectors = 2``), so
+  no request owns block 0: ``read_trash_index = 0`` is the sink (slot 0 of page 0), ``sentinel_index = 1`` is the
+  contract's ``RING_SENTINEL`` (-1) and ``write_trash_index``, the first slot of sector 1, is the pad slot -1 (an
+  integration reports both so). Index tensors are int64 (``input_outputs.py``, ``write_index_storage``).
+- Padding (``input_outputs.py``, ``_reset_read_and_write_indices``): before every batch the index storages are
+  filled with each allocator's ``write_trash_index`` and ``read_trash_index``, and a padded batch
+  (``get_model_kwargs(use_padding=True)``) passes the storages past the real tokens: padded tokens write the trash
+  (``pad_slot``), which no request reads, so ``writer = "skips-pad"``, and read slot 0. Their rows exist in no
+  block table (``dummy_rows = "unread"``).
+- Domain, from ``scheduler.py``: ``_process_candidates`` schedules ``request_len = min(len(request_tokens),
+  token_budget) >= 1`` tokens at ``past_length = state.position_offset >= 0`` (``input_outputs.py``,
+  ``prepare_batch_tensors``), after ``can_store_request_tokens`` (``cache.py``) allocated every block the step
+  needs (``allocate_cache_to_request``): lengths are never broken and a ring's used columns hold blocks
+  (``domain.broken_lengths = False``). Block tables are python lists per request (``block_table[request_id]``),
+  extended, never shortened, until ``free_blocks`` pops the whole list; a sliding allocator never shares blocks
+  (``supports_block_sharing = False``: prefix sharing is off with a sliding group, ``fork_blocks`` copies into
+  fresh blocks), so rings are private. A table row is that list, nothing past it, recorded padded with 0 (block 0,
+  the read trash, is never handed out): no id is negative, no other shape (``domain.negative_ids = False``,
+  ``tail_pads = (0,)``, ``malformed_tables = False``; stale rows hold earlier ids).
+- Allocation (``cache.py``, ``can_store_request_tokens``; ``full_attention.py``, ``allocate_cache_to_request``):
+  a step's new blocks are popped from the allocator's free pool (``CachePool.get_free_blocks``) and appended to the
+  request's list, and its write indices follow from that list: the allocator route (A1-A4) with page size
+  ``page_size``. ``kvtable.engines.transformers``' backend fills the pool with the drawn free pages (kvtable page
+  ``p > 0`` as block ``p + 2 * blocks_per_sector - 1``, past the trash sectors) and writes the chosen slots into the
+  token table itself (transformers keeps no token table).
+- Validation: none (``validates = "scheduler"``): the allocators index the python block table, so a missing
+  block raises ``IndexError``, and nothing checks a ring's pages.""",
+    loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, dummy_rows="unread", validates="scheduler",
+    writer="skips-pad", sliding_layout="ring",
+    domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,
+                  broken_lengths=False),
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (KVTABLE, VLLM, SGLANG, TOKENSPEED, TRTLLM, TRANSFORMERS)}
 ALIASES: dict[str, str] = {"vllm-pad-slot": "vllm"}
 """Earlier profile names, kept working."""
 

@@ -6,7 +6,8 @@ device sync; with ``debug=True`` it also runs the full contract check and the st
 Load any backend with ``kvtable.backends.load("pkg.mod:factory")``.
 
 Allocator-driven engines (SGLang) choose their write slots before any table holds them: the
-``ALLOCATOR_OPERATIONS`` hand them an ``AllocState`` and take back an ``Allocation`` (spec section 6a).
+``ALLOCATOR_OPERATIONS`` hand them an ``AllocState`` and take back an ``Allocation`` (spec section 6a; the
+types live in ``kvtable.alloc_contract`` and are re-exported here).
 
 A backend may be partial: any object with at least one of the ``OPERATIONS`` is tested on what it
 has (``present_operations``/``missing_operations``), and the properties that need a missing one are
@@ -16,8 +17,9 @@ reported not applicable, naming it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from kvtable.alloc_contract import Allocation, AllocState, SwaPool
 
 if TYPE_CHECKING:
     import torch
@@ -25,10 +27,15 @@ if TYPE_CHECKING:
     from kvtable.contract import Batch, GroupSpec
 
 
+__all__ = ["ALLOCATOR_OPERATIONS", "OPERATIONS", "AllocState", "Allocation", "Backend", "GraphRunner", "SwaPool",
+           "is_backend", "missing_operations", "present_operations"]
+
 ALLOCATOR_OPERATIONS = ("alloc_decode", "alloc_verify", "alloc_extend")
-"""The allocator-driven family (A1-A5): the backend chooses the slots and records them in its token table."""
+"""The allocator-driven family (A1-A6): the backend chooses the slots and records them in its token table."""
+RING_OPERATIONS = ("ring_locs",)
+"""A sliding group stored as a ring (R1-R3, transformers): its write and read locations for one step."""
 OPERATIONS = ("decode_locs", "verify_locs", "reanchor_locs", "extend_locs", "group_locs", "expand_table",
-              "check_write_locs", "graph", *ALLOCATOR_OPERATIONS)
+              "check_write_locs", "graph", *ALLOCATOR_OPERATIONS, "check_allocation", *RING_OPERATIONS)
 """The protocol's operations, in the order ``Backend`` declares them."""
 
 
@@ -46,68 +53,6 @@ def missing_operations(backend: object) -> tuple[str, ...]:
 def is_backend(obj: object) -> bool:
     """Whether ``obj`` is a (possibly partial) backend: not a class, and at least one operation present."""
     return not isinstance(obj, type) and bool(present_operations(obj))
-
-
-def _source(obj: object) -> str:
-    """Python source that rebuilds an allocator state (tensors as ``torch.tensor(...)``): replayable transcripts."""
-    if hasattr(obj, "tolist") and hasattr(obj, "dtype"):
-        return f"torch.tensor({obj.tolist()}, dtype={obj.dtype})"
-    if hasattr(obj, "__dataclass_fields__"):
-        return f"{type(obj).__name__}({', '.join(f'{f.name}={_source(getattr(obj, f.name))}' for f in fields(obj))})"
-    return repr(obj)
-
-
-@dataclass(frozen=True, repr=False)
-class SwaPool:
-    """A sliding-window pool behind the full pool (A5), as SGLang's SWA allocator keeps it."""
-
-    mapping: torch.Tensor
-    """int64 ``[full slots + 1]``: full slot -> SWA slot (0: none), then the sentinel -1 (``mapping[-1] = -1``)."""
-    free_pages: torch.Tensor
-    """int64 free SWA pages, in the order the allocator may take them."""
-    pool_pages: int
-    """SWA pages ``1 .. pool_pages`` exist; SWA page 0 is the reserved sink."""
-
-    __repr__ = _source
-
-
-@dataclass(frozen=True, repr=False)
-class AllocState:
-    """What an allocator-driven step is handed (A1-A5, spec section 6a): request ``i`` gets the positions
-    ``[prefix_lens[i], seq_lens[i])`` of row ``rows[i]`` of ``req_to_token``; lengths are CPU mirrors."""
-
-    req_to_token: torch.Tensor
-    """int64 ``[pool rows, max_context_len]`` token table: slot of each (row, position). Record into it in place
-    or into a copy; return the table as recorded."""
-    rows: Sequence[int]
-    """The table row of each request (SGLang's ``req_pool_indices``)."""
-    prefix_lens: Sequence[int]
-    seq_lens: Sequence[int]
-    free_pages: torch.Tensor
-    """int64 free pages (slots at page size 1), in the order the allocator may take them."""
-    page_size: int
-    pool_pages: int
-    """Pages ``1 .. pool_pages`` form the pool; page 0 (slot 0 at page size 1) is the reserved padding sink."""
-    out: torch.Tensor
-    """int64 output buffer, one entry per token in request order: write the chosen slots here, nowhere else."""
-    swa: SwaPool | None = None
-
-    __repr__ = _source
-
-
-@dataclass(frozen=True, repr=False)
-class Allocation:
-    """What an allocator-driven step did: the slots it chose and the tables as it recorded them."""
-
-    locs: torch.Tensor
-    """The chosen slots, one per token in request order (``state.out`` filled in)."""
-    req_to_token: torch.Tensor
-    swa_locs: torch.Tensor | None = None
-    """With a SWA pool: each token's SWA slot (SGLang: int32, ``translate_loc_from_full_to_swa``)."""
-    swa_mapping: torch.Tensor | None = None
-    """With a SWA pool: the full-to-SWA mapping as recorded."""
-
-    __repr__ = _source
 
 
 @runtime_checkable
@@ -185,15 +130,27 @@ class Backend(Protocol):
         ...
 
     def alloc_decode(self, state: AllocState) -> Allocation:
-        """A1-A5: choose and record one slot per request, at position ``prefix_lens[i]`` (SGLang's
+        """A1-A6: choose and record one slot per request, at position ``prefix_lens[i]`` (SGLang's
         ``alloc_for_decode``)."""
         ...
 
     def alloc_verify(self, state: AllocState) -> Allocation:
-        """A1-A5: choose and record N slots per request, positions ``seq - N .. seq - 1``
+        """A1-A6: choose and record N slots per request, positions ``seq - N .. seq - 1``
         (``alloc_for_spec_decode``)."""
         ...
 
     def alloc_extend(self, state: AllocState) -> Allocation:
-        """A1-A5: choose and record the chunk ``[prefix, seq)`` of each request (``alloc_for_extend``)."""
+        """A1-A6: choose and record the chunk ``[prefix, seq)`` of each request (``alloc_for_extend``)."""
+        ...
+
+    def check_allocation(self, before: torch.Tensor, state: AllocState, allocation: Allocation) -> None:
+        """A1-A6: the debug allocation checker (``before``: the table as handed); raises ContractViolation."""
+        ...
+
+    def ring_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int,
+                  window: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """R1-R3: a ring group's ``(writes [sum(extend_lens)], reads)`` for one step, request order; row ``i`` of
+        ``table`` is request ``i``'s ring pages (then its tail pad), which has ``prefix_lens[i]`` tokens cached and
+        ``extend_lens[i]`` new ones; lengths are CPU mirrors. Reads: per request with new tokens, the cached part of
+        its first query's window, then ``RING_SENTINEL`` once per new token."""
         ...

@@ -15,7 +15,7 @@ import torch
 from kvtable import reference
 from kvtable.contract import INT32_MAX, INT32_MIN
 from kvtable.errors import ContractViolation
-from kvtable.reference import DEFAULT_TAIL_PAD, Batch, GroupSpec
+from kvtable.reference import DEFAULT_TAIL_PAD, Batch, GroupSpec, ring
 from kvtable.reference.tables import (
     as_table,
     check_group_ids,
@@ -153,6 +153,13 @@ class ReferenceBackend:
     def check_write_locs(self, table: torch.Tensor, locs: torch.Tensor, batch: Batch, page_size: int,
                          *, group: str | None = None) -> None:
         reference.check_write_locs(_table(table, group), _ints(locs, clause="D1"), batch, page_size, group=group)
+
+    def ring_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int,
+                  window: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """R1-R3 by the reference (which always checks the ring's pages)."""
+        rows, prefix, extend = _table(table), list(prefix_lens), list(extend_lens)
+        return (_out(ring.ring_write_locs(rows, prefix, extend, page_size, window), self.device),
+                _out(ring.ring_read_locs(rows, prefix, extend, page_size, window), self.device))
 
     def graph(self, specs: Sequence[GroupSpec], *, max_bs: int, max_kernel_pages: int,
               kernel_page_size: int, spec_n: int = 1, tail_pad: int = -1, expand: bool = True

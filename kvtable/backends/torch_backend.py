@@ -12,6 +12,7 @@ import torch
 
 from kvtable.backends.protocol import Allocation, AllocState
 from kvtable.impl import locs as impl_locs
+from kvtable.impl import ring as impl_ring
 from kvtable.impl.allocation import Allocator, check_allocation
 from kvtable.impl.checker import check_write_locs as strong_check
 from kvtable.impl.expand import expand_table as impl_expand
@@ -82,7 +83,7 @@ class TorchBackend:
                                  expand=expand, device=self.device, kernels=self.kernels)
 
     allocator: type[Allocator] = Allocator
-    """kvtable's own allocator-driven step (A1-A5); the zoo's allocator mutants swap it for a buggy one."""
+    """kvtable's own allocator-driven step (A1-A6); the zoo's allocator mutants swap it for a buggy one."""
 
     def alloc_decode(self, state: AllocState) -> Allocation:
         return self._allocate(state)
@@ -93,13 +94,22 @@ class TorchBackend:
     def alloc_extend(self, state: AllocState) -> Allocation:
         return self._allocate(state)
 
+    def check_allocation(self, before: torch.Tensor, state: AllocState, allocation: Allocation) -> None:
+        """A1-A6: the debug checker any allocator step can be run through (``impl.allocation.check_allocation``)."""
+        check_allocation(before, state, allocation)
+
     def _allocate(self, state: AllocState) -> Allocation:
-        """One allocator step; debug mode checks it against A1-A5 (``check_allocation``) before answering."""
+        """One allocator step; debug mode checks it against A1-A6 (``check_allocation``) before answering."""
         before = state.req_to_token.clone() if debug_enabled(self.debug) else None
         allocation = self.allocator().allocate(state)
         if before is not None:
             check_allocation(before, state, allocation)
         return allocation
+
+    def ring_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int,
+                  window: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """R1-R3: a ring group's writes and reads; debug mode reads the ring's pages back (R1, W5)."""
+        return impl_ring.ring_locs(table, prefix_lens, extend_lens, page_size, window, debug=debug_enabled(self.debug))
 
     def cache_groups(self, specs: Sequence[GroupSpec], *, kernel_page_size: int, max_num_pages: int,
                      spec_num_tokens: int = 1, is_draft: bool = False, expand_tables: bool = True,

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from kvtable.conformance.levels import LATENT, SAFETY
 from kvtable.conformance.watch import watched
 from kvtable.errors import ContractViolation, Unsupported
 
@@ -21,7 +22,7 @@ Where = tuple[str | None, int | None, int | None]
 
 BACKEND_CALLS = frozenset({"decode_locs", "verify_locs", "reanchor_locs", "extend_locs", "group_locs",
                            "expand_table", "check_write_locs", "graph", "alloc_decode", "alloc_verify",
-                           "alloc_extend"})
+                           "alloc_extend", "ring_locs"})
 RUNNER_CALLS = frozenset({"capture", "replay"})
 KERNEL_CALLS = frozenset({"stacked_locs", "stacked_extend_locs", "replay_fill", "grouped_locs",
                           "grouped_extend_locs"})
@@ -43,6 +44,25 @@ class Mismatch(AssertionError):
         self.tier = tier
         self.kind = kind or tier
         super().__init__(f"[{self.clause}] {message}")
+
+
+def latent(check: Callable[[Any, Any], None], needs: str) -> Callable[[Any, Any], None]:
+    """``check`` whose safety failures are latent: reachable only past the size ``needs`` states (reported at the
+    ``latent`` tier, failing a run only with ``--latent``)."""
+    def run(ctx: Any, case: Any) -> None:
+        try:
+            check(ctx, case)
+        except Mismatch as err:
+            if err.tier not in (SAFETY, ""):
+                raise
+            message = str(err).split("] ", 1)[-1]
+            raise Mismatch(err.clause, f"{needs}: {message}", tier=LATENT, kind=err.kind) from err
+
+    return run
+
+
+INT32_POOL = "latent: needs >= 2^31 slots in one pool (256 GiB at 128 B/token)"
+"""The size an int32 wrap of a slot needs before any real run reaches it."""
 
 
 def render(value: Any) -> str:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from kvtable import interrupts
 from kvtable.backends import BackendUnavailable, default_spec
-from kvtable.conformance.options import add_common, precheck, profile_arg
+from kvtable.conformance.options import add_common, precheck, profile_arg, run_level
 from kvtable.console import progress_bar, wants_progress
 from kvtable.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PASSED, EXIT_SKIPPED
 
@@ -38,7 +38,7 @@ def execution(args: argparse.Namespace, spec: str) -> dict[str, object]:
 
     isolate, _backend = isolated(spec, True if args.workers > 1 else args.isolate)
     return {"isolate": isolate, "workers": args.workers, "timeout": args.timeout,
-            "sanitize": getattr(args, "sanitize", False)}
+            "sanitize": getattr(args, "sanitize", False), "max_memory_growth": args.max_memory_growth}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
         options = execution(args, spec)
         with progress_bar(wants_progress(args.no_progress), "kvtable conform") as progress:
             report = run_conformance(spec, examples=args.examples, budget=args.budget, seed=args.seed,
-                                     profile=profile_arg(args),
-                                     properties=properties, level=args.level, progress=progress, **options)
+                                     profile=profile_arg(args), properties=properties, level=run_level(args),
+                                     progress=progress, **options)
     except BackendUnavailable as err:
         return unavailable(err, args.json)
     except KeyboardInterrupt:
@@ -102,5 +102,5 @@ def interrupted_before_any(args: argparse.Namespace, spec: str, kind: str) -> Re
     """The report of a run Ctrl-C stopped before its first property (while loading the backend): an empty table."""
     from kvtable.conformance.runner import Report
 
-    return Report(spec, profile_arg(args), args.seed, args.examples, kind, interrupted=True,
-                  level=args.level, budget=args.budget)
+    return Report(spec, profile_arg(args), args.seed, args.examples, kind, interrupted=True, level=run_level(args),
+                  budget=args.budget)

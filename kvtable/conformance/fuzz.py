@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from kvtable import interrupts
 from kvtable.backends import BackendUnavailable, default_spec
 from kvtable.conformance.conform import emit, execution, interrupted_before_any, unavailable
-from kvtable.conformance.options import add_common, precheck, profile_arg
+from kvtable.conformance.options import add_common, precheck, profile_arg, run_level
 from kvtable.console import progress_bar, wants_progress
 
 if TYPE_CHECKING:
@@ -94,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
         options = execution(args, spec)
         with progress_bar(wants_progress(args.no_progress), "kvtable fuzz") as progress:
             report = fuzz(spec, examples=args.examples, seconds=args.budget, seed=args.seed, database=database,
-                          profile=profile_arg(args),
-                          properties=properties, progress=progress, level=args.level, **options)
+                          profile=profile_arg(args), properties=properties, progress=progress,
+                          level=run_level(args), **options)
     except BackendUnavailable as err:
         return unavailable(err, args.json)
     except KeyboardInterrupt:

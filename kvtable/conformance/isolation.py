@@ -8,7 +8,9 @@ the parent, which may have, is unsafe with torch). The worker streams each backe
 before making it, so when the worker dies the parent still holds the example being run: the property
 gets a ``crash`` verdict (a ``timeout`` one when no word came for ``timeout`` seconds) with that
 example as its counterexample, and a fresh worker takes the next property. ``workers`` > 1 spreads the
-properties over that many processes by the same mechanism.
+properties over that many processes by the same mechanism. Each call also carries the worker's resident
+memory: a backend whose memory grows past ``max_memory_growth`` bytes across a property's examples is a
+``memory`` verdict naming the call, and the worker is replaced (a leak is not left to take the machine down).
 
 The example database stays in the parent: workers reach it through the pipe (``_PipeDatabase``), so
 any database (a directory, Redis, an in-memory one in tests) works with any number of workers, and a
@@ -18,6 +20,7 @@ database failure is raised in the parent as the usage error it is.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import time
 from collections import deque
@@ -36,7 +39,7 @@ from kvtable.conformance.checks import Transcript
 from kvtable.conformance.core import Context
 from kvtable.conformance.database import DatabaseFailed
 from kvtable.conformance.levels import SAFETY
-from kvtable.conformance.options import DEFAULT_TIMEOUT_S
+from kvtable.conformance.options import DEFAULT_MAX_MEMORY_GROWTH, DEFAULT_TIMEOUT_S
 from kvtable.conformance.preflight import check_backend
 from kvtable.conformance.properties import BY_NAME, Property
 from kvtable.conformance.runner import PropertyResult, counterexample_text, make_context, run_property
@@ -44,10 +47,11 @@ from kvtable.conformance.sanitize import sanitizing
 from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
 
-__all__ = ["CRASH", "TIMEOUT", "WorkerSetup", "process_pool", "run_isolated", "start_server"]
+__all__ = ["CRASH", "MEMORY", "TIMEOUT", "WorkerSetup", "process_pool", "run_isolated", "start_server"]
 
 CRASH = "crash"
 TIMEOUT = "timeout"
+MEMORY = "memory"
 POISONED = ("CUDA error", "device-side assert", "illegal memory access")
 """An error naming one of these left the worker's CUDA context unusable: a crash, and a fresh worker."""
 _CONTEXT = multiprocessing.get_context("forkserver")
@@ -90,7 +94,16 @@ class _StreamingTranscript(Transcript):
         self.conn.send(("note", line))
 
     def calling(self, statement: str) -> None:
-        self.conn.send(("calling", statement))
+        self.conn.send(("calling", statement, resident_bytes()))
+
+
+def resident_bytes() -> int:
+    """This process's resident memory in bytes (``/proc/self/statm``; 0 where there is none: not watched)."""
+    try:
+        with open("/proc/self/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 class _PipeDatabase(ExampleDatabase):
@@ -174,13 +187,20 @@ class _Worker:
     calling: str = ""
     examples: int = 0
     heard: float = field(default_factory=time.monotonic)
+    resident: int | None = None
+    """The worker's resident bytes at the property's first call (growth is measured from it)."""
+    last: tuple[str, int] = ("", 0)
+    """The call made last and the resident bytes before it."""
+    grew_in: dict[str, int] = field(default_factory=dict)
+    """Resident bytes gained across each operation's calls in this property."""
 
     @property
     def ready(self) -> bool:
         return bool(self.spec)
 
     def assign(self, job: _Job, budget: Budget | None) -> None:
-        self.job, self.lines, self.calling, self.examples = job, [], "", 0
+        self.job, self.lines, self.calling, self.examples, self.resident = job, [], "", 0, None
+        self.last, self.grew_in = ("", 0), {}
         self.heard, job.started = time.monotonic(), time.perf_counter()
         self.conn.send((job.prop.name, job.examples, None if budget is None else budget.share(job.prop.name)))
 
@@ -225,7 +245,8 @@ def _named(setup: WorkerSetup) -> str:
     return repr(backend) if isinstance(backend, str) else repr(getattr(backend, "__qualname__", type(backend).__name__))
 
 
-def _exit_reason(exitcode: int | None) -> str:
+def exit_reason(exitcode: int | None) -> str:
+    """How a worker process ended, in words (the signal that killed it, or its exit status)."""
     if exitcode is not None and exitcode < 0:
         try:
             return f"killed the worker process ({signal.Signals(-exitcode).name})"
@@ -238,8 +259,9 @@ class _Pool:
     """Workers, their jobs and the parent's side of the pipe protocol."""
 
     def __init__(self, setup: WorkerSetup, size: int, timeout: float, database: ExampleDatabase | None,
-                 budget: Budget | None = None) -> None:
+                 max_memory_growth: int = DEFAULT_MAX_MEMORY_GROWTH, budget: Budget | None = None) -> None:
         self.setup, self.timeout, self.database, self.budget = setup, timeout, database, budget
+        self.max_memory_growth = max_memory_growth
         self.workers = [_start(setup) for _ in range(size)]
 
     def run(self, jobs: deque[_Job]) -> Iterator[PropertyResult]:
@@ -262,7 +284,7 @@ class _Pool:
                 if result is None:
                     continue
                 worker.job = None
-                if worker.conn.closed or result.status == CRASH:
+                if worker.conn.closed or result.status in (CRASH, MEMORY):
                     worker.stop(kill=True)
                     self.workers[i] = _start(self.setup)
                 yield result
@@ -281,7 +303,7 @@ class _Pool:
         if worker.process.is_alive():
             return None
         worker.process.join()
-        why = _exit_reason(worker.process.exitcode)
+        why = exit_reason(worker.process.exitcode)
         if worker.job is None:
             raise UsageError(f"backend {_named(self.setup)}: {why.replace('the worker process', 'its worker')} "
                              "while loading")
@@ -295,6 +317,7 @@ class _Pool:
             worker.calling = ""
         elif kind == "calling":
             worker.calling = message[1]
+            return self._watch_memory(worker, message[1], message[2])
         elif kind == "example":
             worker.lines, worker.calling = [], ""
             worker.examples += 1
@@ -311,6 +334,25 @@ class _Pool:
             return result
         return None
 
+    def _watch_memory(self, worker: _Worker, statement: str, resident: int) -> PropertyResult | None:
+        """A ``memory`` verdict once the worker's resident memory grew past the bound since the property began,
+        naming the operation whose calls gained the most."""
+        op, before = worker.last
+        worker.last = (statement.partition(" = ")[2].partition("(")[0] or statement.partition("(")[0], resident)
+        if worker.resident is None or not resident:
+            worker.resident = resident
+            return None
+        if op:
+            worker.grew_in[op] = worker.grew_in.get(op, 0) + resident - before
+        grown = resident - worker.resident
+        if grown <= self.max_memory_growth or worker.job is None:
+            return None
+        top = max(worker.grew_in, key=worker.grew_in.__getitem__)
+        why = (f"grew its resident memory by {grown / 2**30:.2f} GiB across the property's examples, "
+               f"{worker.grew_in[top] / 2**30:.2f} GiB of it in {top}(...) (past --max-memory-growth "
+               f"{self.max_memory_growth / 2**30:g} GiB; killed)")
+        return _lost(worker, MEMORY, why, worker.spec)
+
     def _database(self, op: str, args: tuple[bytes, ...]) -> tuple[bool, Any]:
         try:
             value = getattr(self.database, op)(*args)
@@ -325,7 +367,8 @@ class _Pool:
 
 def run_isolated(setup: WorkerSetup, properties: Sequence[Property], examples: Callable[[Property], int], *,
                  workers: int = 1, timeout: float = DEFAULT_TIMEOUT_S, database: ExampleDatabase | None = None,
-                 budget: Budget | None = None) -> Iterator[PropertyResult]:
+                 max_memory_growth: int = DEFAULT_MAX_MEMORY_GROWTH, budget: Budget | None = None
+                 ) -> Iterator[PropertyResult]:
     """Run ``properties`` in ``workers`` worker processes, yielding each result as it finishes (in any order);
     each property's share of a ``budget`` is fixed as a worker takes it.
 
@@ -336,11 +379,16 @@ def run_isolated(setup: WorkerSetup, properties: Sequence[Property], examples: C
     if unregistered:
         raise ValueError(f"only registered properties run in worker processes, not {unregistered}")
     jobs = deque(_Job(p, examples(p)) for p in properties)
-    pool = _Pool(setup, max(1, min(workers, len(jobs))), timeout, database, budget)
+    pool = _Pool(setup, max(1, min(workers, len(jobs))), timeout, database, max_memory_growth, budget)
     try:
         yield from pool.run(jobs)
     finally:
         pool.close()
+
+
+def worker_context() -> Any:
+    """The forkserver context workers come from (jobs that are not properties: traces checked in parallel)."""
+    return _CONTEXT
 
 
 def process_pool(workers: int) -> ProcessPoolExecutor:

@@ -9,14 +9,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kvtable.argtypes import positive_float, positive_int, writable_folder
+from kvtable.argtypes import memory_size, positive_float, positive_int, writable_folder
 from kvtable.backends import BackendNotFound, check_spec, default_spec
 from kvtable.backends.profiles import ALIASES, DOMAIN_ANY, PROFILES
-from kvtable.conformance.levels import DEFAULT_LEVEL, LEVELS
+from kvtable.conformance.levels import DEFAULT_LEVEL, LEVELS, with_latent
 from kvtable.declared import declared
 from kvtable.exitcodes import UsageError
 
 DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_MEMORY_GROWTH = 2**30
+"""``--max-memory-growth``: bytes of resident memory a backend may gain across one property's examples."""
 """``--timeout``: seconds a worker may go without a sign of life (each backend call is one)."""
 URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 REDIS_SCHEMES = ("redis", "rediss")
@@ -45,6 +47,9 @@ def add_common(parser: argparse.ArgumentParser, *, examples: int, examples_help:
     parser.add_argument("--level", default=DEFAULT_LEVEL, choices=sorted(LEVELS),
                         help="what fails the run: safety (writes stay in allowed slots), correct (safety and exact "
                              "values on valid input; default), strict (also refusals naming clause and entry)")
+    parser.add_argument("--latent", action="store_true",
+                        help="latent failures (safety failures reachable only past a stated size, such as a pool of "
+                             "2^31 slots) fail the run too; without it they are reported and counted apart")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (there is none anyway when stderr is not a terminal)")
     add_execution(parser)
@@ -64,6 +69,9 @@ def add_execution(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help="with --isolate: a property whose worker gives no sign of life (each backend call "
                              f"is one) for this long is a TIMEOUT (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--max-memory-growth", type=memory_size, default=DEFAULT_MAX_MEMORY_GROWTH, metavar="SIZE",
+                        help="with --isolate: a backend whose resident memory grows by more than this across one "
+                             "property's examples is a MEMORY verdict naming the operation (default 1G)")
 
 
 def profile_arg(args: argparse.Namespace) -> str:
@@ -126,3 +134,8 @@ def _ping(url: str) -> None:
         redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30).ping()
     except redis.RedisError as err:
         raise UsageError(f"--database {url}: cannot reach Redis: {err}") from None
+
+
+def run_level(args: argparse.Namespace) -> str:
+    """The level the run judges at: ``--level``, with the latent tier under ``--latent``."""
+    return with_latent(args.level, getattr(args, "latent", False))

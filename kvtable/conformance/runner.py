@@ -33,7 +33,7 @@ from kvtable.conformance.budget import Budget, BudgetSpent, spent
 from kvtable.conformance.checks import Mismatch, Recorded, Transcript
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.database import KeyedDatabase, database_prefix
-from kvtable.conformance.levels import CORRECTNESS, DEFAULT_LEVEL, LEVELS, STRICTNESS
+from kvtable.conformance.levels import CORRECTNESS, DEFAULT_LEVEL, LATENT, LEVELS, STRICTNESS
 from kvtable.conformance.notes import note_lines
 from kvtable.conformance.properties import PROPERTIES
 from kvtable.conformance.reproduce import Blob, blob_of, verdict_lines
@@ -199,9 +199,11 @@ class Report:
         skipped = f", {len(self.not_applicable)} not applicable" if self.not_applicable else ""
         unsupported = sum(self.unsupported.values())
         discarded = f", unsupported: {unsupported} examples" if unsupported else ""
+        latent = sum(f.tier == LATENT for r in self.results for f in r.failures)
+        apart = f", {latent} latent failure(s) (reachable only past a stated size)" if latent else ""
         return (f"kvtable {self.kind}: backend {self.backend}, profile {self.profile}, level {self.level}, "
                 f"seed {self.seed}: {sum(r.passed for r in self.results)}/{applicable} properties passed{skipped}"
-                f"{discarded} in {self.seconds:.1f}s{self._budget_words()}; {verdict}")
+                f"{discarded}{apart} in {self.seconds:.1f}s{self._budget_words()}; {verdict}")
 
     def _budget_words(self) -> str:
         """Under ``--budget``: how many examples the properties got (each one's count is in the table)."""
@@ -547,14 +549,16 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
                    seed: int, profile: str | Profile | None = None, database: ExampleDatabase | None = None,
                    kind: str = "conform", total_examples: int = 0, progress: Progress | None = None,
                    shrink: bool = True, level: str = DEFAULT_LEVEL, isolate: bool = False, workers: int = 1,
-                   timeout: float | None = None, sanitize: bool = False, budget: Budget | None = None) -> Report:
+                   timeout: float | None = None, sanitize: bool = False, max_memory_growth: int | None = None,
+                   budget: Budget | None = None) -> Report:
     """Run ``properties`` against ``backend``; ``examples(prop)`` gives each property's example budget.
 
     ``shrink=False`` reports each failure at the first failing example, unshrunk (the zoo's find runs);
     ``level`` (``safety``, ``correct``, ``strict``) says which tiers' failures fail the run.
     The database keeps one entry per (property, backend, profile, level). ``isolate`` (implied by
     ``workers`` > 1) runs the properties in worker processes (``kvtable.conformance.isolation``): a crash
-    or a silence of ``timeout`` seconds is that property's verdict. Ctrl-C ends the run with the
+    or a silence of ``timeout`` seconds is that property's verdict, and so is a resident memory growth past
+    ``max_memory_growth`` bytes (default 1 GiB) across its examples. Ctrl-C ends the run with the
     properties finished so far (``report.interrupted``). ``sanitize``: every Triton interpreter launch is
     bounds-checked (``sanitize.sanitizing``), in the workers too. An isolated backend named by a string is
     first loaded in a worker: a factory that crashes or hangs there is a ``UsageError`` naming it. ``budget``:
@@ -578,11 +582,12 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
     results: Iterator[PropertyResult]
     if isolating:
         from kvtable.conformance.isolation import WorkerSetup, run_isolated
-        from kvtable.conformance.options import DEFAULT_TIMEOUT_S
+        from kvtable.conformance.options import DEFAULT_MAX_MEMORY_GROWTH, DEFAULT_TIMEOUT_S
 
         setup = WorkerSetup(backend, profile_name, seed, shrink, database is not None, level, sanitize)
         results = run_isolated(setup, properties, examples, workers=workers, database=database,
-                               timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout, budget=budget)
+                               timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
+                               max_memory_growth=max_memory_growth or DEFAULT_MAX_MEMORY_GROWTH, budget=budget)
     else:
         assert ctx is not None
         results = _in_process(ctx, spec, properties, examples, seed=seed, database=database, shrink=shrink,

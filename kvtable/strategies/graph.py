@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+from hypothesis import reject
 from hypothesis import strategies as st
 
 from kvtable.reference import GraphModel, GroupSpec
@@ -283,12 +284,16 @@ def stale_seq_cases(draw: st.DrawFn) -> StaleSeq:
 
 
 def draw_short_row(draw: st.DrawFn, setup: GraphSetup) -> Replay:
-    """A replay with one live row at seq_len 0 (T9) or, at N > 1, shorter than N (W2): the reference refuses
+    """A replay with one live row at seq_len 0 (T9, where the profile's scheduler builds one) or, at N > 1, shorter
+    than N (W2): the reference refuses
     it, an engine that clamps short rows (tokenspeed) writes position 0 of the row's own page."""
     step = draw_replay(draw, setup, min_live=1)
     row = draw(between(0, live_rows(step, [s.group_id for s in setup.attention]) - 1))
     seq = list(step.seq_lens)
-    seq[row] = draw(between(0, step.tokens_per_req - 1))
+    lowest = 0 if current().zero_length_rows else 1  # a live row at seq_len 0 only where the scheduler builds one
+    if step.tokens_per_req - 1 < lowest:
+        reject()
+    seq[row] = draw(between(lowest, step.tokens_per_req - 1))
     live_seq = list(step.live_seq)
     live_seq[row] = max(seq[row], 1)
     return replace(step, seq_lens=tuple(seq), live_seq=tuple(live_seq))

@@ -5,7 +5,9 @@ The loop keeps SGLang's state: a token table (``req_to_token``; row 0 the paddin
 (page 0 the reserved sink), request rows handed out and returned without clearing (``ReqToTokenPool.free``
 leaves a row's old slots behind), chunked prefill (``alloc_extend``), decode (``alloc_decode``) and speculative
 verify (``alloc_verify``; at page size 1 the rejected drafts' slots go back to the free list). The free pages
-are the top ``rows * pages per row`` of ``pool_pages`` (a pool past 2^31 slots has its free pages there). With
+are the top ``rows * pages per row`` of ``pool_pages``; a pool past 2^31 slots has them from two pages below
+slot 2^31 up (as many as the pool holds), and the allocator hands out the lowest first, so the first steps
+choose slots on both sides of it. With
 ``faults > 0`` some steps carry one more request, on a free row, with the lengths a scheduler bug publishes: an
 extend whose cached prefix is past its length, or a verify row shorter than N; its slots are freed after.
 """
@@ -16,21 +18,26 @@ from typing import Any
 
 import numpy as np
 
-from kvtable.reference.allocation import AllocOutcome, AllocStep, judge_allocation
+from kvtable.reference.allocation import AllocOutcome, AllocStep, SwaState, judge_allocation
 from kvtable.trace.judge import Violation
 from kvtable.trace.recorder import Recorder
 from kvtable.trace.store import Step
 from kvtable.trace.watching import call_watched
 
 OPERATION = {"decode": "alloc_decode", "verify": "alloc_verify", "extend": "alloc_extend"}
+INT32_SLOTS = 2**31
+"""The first slot id no int32 holds."""
 
 
 def alloc_step(step: Step) -> AllocStep:
-    """The ``AllocStep`` a trace's allocator step was handed."""
+    """The ``AllocStep`` a trace's allocator step was handed (with its SWA pool, where one was recorded)."""
     a = step.arrays
+    swa = None
+    if "swa/mapping" in a:
+        swa = SwaState(a["swa/mapping"].tolist(), a["swa/free_pages"].tolist(), step.meta["swa_pool_pages"])
     return AllocStep(step.meta["mode"], step.groups["req_to_token"].table.tolist(), a["rows"].tolist(),
                      step.prefix_lens.tolist(), step.seq_lens.tolist(), a["free_pages"].tolist(),
-                     step.groups["req_to_token"].page_size, step.meta["pool_pages"])
+                     step.groups["req_to_token"].page_size, step.meta["pool_pages"], swa)
 
 
 def judge_allocator_step(step: Step) -> list[Violation]:
@@ -38,8 +45,11 @@ def judge_allocator_step(step: Step) -> list[Violation]:
     if step.error is not None or "recorded" not in step.groups:
         return []
     a = step.arrays
+    swa_locs, swa_recorded = a.get("swa/locs"), a.get("swa/recorded")
     outcome = AllocOutcome(a["locs"].tolist(), step.groups["recorded"].table.tolist(), a["guard_before"].tolist(),
-                           a["guard_after"].tolist(), step.meta["canary"])
+                           a["guard_after"].tolist(), step.meta["canary"],
+                           None if swa_locs is None else swa_locs.tolist(),
+                           None if swa_recorded is None else swa_recorded.tolist())
     return [Violation(step.index, "safety" if f.unsafe else "correct", f.clause, "req_to_token", f.row, f.token,
                       f.position, f.loc, f.reason if f.request is None else f"request {f.request}: {f.reason}")
             for f in judge_allocation(alloc_step(step), outcome)]
@@ -57,7 +67,10 @@ class AllocSimulator:
         self.pool_pages, self.faults = pool_pages, faults
         self.table = np.zeros((rows, max_len + spec_n), np.int64)
         free = rows * (-(-(max_len + spec_n) // page_size) + 2)
-        self.free_pages = list(range(pool_pages, max(pool_pages - free, 0), -1))
+        low = max(pool_pages - free, 0) + 1
+        if (pool_pages + 1) * page_size > INT32_SLOTS:  # the first pages handed out straddle slot 2^31
+            low = max(INT32_SLOTS // page_size - 2, 1)
+        self.free_pages = list(range(min(pool_pages, low + free - 1), low - 1, -1))
         self.free_rows = list(range(rows - 1, 0, -1))
         self.live: list[dict[str, Any]] = []
         self.next_id = 0

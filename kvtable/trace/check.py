@@ -1,4 +1,8 @@
-"""``check_trace``: judge every step of a trace, stop at the first violation at the chosen level.
+"""``check_trace``: judge every step of a trace, report every failing step up to ``max_failures``, by clause.
+
+A verdict needs evidence: a trace is clean only when every step it declares was read and judged. A trace that
+does not read back as written is damaged (``Report.damage``: no verdict); one whose recorder was not closed is
+cut (``Report.cut``), judged to its last whole step. ``TraceJudge.judges`` maps each step kind to its judge.
 
 Location steps go through ``kvtable.trace.judge`` (safety, correctness, the strong write checker) and, with
 request ids, ``kvtable.trace.history`` (the rules across steps). Graph replays are judged for safety against
@@ -9,7 +13,7 @@ model (G3 replay-fill: the buffer rows the replay left; G4 replay-locs: its loca
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,26 +26,70 @@ from kvtable.reference.graph import GraphModel
 from kvtable.trace.allocation import judge_allocator_step
 from kvtable.trace.history import GroupHistory
 from kvtable.trace.judge import Violation, dropped, judge_group, judge_strict, step_tokens
-from kvtable.trace.recorder import LOCATION_KINDS
+from kvtable.trace.ring import judge_ring
+from kvtable.trace.schema import KINDS, LOCATION_KINDS, TraceDamaged
 from kvtable.trace.store import GroupStep, Step, TraceReader
 
 REPLAYS_KEPT = 8
 """A failing replay's snippet replays the graph's last replays up to it (earlier ones are left out)."""
 LEVELS = {"safety": ("safety",), "correct": ("safety", "correct"), "strict": ("safety", "correct", "strict")}
+MAX_FAILURES = 20
+"""Failing steps reported before judging stops (``--max-failures``)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The first violation of one clause in full: the snippet that redoes its step and any fault put there."""
+
+    violation: Violation
+    snippet: str
+    injected: str | None = None
+    """The input fault the failing step carried on purpose (``kvtable trace record --faults``), if any."""
 
 
 @dataclass
 class Report:
-    """What checking one trace found: steps judged, the first violation, where the trace ended early."""
+    """What checking one trace found: steps judged of those declared, every violation (one per clause and step)
+    up to ``max_failures`` failing steps, the first of each clause in full, and why the trace is cut or damaged."""
 
     path: str
     steps: int = 0
-    violation: Violation | None = None
-    snippet: str = ""
-    injected: str | None = None
-    """The input fault the failing step carried on purpose (``kvtable trace record --faults``), if any."""
-    end_note: str | None = None
+    declared: int = 0
+    """The steps the trace declares (its close line's count; a cut trace's whole steps)."""
+    violations: list[Violation] = field(default_factory=list)
+    first: dict[str, Failure] = field(default_factory=dict)
+    """Clause -> its first violation in full, in the order the clauses first failed."""
+    failing_steps: int = 0
+    stopped: bool = False
+    """Judging stopped at ``max_failures`` failing steps: the steps after were not judged."""
+    cut: str | None = None
+    damage: str | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def violation(self) -> Violation | None:
+        """The first violation (None: none found)."""
+        return self.violations[0] if self.violations else None
+
+    @property
+    def snippet(self) -> str:
+        """The first violation's snippet."""
+        v = self.violation
+        return "" if v is None else self.first[v.clause].snippet
+
+    @property
+    def injected(self) -> str | None:
+        v = self.violation
+        return None if v is None else self.first[v.clause].injected
+
+    @property
+    def status(self) -> str:
+        """``damaged`` (no verdict), ``failed``, ``cut`` (no violation in a trace not closed) or ``clean``."""
+        if self.damage is not None:
+            return "damaged"
+        if self.violations:
+            return "failed"
+        return "cut" if self.cut is not None else "clean"
 
 
 class TraceJudge:
@@ -52,53 +100,71 @@ class TraceJudge:
         self.tiers = LEVELS[level]
         self.level = level
         self.families = {g.group_id: g.family for g in groups}
+        self.rings = {g.group_id: g.window for g in groups if g.layout == "ring"}
+        """Ring groups (R1-R3) by id: their window; their steps are judged by ``judge_ring``."""
         self.history: dict[str, GroupHistory] = {}
         self.model: GraphModel | None = None
         self.saw_req_ids = False
         self.saw_locations = False
+        self._by_kind = self.judges
+        assert set(self._by_kind) == set(KINDS), "every step kind the schema admits has a judge"
 
     def _history(self, gid: str) -> GroupHistory:
         if gid not in self.history:
             self.history[gid] = GroupHistory(gid, self.families.get(gid) == "sliding")
         return self.history[gid]
 
+    @property
+    def judges(self) -> dict[str, Callable[[Step], list[Violation]]]:
+        """Each step kind's judge: the one place a new kind is added (a kind with none is no trace's)."""
+        return {**{kind: self._locations for kind in LOCATION_KINDS}, "replay": self._replay,
+                "allocate": judge_allocator_step, "graph": self._graph, "capture": _nothing, "free": self._pages,
+                "alloc": self._pages, "finish": self._finish}
+
     def feed(self, step: Step) -> list[Violation]:
         """Every violation of ``step`` at this judge's level (in the order found)."""
-        found = [v for v in self._judge(step) if v.tier in self.tiers]
-        return found
+        return [v for v in self._judge(step) if v.tier in self.tiers]
 
     def _judge(self, step: Step) -> list[Violation]:
         if step.unsafe is not None:  # an out-of-bounds read or a write into an input: unsafe, whatever it returned
             return [Violation(step.index, "safety", "safety", step.error_group, None, None, None, None, step.unsafe)]
-        if step.kind in LOCATION_KINDS:
-            self.saw_locations = True
-            return self._locations(step, step.kind)
-        if step.kind == "replay":
-            return self._replay(step)
-        if step.kind == "allocate":
-            return judge_allocator_step(step)
-        if step.kind == "graph":
-            specs = [GroupSpec(**s) for s in step.meta["specs"]]
-            self.families.update({s.group_id: s.family for s in specs})
+        return self._by_kind[step.kind](step)
+
+    def _graph(self, step: Step) -> list[Violation]:
+        specs = [GroupSpec(**s) for s in step.meta["specs"]]
+        self.families.update({s.group_id: s.family for s in specs})
+        self.rings.update({s.group_id: s.window for s in specs if s.layout == "ring"})
+        try:
             self.model = self.profile.graph_model(specs, **step.meta["sizes"])
-        elif step.kind in ("free", "alloc"):
-            for gid, group in step.groups.items():
-                pages = group.pages.astype(np.int64).reshape(-1)
-                hist = self._history(gid)
-                hist.free(step.index, pages) if step.kind == "free" else hist.alloc(pages)
-        elif step.kind == "finish":
-            for hist in self.history.values():
-                hist.finish(step.req_ids)
+        except (TypeError, ValueError, ContractViolation) as err:  # the recorded event names no graph
+            raise TraceDamaged(step.index, None, [f"step {step.index} (graph): its specs and sizes build no "
+                                                  f"graph ({type(err).__name__}: {err})"]) from None
         return []
 
-    def _locations(self, step: Step, kind: str) -> list[Violation]:
+    def _pages(self, step: Step) -> list[Violation]:
+        for gid, group in step.groups.items():
+            pages = group.pages.astype(np.int64).reshape(-1)
+            hist = self._history(gid)
+            hist.free(step.index, pages) if step.kind == "free" else hist.alloc(pages)
+        return []
+
+    def _finish(self, step: Step) -> list[Violation]:
+        for hist in self.history.values():
+            hist.finish(step.req_ids)
+        return []
+
+    def _locations(self, step: Step, kind: str | None = None) -> list[Violation]:
+        kind = kind or step.kind
+        self.saw_locations |= kind in LOCATION_KINDS
         out: list[Violation] = []
         attention = [gid for gid, g in step.groups.items() if self.families.get(gid) != "state" and (
             g.locs is not None or (step.error is not None and step.error_group in (None, gid)))]
         if "strict" in self.tiers:
-            out += judge_strict(self.profile, step, attention)
+            out += judge_strict(self.profile, step, [gid for gid in attention if gid not in self.rings])
         for gid, group in step.groups.items():
-            if gid in attention:
+            if gid in attention and gid in self.rings:
+                out += judge_ring(self.profile, step, gid, kind, self.rings[gid])
+            elif gid in attention:
                 out += judge_group(self.profile, step, gid, kind)
             out += self._observe(step, gid, group)
             if group.locs is not None and step.req_ids is not None:
@@ -110,7 +176,8 @@ class TraceJudge:
             return []
         self.saw_req_ids = True
         live = len(step.req_ids) if step.actual_bs is None else min(step.actual_bs, len(step.req_ids))
-        return self._history(gid).observe(step.index, group.table, step.req_ids, live)
+        delta = None if group.base is None else (group.base, group.cells)
+        return self._history(gid).observe(step.index, group.table, step.req_ids, live, delta)
 
     def _writes(self, step: Step, gid: str, group: GroupStep, kind: str) -> list[Violation]:
         tokens = step_tokens(kind, step.seq_lens, step.n, step.prefix_lens, step.actual_bs)
@@ -180,20 +247,40 @@ class TraceJudge:
         return []
 
 
-def check_trace(path: str | Path, profile: str | Profile | None = None, level: str = "correct") -> Report:
-    """Judge every complete step of the trace at ``path``; the profile defaults to the one it was recorded with."""
+def _nothing(step: Step) -> list[Violation]:
+    """A step that changes nothing judged (a capture: the replays after it are judged)."""
+    return []
+
+
+def check_trace(path: str | Path, profile: str | Profile | None = None, level: str = "correct",
+                max_failures: int = MAX_FAILURES) -> Report:
+    """Judge every step of the trace at ``path`` (the profile defaults to the one it was recorded with), reporting
+    every failing step up to ``max_failures``; a damaged trace is ``Report.damage``, never a verdict."""
+    report = Report(str(path))
+    try:
+        reader = TraceReader(path)
+    except TraceDamaged as err:
+        report.damage, report.declared = str(err), err.total or 0
+        return report
+    report.declared, report.cut = reader.total, reader.cut
+    try:
+        _judge_steps(reader, report, profile, level, max_failures)
+    except TraceDamaged as err:
+        report.damage = str(TraceDamaged(err.step, reader.total, err.defects))
+    return report
+
+
+def _judge_steps(reader: TraceReader, report: Report, profile: str | Profile | None, level: str,
+                 max_failures: int) -> None:
     from kvtable.trace.snippet import snippet
 
-    reader = TraceReader(path)
     header = reader.header
-    prof = get_profile(profile or header.get("profile"))
-    groups = [GroupSpec(**g) for g in header.get("groups", [])]
-    report = Report(str(path))
-    if level == "strict" and not header.get("meta", {}).get("debug"):
+    prof = get_profile(profile or header.profile)
+    if level == "strict" and not header.meta.get("debug"):
         level = "correct"
         report.notes.append("recorded without debug mode (meta 'debug'), where a backend refuses only what it sees "
                             "without a device sync: strictness not judged, level correct")
-    judge = TraceJudge(prof, level, groups)
+    judge = TraceJudge(prof, level, header.specs)
     setup: list[Step] = []
     replays: deque[Step] = deque(maxlen=REPLAYS_KEPT)
     for step in reader.steps():
@@ -205,12 +292,20 @@ def check_trace(path: str | Path, profile: str | Profile | None = None, level: s
         elif step.kind == "replay":
             replays.append(step)
         found = judge.feed(step)
-        if found:
-            report.violation, report.injected = found[0], step.injected
-            report.snippet = snippet(header, step, found[0], [*setup, *replays])
+        if not found:
+            continue
+        report.failing_steps += 1
+        clauses: set[str] = set()
+        for v in found:  # the first of each clause in the step
+            if v.clause in clauses:
+                continue
+            clauses.add(v.clause)
+            report.violations.append(v)
+            if v.clause not in report.first:
+                report.first[v.clause] = Failure(v, snippet(header, step, v, [*setup, *replays]), step.injected)
+        if report.failing_steps >= max_failures:
+            report.stopped = report.steps < reader.total
             break
-    report.end_note = reader.end_note
     if judge.saw_locations and not judge.saw_req_ids:
         report.notes.append("no request ids recorded: the rules across steps (T7 across the run, "
                             "trace/pages-kept, trace/freed-page-write) were not judged")
-    return report

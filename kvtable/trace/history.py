@@ -14,13 +14,48 @@ import numpy as np
 
 from kvtable.trace.judge import Violation
 
+DENSE_PAGES = 2**22
+"""Page ids below this are counted in arrays; above, in a dict (a wild page id costs no memory)."""
 
-def _grow(array: np.ndarray, size: int) -> np.ndarray:
-    if size <= len(array):
-        return array
-    out = np.zeros(max(size, 2 * len(array)), array.dtype)
-    out[: len(array)] = array
-    return out
+
+class PageValues:
+    """An integer per page id (0 by default): an array for the ids below ``DENSE_PAGES``, a dict above."""
+
+    def __init__(self, dtype: type) -> None:
+        self.dense = np.zeros(1024, dtype)
+        self.far: dict[int, int] = {}
+
+    def _near(self, pages: np.ndarray) -> np.ndarray:
+        near = pages < DENSE_PAGES
+        if near.any():
+            top = int(pages[near].max()) + 1
+            if top > len(self.dense):
+                grown = np.zeros(min(max(top, 2 * len(self.dense)), DENSE_PAGES), self.dense.dtype)
+                grown[: len(self.dense)] = self.dense
+                self.dense = grown
+        return near
+
+    def add(self, pages: np.ndarray, delta: int) -> None:
+        """Add ``delta`` once per entry of ``pages`` (a page listed twice gains it twice)."""
+        near = self._near(pages)
+        np.add.at(self.dense, pages[near], delta)
+        for page in pages[~near].tolist():
+            self.far[page] = self.far.get(page, 0) + delta
+
+    def set(self, pages: np.ndarray, value: int) -> None:
+        near = self._near(pages)
+        self.dense[pages[near]] = value
+        self.far.update(dict.fromkeys(pages[~near].tolist(), value))
+
+    def get(self, pages: np.ndarray) -> np.ndarray:
+        """Each page's value (pages >= 1)."""
+        out = np.zeros(len(pages), self.dense.dtype)
+        near = pages < len(self.dense)
+        out[near] = self.dense[pages[near]]
+        far = np.flatnonzero(pages >= DENSE_PAGES)
+        if len(far) and self.far:
+            out[far] = [self.far.get(page, 0) for page in pages[far].tolist()]
+        return out
 
 
 class GroupHistory:
@@ -30,26 +65,35 @@ class GroupHistory:
         self.gid = gid
         self.sliding = sliding
         self.rows: dict[int, np.ndarray] = {}
-        self.holders = np.zeros(1024, np.int32)
-        self.freed = np.zeros(1024, bool)
+        self.holders = PageValues(np.int32)
+        self.freed = PageValues(np.bool_)
         self.freed_at: dict[int, int] = {}
         self.explicit_alloc = False
         self._last: tuple[np.ndarray, np.ndarray] | None = None
+        self._source: np.ndarray | None = None
+        """The whole table ``_last`` was taken from (the array object a delta's base is compared with)."""
 
     def _hold(self, pages: np.ndarray, delta: int) -> None:
         """Count ``pages`` (one per table cell) as held by one more (``+1``) or one fewer (``-1``) live row."""
         pages = pages[pages > 0]
         if len(pages):
-            self.holders = _grow(self.holders, int(pages.max()) + 1)
-            np.add.at(self.holders, pages, delta)
+            self.holders.add(pages, delta)
 
-    def observe(self, step: int, table: np.ndarray, req_ids: np.ndarray, live: int) -> list[Violation]:
-        """Take the step's live rows as their requests' rows now; ``trace/pages-kept`` on each changed row."""
-        table, req_ids = table[:live].astype(np.int64), req_ids[:live]
-        last = self._last
-        self._last = (table, req_ids)  # this step's own arrays: kept, never written
+    def observe(self, step: int, table: np.ndarray, req_ids: np.ndarray, live: int,
+                delta: tuple[np.ndarray, np.ndarray] | None = None) -> list[Violation]:
+        """Take the step's live rows as their requests' rows now; ``trace/pages-kept`` on each changed row.
+        ``delta``: the table is the array ``delta[0]`` but for its flat cells ``delta[1]`` (as a trace stores it):
+        when ``delta[0]`` is the table observed last, only those cells' rows are compared."""
+        full, req_ids = table, req_ids[:live]
+        table = table[:live]  # a view: the step's own arrays are kept, never written
+        last, source = self._last, self._source
+        self._last, self._source = (table, req_ids), full
         if last is not None and last[0].shape == table.shape and np.array_equal(last[1], req_ids):
-            changed = np.flatnonzero((last[0] != table).any(axis=1))
+            if delta is not None and delta[0] is source and full.ndim == 2 and full.shape[1]:
+                rows = np.unique(delta[1] // full.shape[1])
+                changed = rows[rows < live]
+            else:
+                changed = np.flatnonzero((last[0] != table).any(axis=1))
             return self._update(step, req_ids[changed], changed, last[0][changed], table[changed])
         old = np.zeros(table.shape, np.int64)
         for i, req in enumerate(req_ids.tolist()):
@@ -76,8 +120,7 @@ class GroupHistory:
         gained = new[diff & (new > 0)]
         self._hold(gained, +1)
         if not self.explicit_alloc and len(gained):
-            self.freed = _grow(self.freed, int(gained.max()) + 1)
-            self.freed[gained] = False
+            self.freed.set(gained, False)
         for req, row in zip(reqs.tolist(), new, strict=True):
             self.rows[req] = row
         return out
@@ -88,9 +131,7 @@ class GroupHistory:
         if not len(locs):
             return []
         pages = locs // page_size
-        top = int(pages.max()) + 1
-        self.holders, self.freed = _grow(self.holders, top), _grow(self.freed, top)
-        for mask, rule in ((self.freed[pages], "trace/freed-page-write"), (self.holders[pages] > 1, "T7")):
+        for mask, rule in ((self.freed.get(pages), "trace/freed-page-write"), (self.holders.get(pages) > 1, "T7")):
             if mask.any():
                 k = int(np.flatnonzero(mask)[0])
                 page, row = int(pages[k]), int(rows[k])
@@ -116,22 +157,20 @@ class GroupHistory:
                 row = row.copy()
                 row[gone] = 0
                 self.rows[req] = row
-        self._last = None
+        self._last = self._source = None
         if len(pages):
-            self.freed = _grow(self.freed, int(pages.max()) + 1)
-            self.freed[pages] = True
+            self.freed.set(pages, True)
             self.freed_at.update({int(p): step for p in pages})
 
     def alloc(self, pages: np.ndarray) -> None:
         self.explicit_alloc = True
         pages = pages[pages > 0]
         if len(pages):
-            self.freed = _grow(self.freed, int(pages.max()) + 1)
-            self.freed[pages] = False
+            self.freed.set(pages, False)
 
     def finish(self, reqs: np.ndarray) -> None:
         for req in reqs.tolist():
             old = self.rows.pop(int(req), None)
             if old is not None:
                 self._hold(old, -1)
-        self._last = None
+        self._last = self._source = None

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from kvtable.trace.allocation import OPERATION, alloc_step
 from kvtable.trace.judge import Violation
+from kvtable.trace.ring import ring_lengths
+from kvtable.trace.schema import Header
 from kvtable.trace.store import Step
 
+RING_CLAUSES = ("R1", "R2", "R3")
+"""A ring group's violations: redone by ``ring_locs``."""
 CALLS = {"decode": "decode_locs", "verify": "verify_locs", "reanchor": "reanchor_locs", "extend": "extend_locs"}
 
 
@@ -18,9 +21,11 @@ def _tensor(array: np.ndarray) -> str:
     return f"torch.tensor({array.astype(np.int64).tolist()}, dtype=torch.int32)"
 
 
-def _load(header: dict[str, Any]) -> list[str]:
-    name = header.get("backend")
+def _load(header: Header) -> list[str]:
+    name = header.backend
     load = f"load({name!r})" if name else "...  # your backend (the trace names none)"
+    if name and header.backend_problem:
+        load += f"  # this name did not load when the trace was recorded: {header.backend_problem}"
     return ["import torch", "from kvtable.backends import load", "", f"backend = {load}"]
 
 
@@ -36,6 +41,16 @@ def _call(step: Step, gid: str) -> str:
         return f"backend.decode_locs({table}, {lengths}, {ps})"
     extra = f", actual_bs={step.actual_bs}" if step.kind == "verify" and step.actual_bs is not None else ""
     return f"backend.{CALLS[step.kind]}({table}, {lengths}, {ps}, {step.n}{extra})"
+
+
+def _ring_call(header: Header, step: Step, violation: Violation) -> str:
+    """``ring_locs`` on the step's ring group, indexed at the side (writes, or reads for R3 and read breaches)."""
+    gid = violation.group
+    window = next(g["window"] for g in header.groups if g["group_id"] == gid)
+    prefix, extend = ring_lengths(step, step.kind)
+    side = 1 if violation.clause == "R3" or violation.reason.startswith("read") else 0
+    return f"backend.ring_locs({_tensor(step.groups[gid].table)}, {prefix}, {extend}, {step.groups[gid].page_size}, " \
+           f"{window})[{side}]"
 
 
 def _replays(steps: Sequence[Step]) -> list[str]:
@@ -57,10 +72,12 @@ def _replays(steps: Sequence[Step]) -> list[str]:
     return lines
 
 
-def snippet(header: dict[str, Any], step: Step, violation: Violation, graph_steps: Sequence[Step]) -> str:
+def snippet(header: Header, step: Step, violation: Violation, graph_steps: Sequence[Step]) -> str:
     """Python that redoes the failing step with the trace's backend; prints the offending location."""
     lines = [f"# trace step {step.index} ({step.kind}), {violation.clause}, group {violation.group!r}", *_load(header)]
-    if step.kind in CALLS and violation.group in step.groups:
+    if violation.clause in RING_CLAUSES and violation.group in step.groups:
+        lines.append(f"locs = {_ring_call(header, step, violation)}")
+    elif step.kind in CALLS and violation.group in step.groups:
         lines.append(f"locs = {_call(step, violation.group)}")
     elif step.kind == "allocate":
         lines += ["from kvtable.conformance.properties.allocator import alloc_state",

@@ -1,17 +1,22 @@
-"""The trace format: npz chunks of step tensors plus an append-only JSON-lines manifest, crash-safe.
+"""The trace format: npz chunks of step tensors plus an append-only JSON-lines manifest, crash-safe and checked.
 
-A trace is a folder: ``manifest.jsonl`` (a header line, then one line per step) and ``chunks/NNNNNN.npz``.
-A chunk holds its steps' arrays concatenated in two flat arrays, ``i32`` and ``i64`` (one read per chunk);
-a step's manifest line gives each of its arrays as ``[buffer, offset, shape]``.
-A step's tensors are written and fsynced in their chunk before its manifest line is appended and fsynced,
-so a run killed mid-write keeps every step whose line is whole; a truncated last line or a missing chunk
-ends the trace there, and ``TraceReader.end_note`` says so. Group tables are stored as deltas against
-the group's previous table of the same shape: the cells that changed (a decode loop changes a few per step).
+A trace is a folder: ``manifest.jsonl`` and ``chunks/NNNNNN.npz``. The manifest is a header line, then per chunk
+a chunk line (its file's sha256 and the steps it holds) followed by those steps' lines, and, once the recorder
+is closed, a close line with the step count (``kvtable.trace.schema``). A chunk holds its steps' arrays
+concatenated in two flat arrays, ``i32`` and ``i64`` (one read per chunk); a step's line gives each of its
+arrays as ``[buffer, offset, shape]``. A chunk is written (and fsynced) before its lines are appended, so a
+recorder killed mid-run leaves a trace whose whole steps all read back: it is *cut* (no close line), judged to
+its last whole step. Anything else that does not read back as written (a missing or altered chunk, a line
+missing, swapped or unreadable in the middle, a step the schema refuses) is ``TraceDamaged``. Group tables are
+stored as deltas against the group's previous table of the same shape: the cells that changed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,14 +25,26 @@ from typing import Any
 
 import numpy as np
 
-FORMAT = "kvtable-trace"
-VERSION = 1
+from kvtable.trace.schema import (
+    FORMAT,
+    LOCATION_KINDS,
+    SWA_ARRAYS,
+    VERSION,
+    ChunkLine,
+    CloseLine,
+    Header,
+    StepLine,
+    TraceDamaged,
+    schema_defects,
+    step_defects,
+)
+
 MANIFEST = "manifest.jsonl"
 CHUNKS = "chunks"
 
 
 class TraceError(Exception):
-    """A path that is no trace (no manifest, a bad header): a usage error, never a verdict."""
+    """A path that is no trace (no manifest, no trace header): a usage error, never a verdict."""
 
 
 @dataclass
@@ -41,6 +58,12 @@ class GroupStep:
     """Graph replays: the persistent table buffer's rows ``[:bs]`` after the replay."""
     pages: np.ndarray | None = None
     """free / alloc events: the pages freed or allocated."""
+    reads: np.ndarray | None = None
+    """Ring groups (R3): the read locations, where recorded."""
+    base: np.ndarray | None = None
+    """A table stored as a delta: the group's previous table (the array object), which ``table`` differs from in
+    exactly the flat cells ``cells`` (the rules across steps compare only those rows)."""
+    cells: np.ndarray | None = None
 
 
 @dataclass
@@ -68,25 +91,20 @@ class Step:
     """Allocator steps: their other arrays by name (rows, free_pages, locs, guards)."""
 
 
-def _fsync_write(path: Path, data: bytes, mode: str = "wb") -> None:
-    with open(path, mode) as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
 class TraceWriter:
     """Appends steps to a trace folder: ``steps_per_chunk`` steps per npz, each chunk fsynced before its lines."""
 
     def __init__(self, path: str | os.PathLike[str], header: Mapping[str, Any], *, steps_per_chunk: int = 1,
                  fsync: bool = True) -> None:
         self.path = Path(path)
-        (self.path / CHUNKS).mkdir(parents=True, exist_ok=True)
         if (self.path / MANIFEST).exists():
             raise TraceError(f"{self.path}: a trace is already there (manifest.jsonl exists); pick a new path")
+        (self.path / CHUNKS).mkdir(parents=True, exist_ok=True)
         self.steps_per_chunk = steps_per_chunk
         self.fsync = fsync
         self.bytes_written = 0
+        self.steps = 0
+        self.closed = False
         self._chunk = 0
         self._buffers: dict[str, list[np.ndarray]] = {"i32": [], "i64": []}
         self._sizes = {"i32": 0, "i64": 0}
@@ -103,6 +121,7 @@ class TraceWriter:
         line["arrays"] = {key: self._put(value) for key, value in stored.items()}
         line["chunk"] = self._chunk
         self._lines.append(line)
+        self.steps += 1
         if len(self._lines) >= self.steps_per_chunk:
             self.flush()
 
@@ -127,24 +146,36 @@ class TraceWriter:
             stored[f"{gid}/table"] = table
 
     def flush(self) -> None:
-        """Write the queued steps' chunk (fsynced), then their manifest lines (fsynced)."""
+        """Write the queued steps' chunk (fsynced), then its chunk line and their manifest lines (fsynced)."""
         if not self._lines:
             return
+        data = io.BytesIO()
+        np.savez(data, i32=np.concatenate([np.zeros(0, np.int32), *self._buffers["i32"]]),
+                 i64=np.concatenate([np.zeros(0, np.int64), *self._buffers["i64"]]))
         chunk = self.path / CHUNKS / f"{self._chunk:06d}.npz"
         tmp = chunk.with_suffix(".tmp")
         with open(tmp, "wb") as handle:
-            np.savez(handle, i32=np.concatenate([np.zeros(0, np.int32), *self._buffers["i32"]]),
-                     i64=np.concatenate([np.zeros(0, np.int64), *self._buffers["i64"]]))
+            handle.write(data.getbuffer())
             handle.flush()
             if self.fsync:
                 os.fsync(handle.fileno())
         tmp.replace(chunk)
-        self.bytes_written += chunk.stat().st_size
-        self._write_lines(self._lines)
+        self.bytes_written += data.getbuffer().nbytes
+        first = self._lines[0]["step"]
+        self._write_lines([{"chunk": self._chunk, "sha256": hashlib.sha256(data.getbuffer()).hexdigest(),
+                            "first": first, "last": first + len(self._lines) - 1}, *self._lines])
         self._lines = []
         self._buffers = {"i32": [], "i64": []}
         self._sizes = {"i32": 0, "i64": 0}
         self._chunk += 1
+
+    def close(self) -> None:
+        """Flush, then the close line: the trace is whole, ``steps`` steps in its chunks (once; later: nothing)."""
+        if self.closed:
+            return
+        self.flush()
+        self._write_lines([{"closed": True, "steps": self.steps, "chunks": self._chunk}])
+        self.closed = True
 
     def _write_lines(self, lines: list[dict[str, Any]]) -> None:
         data = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines).encode()
@@ -168,14 +199,29 @@ class MemoryWriter:
             tables: Mapping[str, np.ndarray] | None = None) -> None:
         data = {k: np.asarray(v) for k, v in arrays.items() if v is not None}
         data.update({f"{gid}/table": np.array(t) for gid, t in (tables or {}).items()})
-        self.steps.append(_step(line, data.get, self._tables))
+        self.steps.append(_step(StepLine(**{**line, "chunk": 0}), data.get, self._tables))
 
     def flush(self) -> None:
         """Nothing to write."""
 
+    def close(self) -> None:
+        """Nothing to write."""
+
+
+@dataclass
+class _Chunk:
+    line: ChunkLine
+    steps: list[StepLine] = field(default_factory=list)
+
 
 class TraceReader:
-    """Reads a trace folder step by step; where the trace ends early, ``end_note`` says where and why."""
+    """Reads a trace folder step by step, every step checked as it reads (``TraceDamaged`` where one is not).
+
+    The manifest is read whole first (every line parsed and checked against the schema, the chunks and steps in
+    order, the close line's count); each chunk's checksum when it is read. ``total`` is the steps the trace
+    declares (the close line's count; a cut trace's whole steps); ``cut`` says why a trace without a close line
+    ends where it does, or is None for a closed one.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -183,74 +229,207 @@ class TraceReader:
         if not manifest.is_file():
             raise TraceError(f"{self.path}: no trace here (no {MANIFEST})")
         with open(manifest, "rb") as handle:
-            self._lines = handle.read().split(b"\n")
+            data = handle.read()
+        lines = data.split(b"\n")
         try:
-            self.header = json.loads(self._lines[0])
-        except (json.JSONDecodeError, IndexError):
+            first = json.loads(lines[0])
+        except (json.JSONDecodeError, UnicodeDecodeError):
             raise TraceError(f"{self.path}: the manifest's first line is no trace header") from None
-        if self.header.get("format") != FORMAT:
-            raise TraceError(f"{self.path}: not a {FORMAT} manifest (format {self.header.get('format')!r})")
-        self.end_note: str | None = None
+        if not isinstance(first, dict) or first.get("format") != FORMAT:
+            got = first.get("format") if isinstance(first, dict) else None
+            raise TraceError(f"{self.path}: not a {FORMAT} manifest (format {got!r})")
+        if first.get("version") != VERSION:
+            raise TraceError(f"{self.path}: a version {first.get('version')!r} trace; this kvtable reads version "
+                             f"{VERSION} (checksummed chunks and a step count): record it again")
+        self.header = Header.parse(first)
+        self.cut: str | None = None
         self.complete_steps = 0
+        self._chunks: list[_Chunk] = []
+        self.total = self._read_manifest(lines[1:])
+
+    def _read_manifest(self, lines: list[bytes]) -> int:
+        """Parse and check every line after the header; returns the step count the trace declares."""
+        declared = {spec["group_id"] for spec in self.header.groups}
+        steps = 0
+        close: CloseLine | None = None
+        defects: list[tuple[int, str]] = []  # (step, defect)
+        ends_whole = lines[-1] == b""
+        body = lines[:-1] if ends_whole else lines
+        for number, raw in enumerate(body, start=2):
+            last = number == len(body) + 1
+            try:
+                obj = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                obj = None
+            if obj is None or (last and not ends_whole):
+                if last and not ends_whole and close is None:  # a write the recorder did not finish
+                    self.cut = (f"manifest line {number} is cut ({len(raw)} bytes): the recorder stopped "
+                                f"mid-write; judged to its last whole step, {steps}")
+                    break
+                defects.append((steps, f"manifest line {number} is unreadable ({len(raw)} bytes)"))
+                continue
+            if close is not None:
+                defects.append((steps, f"manifest line {number} follows the close line"))
+            elif isinstance(obj, dict) and "closed" in obj:
+                close = self._close(obj, steps, defects)
+            elif isinstance(obj, dict) and "sha256" in obj:
+                self._chunk(obj, steps, number, defects)
+            else:
+                line, found = StepLine.parse(obj, declared)
+                defects += [(steps, d) for d in found]
+                if line is not None:
+                    defects += [(steps, d) for d in self._place(line, steps, number)]
+                    steps += 1
+        if self._chunks and len(self._chunks[-1].steps) < self._chunks[-1].line.last - self._chunks[-1].line.first + 1:
+            held = self._chunks[-1]
+            missing = f"steps {held.line.first + len(held.steps)} to {held.line.last} of chunk {held.line.chunk}"
+            if close is not None:
+                defects.append((steps, f"the manifest lists no line for {missing}"))
+            elif self.cut is None:
+                self.cut = f"the manifest ends before {missing}: the recorder stopped mid-write"
+        total = close.steps if close is not None else steps
+        if close is None and self.cut is None:
+            self.cut = f"no close line: the recorder was not closed (killed?); judged to its last whole step, {steps}"
+        if defects:
+            step, _ = defects[0]
+            raise TraceDamaged(step, total, [d for _, d in defects])
+        if not total:
+            raise TraceDamaged(None, 0, ["the trace holds no step (a header only): nothing to judge"])
+        return total
+
+    def _close(self, obj: Any, steps: int, defects: list[tuple[int, str]]) -> CloseLine | None:
+        bad = schema_defects(CloseLine, obj, "the close line")
+        if bad:
+            defects += [(steps, d) for d in bad]
+            return None
+        close = CloseLine(**obj)
+        if close.steps != steps or close.chunks != len(self._chunks):
+            defects.append((min(steps, close.steps), f"the close line declares {close.steps} steps in {close.chunks} "
+                            f"chunks; the manifest lists {steps} in {len(self._chunks)}"))
+        return close
+
+    def _chunk(self, obj: Any, steps: int, number: int, defects: list[tuple[int, str]]) -> None:
+        bad = schema_defects(ChunkLine, obj, f"chunk line {number}")
+        if bad:
+            defects += [(steps, d) for d in bad]
+            return
+        line = ChunkLine(**obj)
+        if self._chunks:
+            held = self._chunks[-1]
+            if len(held.steps) != held.line.last - held.line.first + 1:
+                defects.append((steps, f"chunk {held.line.chunk} declares steps {held.line.first} to "
+                                f"{held.line.last}; the manifest lists {len(held.steps)} of them"))
+        if line.chunk != len(self._chunks) or line.first != steps or line.last < line.first:
+            defects.append((steps, f"manifest line {number} declares chunk {line.chunk} with steps {line.first} to "
+                            f"{line.last}; chunk {len(self._chunks)} from step {steps} belongs there"))
+        self._chunks.append(_Chunk(line))
+
+    def _place(self, line: StepLine, steps: int, number: int) -> list[str]:
+        """The step's place: the next step number, in the chunk its chunk line declared."""
+        if not self._chunks:
+            return [f"manifest line {number} (step {line.step}) comes before any chunk line"]
+        held = self._chunks[-1]
+        held.steps.append(line)
+        out = []
+        if line.step != steps:
+            out.append(f"manifest line {number} holds step {line.step} where step {steps} belongs (lines "
+                       "missing or out of order)")
+        if line.chunk != held.line.chunk or not held.line.first <= line.step <= held.line.last:
+            out.append(f"step {line.step} names chunk {line.chunk}, outside chunk {held.line.chunk}'s steps "
+                       f"{held.line.first} to {held.line.last}")
+        return out
 
     def steps(self) -> Iterator[Step]:
-        """Every complete step in order; stops at a truncated line or a missing or unreadable chunk."""
+        """Every whole step in order, each checked as it is read; ``TraceDamaged`` at the first that is not."""
         tables: dict[str, np.ndarray] = {}
-        chunk_id, chunk = None, None
-        body = self._lines[1:]
-        for number, raw in enumerate(body, start=2):
-            if not raw.strip():
-                continue
-            try:
-                line = json.loads(raw)
-            except json.JSONDecodeError:
-                self.end_note = (f"manifest line {number} is truncated ({len(raw)} bytes): the trace ends after "
-                                 f"{self.complete_steps} complete steps")
-                return
-            if line["chunk"] != chunk_id:
+        for held in self._chunks:
+            chunk = self._load(held)
+            for line in held.steps:
                 try:
-                    with np.load(self.path / CHUNKS / f"{line['chunk']:06d}.npz") as data:
-                        chunk = {"i32": data["i32"], "i64": data["i64"]}
-                    chunk_id = line["chunk"]
-                except (OSError, ValueError, KeyError) as err:
-                    self.end_note = (f"chunk {line['chunk']:06d}.npz of step {line['step']} is missing or "
-                                     f"unreadable ({type(err).__name__}): the trace ends after "
-                                     f"{self.complete_steps} complete steps")
-                    return
-            assert chunk is not None
-            step = _step(line, _getter(chunk, line.get("arrays", {})), tables)
-            self.complete_steps += 1
-            yield step
+                    step = _step(line, _getter(chunk, line), tables)
+                except _Unreadable as err:
+                    raise TraceDamaged(line.step, self.total, [f"step {line.step}: {err}"]) from None
+                found = step_defects(step.kind, _step_arrays(step), _step_tables(step), n=step.n,
+                                     actual_bs=step.actual_bs)
+                if found:
+                    raise TraceDamaged(line.step, self.total, [f"step {line.step} ({step.kind}): {d}" for d in found])
+                self.complete_steps += 1
+                yield step
+
+    def _load(self, held: _Chunk) -> dict[str, np.ndarray]:
+        """A chunk's two buffers, once its bytes match the checksum its chunk line gives."""
+        name = f"{held.line.chunk:06d}.npz"
+        step = held.line.first
+        try:
+            data = (self.path / CHUNKS / name).read_bytes()
+        except OSError as err:
+            raise TraceDamaged(step, self.total, [f"chunk {name} (steps {held.line.first} to {held.line.last}) "
+                                                  f"is missing or unreadable ({err.strerror or err})"]) from None
+        if hashlib.sha256(data).hexdigest() != held.line.sha256:
+            raise TraceDamaged(step, self.total, [f"chunk {name} (steps {held.line.first} to {held.line.last}) "
+                                                  "does not match its checksum: altered or cut"])
+        with np.load(io.BytesIO(data)) as npz:
+            if sorted(npz.files) != ["i32", "i64"]:
+                raise TraceDamaged(step, self.total, [f"chunk {name} holds arrays {sorted(npz.files)}, "
+                                                      "expected ['i32', 'i64']"])
+            return {"i32": npz["i32"], "i64": npz["i64"]}
 
 
-def _getter(chunk: dict[str, np.ndarray], index: dict[str, list[Any]]) -> Callable[[str], np.ndarray | None]:
+class _Unreadable(Exception):
+    """A step's array or delta that its chunk does not hold as its line says."""
+
+
+def _getter(chunk: dict[str, np.ndarray], line: StepLine) -> Callable[[str], np.ndarray | None]:
     """``key -> array`` for one step: views into the chunk's flat buffers."""
+    index = line.arrays
 
     def get(key: str) -> np.ndarray | None:
         if key not in index:
             return None
         name, offset, shape = index[key]
-        return chunk[name][offset: offset + int(np.prod(shape, dtype=np.int64))].reshape(shape)
+        size = math.prod(shape)
+        buffer = chunk[name]
+        if offset + size > len(buffer):
+            raise _Unreadable(f"array {key!r} lies past the end of its chunk's {name} buffer")
+        return buffer[offset: offset + size].reshape(shape)
     return get
 
 
-def _step(line: dict[str, Any], get: Callable[[str], np.ndarray | None], tables: dict[str, np.ndarray]) -> Step:
+def _step_arrays(step: Step) -> dict[str, np.ndarray | None]:
+    return {"seq_lens": step.seq_lens, "prefix_lens": step.prefix_lens, "req_ids": step.req_ids, **step.arrays}
+
+
+def _step_tables(step: Step) -> dict[str, np.ndarray | None]:
+    """The tables a step's kind carries (a location, replay or allocator step's; an event has none)."""
+    if step.kind not in (*LOCATION_KINDS, "replay", "allocate"):
+        return {}
+    return {gid: g.table for gid, g in step.groups.items()}
+
+
+def _step(line: StepLine, get: Callable[[str], np.ndarray | None], tables: dict[str, np.ndarray]) -> Step:
     """A ``Step`` from its manifest line and arrays; ``tables`` keeps each group's last table for the deltas."""
-    step = Step(line["step"], line["kind"], line.get("n", 1), line.get("actual_bs"), get("seq_lens"),
-                get("prefix_lens"), get("req_ids"), error=line.get("error"), error_group=line.get("error_group"),
-                unsafe=line.get("unsafe"), injected=line.get("injected"), meta=line.get("meta", {}))
+    step = Step(line.step, line.kind, line.n, line.actual_bs, get("seq_lens"), get("prefix_lens"), get("req_ids"),
+                error=line.error, error_group=line.error_group, unsafe=line.unsafe, injected=line.injected,
+                meta=line.meta)
     if step.kind == "allocate":
         step.arrays = {k: get(k) for k in ("rows", "free_pages", "locs", "guard_before", "guard_after")}
-    delta = set(line.get("delta", ()))
-    for gid, page_size in line.get("groups", {}).items():
+        step.arrays.update({k: v for k in SWA_ARRAYS if (v := get(k)) is not None})
+    delta = set(line.delta)
+    for gid, page_size in line.groups.items():
         if gid in delta:
-            values = get(f"{gid}/values")  # int64 where a value passes int32, though the last table fit it
-            table = tables[gid].astype(np.result_type(tables[gid], values))
-            table.reshape(-1)[get(f"{gid}/cells")] = values
-            tables[gid] = table
+            values, cells = get(f"{gid}/values"), get(f"{gid}/cells")
+            if gid not in tables or values is None or cells is None:
+                raise _Unreadable(f"group {gid!r}'s table is stored as a change to an earlier table, and none is there")
+            table = tables[gid].astype(np.result_type(tables[gid], values))  # int64 where a value passes int32
+            flat = cells.astype(np.int64).reshape(-1)
+            if len(flat) != values.size or (len(flat) and not 0 <= flat.min() <= flat.max() < table.size):
+                raise _Unreadable(f"group {gid!r}'s changed cells lie outside its table")
+            table.reshape(-1)[flat] = values.reshape(-1)
+            base, tables[gid] = tables[gid], table
         else:
-            table = get(f"{gid}/table")
+            table, base, flat = get(f"{gid}/table"), None, None
             if table is not None:
                 tables[gid] = table
-        step.groups[gid] = GroupStep(page_size, table, get(f"{gid}/locs"), get(f"{gid}/buf"), get(f"{gid}/pages"))
+        step.groups[gid] = GroupStep(page_size, table, get(f"{gid}/locs"), get(f"{gid}/buf"), get(f"{gid}/pages"),
+                                     get(f"{gid}/reads"), base, flat)
     return step

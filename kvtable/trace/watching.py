@@ -7,6 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+announce: Callable[[str], None] | None = None
+"""Told each call's name before it is made (``trace record``'s worker: the parent knows the call that crashed)."""
+
 
 @dataclass(frozen=True)
 class Watched:
@@ -27,6 +30,8 @@ def call_watched(call: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
     it in what is found); an exception it raises is returned, not raised."""
     from kvtable.conformance.watch import FOUND, watched  # torch's dispatch modes: imported with the first call
 
+    if announce is not None:
+        announce(call)
     FOUND.clear()
     try:
         with watched(call, fn, args, kwargs):

@@ -57,6 +57,11 @@ class Catch:
         return "stateful sequence" if prop.stateful is not None else "fuzz counterexample"
 
 
+ZOO_LEVEL = "strict+latent"
+"""The zoo judges every tier, latent failures too (an entry reachable only past a stated size is caught, and its
+verdict says latent)."""
+
+
 def _by_name(name: str) -> Property:
     return next(p for p in PROPERTIES if p.name == name)
 
@@ -69,7 +74,7 @@ def properties_for(clause: str | None) -> tuple[Property, ...]:
 def failing(backend: Any, properties: Sequence[Property], *, examples: int, seed: int) -> list[PropertyResult]:
     """The properties ``backend`` fails, each stopped at its first failing example (no shrinking)."""
     return _whole(run_properties(backend, properties, examples=lambda _p: examples, seed=seed, shrink=False,
-                                 level="strict")).failures
+                                 level=ZOO_LEVEL)).failures
 
 
 def _whole(report: Report) -> Report:
@@ -144,7 +149,7 @@ def hunt(backend: Any, expected: str, *, name: str, properties: Sequence[Propert
     if caught_by is not None and shrink:
         start = time.perf_counter()
         shrunk = _whole(run_properties(backend, [_by_name(caught_by.property)], examples=lambda _p: examples,
-                                       seed=seed, level="strict")).results[0]
+                                       seed=seed, level=ZOO_LEVEL)).results[0]
         final = caught_by if shrunk.passed else shrunk
         catch.message, catch.counterexample = final.message, final.counterexample
         catch.shrink_seconds = time.perf_counter() - start

@@ -69,6 +69,10 @@ MUTANTS: tuple[SourceMutant, ...] = (
     SourceMutant("holes-expanded", "torch_kernels",
                  (("    real = src.clamp(0, 1)\n", "    src, real = src.clamp_min(0), torch.ones_like(src)\n"),),
                  "E2", "holes and pads expanded to sub-pages 0..r-1 of block 0 (upstream's convention)"),
+    SourceMutant("ring-index-off-by-one", "ring",
+                 (("    index = pos % window\n", "    index = (pos + 1) % window\n"),),
+                 "R1", "a ring's index is (p + 1) % window: each write takes the slot of the next position, a token "
+                       "still in the window", killer="ring/slots-safe"),
     SourceMutant("wrong-tail-pad", "torch_kernels",
                  (("live[:, filled:].fill_(tail_pad)", "live[:, filled:].fill_(-1)"),),
                  "G3", "tail pad hard-coded to -1, ignoring a backend's 0 pad"),

@@ -8,10 +8,13 @@ import torch
 
 from kvtable.contract import Specs
 from kvtable.impl.graph import GroupGraphBuffers
+from kvtable.impl.kernels import Kernels
 from kvtable.impl.locs import LONE, extend_group_locs
+from kvtable.impl.torch_kernels import TorchKernels
 from kvtable.reference.model import DEFAULT_TAIL_PAD, Batch
 from kvtable.reference.tables import specs_by_id
 from kvtable.zoo.base import ZooBackend
+from kvtable.zoo.vllm import MutantLocKernels
 
 
 class NonZeroNullRunner(GroupGraphBuffers):
@@ -116,3 +119,30 @@ class BakedLocsRunner(GroupGraphBuffers):
 class Tokenspeed667Baked(ZooBackend):
     name = "tokenspeed-667-baked"
     runner = BakedLocsRunner
+
+
+def _unclamped_pages(tables: torch.Tensor, widths: torch.Tensor, page_sizes: torch.Tensor, rows: torch.Tensor,
+                     positions: torch.Tensor) -> torch.Tensor:
+    """Each group's ``page * ps + pos % ps`` as read, a -1 page too (a column past the width still sinks)."""
+    ps = page_sizes[: tables.shape[0]].to(torch.int64).unsqueeze(1)
+    pos = positions.to(torch.int64).unsqueeze(0)
+    col = pos // ps
+    inside = col < widths[: tables.shape[0]].to(torch.int64).unsqueeze(1)
+    g = torch.arange(tables.shape[0], device=tables.device).unsqueeze(1)
+    page = tables[g, rows.to(torch.int64).unsqueeze(0), torch.where(inside, col, 0)].to(torch.int64)
+    return (torch.where(inside, page, 0) * ps + pos % ps).to(torch.int32)
+
+
+class UnclampedExtendKernels(MutantLocKernels):
+    """tokenspeed #709, extend variant: ``_compute_extend_group_out_cache_locs`` has no negative-page clamp
+    (the decode path got one with the fix), so an extend over a -1 page writes slot ``-ps + offset``."""
+
+    stacked_locs = TorchKernels.stacked_locs
+    locs = staticmethod(_unclamped_pages)
+
+
+class Tokenspeed709Extend(ZooBackend):
+    name = "tokenspeed-709-extend"
+
+    def default_kernels(self) -> Kernels:
+        return UnclampedExtendKernels()

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvtable.conformance.levels import LATENT
 from kvtable.zoo.entries import Entry
 from kvtable.zoo.hunt import Baseline, Catch, Z3Catch, hunt, properties_for, z3_catch
 from kvtable.zoo.mutants import SourceMutant, mutated_backend
@@ -49,7 +50,7 @@ class Verdict:
         if self.catch is None or self.catch.caught_by is None:
             return "NOT CAUGHT"
         hit = self.catch.caught_by
-        return f"{hit.clause} ({hit.property})"
+        return f"{hit.clause} ({hit.property})" + (" [latent]" if hit.tier == LATENT else "")
 
     @property
     def examples(self) -> str:

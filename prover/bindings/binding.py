@@ -16,9 +16,11 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import json
 import sys
 import tomllib
 from collections.abc import Collection, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -31,8 +33,14 @@ from kvtable.prover.symexec.values import DTYPES, INT32, INT64, IntType, KernelN
 INT32_MAX = 2**31 - 1
 ROLES = frozenset({"table", "page_sizes", "widths", "lengths", "rows", "positions", "query_start_loc",
                    "row_of_program", "program_axis", "tokens", "padded", "pad", "beyond_width", "trusted", "out",
-                   "n", "bs", "actual_bs", "meta", "dst_w", "packed", "packed_numel", "tail_pad"})
+                   "n", "bs", "actual_bs", "meta", "dst_w", "packed", "packed_numel", "tail_pad", "prefix_lens",
+                   "last_loc", "free_pages", "prefixes", "extend_lens", "locs"})
 """The parts of a clause a ``[roles]`` key may name (prover/bindings/contracts.py and queries.py read them)."""
+MASKED_LOADS = ("undefined", "zero")
+"""The values of a binding's ``masked_loads``."""
+MASKED_LOADS_AS: ContextVar[str | None] = ContextVar("MASKED_LOADS_AS", default=None)
+"""Set: every launch reads masked-off lanes this way, whatever its binding says (to ask whether a counterexample
+rests on them: prover/obligations/kernels.py)."""
 POINTER_DTYPE = "uint64"
 """The element type of a table of pointers (``torch.uint64`` of ``data_ptr()``s, vLLM V2)."""
 GRID_LIMITS = (INT32_MAX, 65535, 65535)
@@ -89,6 +97,10 @@ class Binding:
     pointer_tables: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """A tensor of pointers (or of row strides) -> the tensor (or stride argument) each entry is, in order:
     a load through an entry reads that named tensor (vLLM V2's per-group block tables)."""
+    masked_loads: str = "undefined"
+    """What a masked-off lane of a ``tl.load`` without ``other=`` reads: ``"undefined"`` (any value: compiled
+    Triton's documented semantics, sound on every target) or ``"zero"`` (a target the user knows fills 0, as the
+    interpreter does)."""
 
     def kernel_object(self) -> Any:
         if not isinstance(self.kernel, str):
@@ -172,8 +184,9 @@ def _from_toml(path: str | Path) -> Binding:
     unknown = sorted(set(data) - keys)
     if unknown:
         raise ValueError(f"unknown key(s) {_hinted(unknown, keys)}; a binding has {sorted(keys)}")
-    if not isinstance(data.get("grid", []), list):
-        raise ValueError(f"grid = {data['grid']!r}: a list of expressions, one per axis (grid = [\"R + 1\"])")
+    for key in LIST_KEYS:
+        if key in data and not isinstance(data[key], list):
+            raise ValueError(_not_a_list(key, data[key]))
     tensors = {name: TensorSpec(t["dtype"], tuple(t["sizes"]), tuple(t["strides"]))
                for name, t in data.pop("tensors").items()}
     params = {name: (int(lo), int(hi)) for name, (lo, hi) in data.pop("params").items()}
@@ -182,6 +195,16 @@ def _from_toml(path: str | Path) -> Binding:
     return Binding(tensors=tensors, params=params, stride_ranges=ranges, grid=tuple(data.pop("grid")),
                    requires=tuple(data.pop("requires", ())), assumes=tuple(data.pop("assumes", ())),
                    pointer_tables=pointers, **data)
+
+
+LIST_KEYS = ("grid", "requires", "assumes")
+"""The keys whose value is a list of expressions (one string is refused, not read letter by letter)."""
+
+
+def _not_a_list(key: str, value: object) -> str:
+    what = "expressions, one per axis" if key == "grid" else "expressions"
+    shown = json.dumps(value) if isinstance(value, str | int | float | list | dict) else repr(value)
+    return f"{key} = {shown}: a list of {what} ({key} = [{shown}]), not one {type(value).__name__}"
 
 
 def load_binding(reference: str) -> Binding:
@@ -317,8 +340,9 @@ class Launch:
         return out
 
     def trace(self) -> Trace:
+        masked = MASKED_LOADS_AS.get() or self.binding.masked_loads
         return Trace(read=self.read, grid=self.pids, sizes=tuple(z3.Extract(31, 0, g) for g in self.grid()),
-                     entries=self.entries)
+                     entries=self.entries, masked_zero=masked == "zero", facts=self.facts)
 
     def facts(self) -> list[z3.BoolRef]:
         """Parameter and stride ranges, int32 scalars, grid limits, program ids in the grid, host checks."""
@@ -335,10 +359,21 @@ class Launch:
             # the constant bound on the id is implied; stated, it gives prover/solver/intblast.py an interval
             facts += [size >= 1, size <= limit, z3.SignExt(32, pid) >= 0, z3.SignExt(32, pid) < size,
                       z3.SignExt(32, pid) <= limit - 1]
-        facts += [self.condition(text) for text in b.requires]
+        facts += [z3.BoolVal(c) if isinstance(c, bool) else c for c in map(self.condition, b.requires)]
         for table, names in b.pointer_tables.items():  # each entry of a table of pointers is one it names
             facts += [size <= len(names) for size in self.sizes(table)]
         return facts
+
+
+SATISFIABLE_RLIMIT = 2_000_000
+"""z3 resource units for checking that some launch satisfies the binding (unknown counts as satisfiable)."""
+
+
+def _satisfiable(facts: list[z3.BoolRef]) -> bool:
+    solver = z3.Solver()
+    solver.set("rlimit", SATISFIABLE_RLIMIT)
+    solver.add(*facts)
+    return solver.check() != z3.unsat
 
 
 def element_type(dtype: str) -> IntType:
@@ -357,6 +392,13 @@ def check_binding(binding: Binding, arguments: list[str], defaulted: Collection[
     an expression over unknown parameters, or a role naming something the binding does not have."""
     from kvtable.spec.clauses import clause
 
+    for key in LIST_KEYS:
+        if isinstance(getattr(binding, key), str):
+            raise ValueError(_not_a_list(key, getattr(binding, key)))
+    if not 1 <= len(binding.grid) <= len(GRID_LIMITS):
+        raise ValueError(f"grid = {list(binding.grid)!r}: a launch has one to three axes (grid = [\"B\"])")
+    if binding.masked_loads not in MASKED_LOADS:
+        raise ValueError(f"masked_loads = {binding.masked_loads!r}: one of {list(MASKED_LOADS)}")
     try:
         clause(binding.clause)
     except KeyError as exc:
@@ -384,9 +426,17 @@ def check_binding(binding: Binding, arguments: list[str], defaulted: Collection[
              *([("pad_programs", binding.pad_programs)] if binding.pad_programs else [])]
     for where, text in texts:
         try:
-            launch.condition(text) if where in ("requires", "pad_programs") else launch.expr(text)
+            value = launch.condition(text) if where in ("requires", "pad_programs") else launch.expr(text)
         except Exception as exc:  # a name the binding lacks, a syntax error
             raise ValueError(f"{where}: {text!r}: {type(exc).__name__}: {exc}") from None
+        if where in ("requires", "pad_programs") and not isinstance(value, z3.BoolRef | bool):
+            raise ValueError(f"{where}: {text!r} is not a comparison")
+        if where == "requires" and z3.is_false(z3.simplify(z3.BoolVal(value) if isinstance(value, bool) else value)):
+            raise ValueError(f"requires: {text!r} is always false: no launch satisfies it, so every obligation would"
+                             " hold of nothing")
+    if not _satisfiable(launch.facts()):
+        raise ValueError(f"requires: {list(binding.requires)!r} and the params' ranges contradict each other: no launch"
+                         " satisfies them, so every obligation would hold of nothing")
     known = {*binding.tensors, *binding.params, *binding.roles, "program"}
     for role, value in binding.roles.items():
         if value.isidentifier() and value not in known:

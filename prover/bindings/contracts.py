@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import z3
 
@@ -24,6 +25,8 @@ from kvtable.prover.symexec.values import KernelNotSupported
 TWO_31 = 2**31
 LOCATION_CLAUSES = ("W1", "W2", "W3", "W4", "G4")
 FILL_CLAUSES = ("G3", "E2")
+ALLOC_CLAUSES = ("A1", "A3")
+"""SPEC 6a's allocator clauses a kernel may be bound to (prover/bindings/alloc_contracts.py)."""
 
 
 def signed(x: z3.BitVecRef) -> z3.ArithRef:
@@ -259,11 +262,16 @@ def request_program(launch: Launch) -> z3.ArithRef:
     return signed(launch.pids[int(launch.binding.roles.get("program_axis", "0"))])
 
 
-def contract(clause: str, launch: Launch) -> LocationContract | FillContract:
+def contract(clause: str, launch: Launch) -> Any:
+    """The clause's contract: a location, fill or (prover/bindings/alloc_contracts.py) allocator contract."""
     roles = Roles(launch)
     if clause in LOCATION_CLAUSES:
         return LocationContract(clause, roles)
     if clause in FILL_CLAUSES:
         return FillContract(clause, roles)
+    if clause in ALLOC_CLAUSES:
+        from kvtable.prover.bindings.alloc_contracts import alloc_contract
+
+        return alloc_contract(clause, roles)
     raise KernelNotSupported(f"no kernel contract for clause {clause}; kernels implement one of "
-                             f"{LOCATION_CLAUSES + FILL_CLAUSES}")
+                             f"{LOCATION_CLAUSES + FILL_CLAUSES + ALLOC_CLAUSES}")

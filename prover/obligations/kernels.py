@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 
 from kvtable.prover.bindings import builtin as kb
 from kvtable.prover.bindings import queries as kq
-from kvtable.prover.bindings.binding import Binding
-from kvtable.prover.bindings.contracts import FILL_CLAUSES, LOCATION_CLAUSES
+from kvtable.prover.bindings.binding import MASKED_LOADS_AS, Binding
+from kvtable.prover.bindings.contracts import ALLOC_CLAUSES, FILL_CLAUSES, LOCATION_CLAUSES
 from kvtable.prover.bindings.coverage import coverage
 from kvtable.prover.obligations.base import Expect, Obligation
 from kvtable.prover.solver.discharge import DEFAULT_RLIMIT, Outcome, Query, discharge
@@ -69,6 +69,9 @@ def kernel_obligations(binding: Binding, clauses: tuple[str, ...] = ()) -> tuple
         return binding
     prefix = f"{binding.clause}.kernel-{binding.label}"
     obligations = [in_bounds(f"{prefix}-in-bounds", bound, "the user's binding")]
+    if binding.clause in ALLOC_CLAUSES:  # SPEC 6a: the slots handed out or recorded, each at its token's place
+        return (*obligations, agrees(f"{binding.clause}.kernel-{binding.label}-agrees", bound,
+                                     f"every store writes the element clause {binding.clause} writes, with its value"))
     if binding.clause not in LOCATION_CLAUSES + FILL_CLAUSES:  # no clause gives its values (SGLang's index copies)
         return tuple(obligations)
     obligations.append(covers(f"{prefix}-covers", bound, "element"))
@@ -141,7 +144,8 @@ def kernel_outcome(obligation: KernelObligation, guard_ms: int, small: int | Non
                    rlimit: int = DEFAULT_RLIMIT) -> Outcome:
     """Discharge; for a counterexample, look again among launches small enough to replay (small tensors, else a
     small grid), then replay it."""
-    from kvtable.prover.symexec.replay import replay
+    from kvtable.prover.symexec.explain import length_hint, wrap_hint
+    from kvtable.prover.symexec.replay import pad_hint, replay
 
     query = obligation.build()
     expected = small if obligation.expect == "counterexample" else None  # else small ones come from the replay pass
@@ -153,18 +157,49 @@ def kernel_outcome(obligation: KernelObligation, guard_ms: int, small: int | Non
     binding = obligation.binding()
     for strides in (True, False):  # small tensors first; a wrap needs large strides, which a small grid can have
         smaller = discharge(kq.replayable(binding, query, strides=strides), guard_ms, rlimit=rlimit, small=small)
+        if smaller.status == "too slow":  # which counterexample is shown must not depend on the clock either
+            return smaller
         if smaller.status == "counterexample":
             outcome = smaller
             break
-    report = replay(binding, dict(outcome.model))
+    masked = _rests_on_masked_lanes(obligation, binding, outcome, guard_ms, rlimit)
+    if masked.status == "too slow":
+        return masked
+    model = dict(outcome.model)
+    report = replay(binding, model)
     kept = [f"it satisfies every stated assumption ({'; '.join(t for t, _ in query.stated)})"] if query.stated else []
-    return replace(outcome, detail="\n".join([outcome.detail, *kept, str(report)]).strip())
+    first = [MASKED_NOTE] if masked.status == "proved" else []
+    lines = [*first, outcome.detail, *kept, *pad_hint(binding, model), *wrap_hint(binding, model),
+             *length_hint(binding, model), str(report)]
+    return replace(outcome, detail="\n".join(line for line in lines if line).strip())
+
+
+MASKED_NOTE = ("rests on masked-off lanes: a tl.load with a mask and no other= reads an undefined value there in"
+               " compiled Triton (masked_loads = \"undefined\", the default); with masked_loads = \"zero\" (a target"
+               " known to fill 0, as the interpreter does) this obligation holds")
+"""The first line of a counterexample that only masked-off lanes' undefined values make."""
+
+
+def _rests_on_masked_lanes(obligation: KernelObligation, binding: Binding, outcome: Outcome, guard_ms: int,
+                           rlimit: int) -> Outcome:
+    """The obligation asked again with masked-off lanes reading 0 (proved: the counterexample rests on them);
+    ``unknown`` without asking where the binding already says "zero" or the counterexample reads no such lane."""
+    if binding.masked_loads == "zero" or not any(name.startswith("undefined#") for name, _ in outcome.model):
+        return Outcome("unknown", 0.0)
+    token = MASKED_LOADS_AS.set("zero")
+    try:
+        query = obligation.build()
+    finally:
+        MASKED_LOADS_AS.reset(token)
+    return discharge(query, guard_ms, rlimit=rlimit)
 
 
 def _assumed(query: Query, outcome: Outcome, guard_ms: int, small: int | None, rlimit: int) -> Outcome:
     """A proof under the binding's stated assumptions: plain if it holds without them too, else it names them
     (with the counterexample that breaks one of them, which is what they rule out)."""
     bare = discharge(replace(query, stated=()), guard_ms, rlimit=rlimit, small=small)
+    if bare.status == "too slow":
+        return bare
     if bare.status == "proved":
         return outcome
     names = tuple(text for text, _ in query.stated)

@@ -7,13 +7,14 @@ over bit-vectors of the kernels' widths (prover/solver/encoding.py).
 
 from __future__ import annotations
 
-from kvtable.prover.obligations import expand, graph, kernels, locs, swa, torch_ops
+from kvtable.prover.obligations import expand, graph, kernels, locs, ring, swa, torch_ops
 from kvtable.prover.obligations.base import Expect, Obligation
 
 OBLIGATIONS: tuple[Obligation, ...] = (
     *locs.OBLIGATIONS,
     *expand.OBLIGATIONS,
     *swa.OBLIGATIONS,
+    *ring.OBLIGATIONS,
     *graph.OBLIGATIONS,
     *kernels.OBLIGATIONS,
     *torch_ops.OBLIGATIONS,

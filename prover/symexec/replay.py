@@ -31,7 +31,8 @@ PROGRAM_LIMIT = 1 << 12
 """The most programs a replay launches (the interpreter runs them one by one)."""
 _ELEMENT = re.compile(r"^(?P<name>[A-Za-z_][\w]*)\[(?P<index>-?\d+(?:, -?\d+)*)\]$")
 _ACCESS = re.compile(r"^(?P<kind>load|store) (?P<number>\d+) (?P<tensor>\w+)(?P<path>@path\d+)? (?P<what>.+)$")
-_TORCH = {"int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64}
+_TORCH = {"int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
+          "uint64": torch.uint64}
 
 
 @dataclass
@@ -54,7 +55,8 @@ class Replay:
         return "\n".join(self.lines)
 
 
-def _evaluate(text: str | int, params: Mapping[str, int]) -> int:
+def evaluate(text: str | int, params: Mapping[str, int]) -> int:
+    """A binding's size or scalar expression at concrete parameters."""
     if isinstance(text, int):
         return text
     scope = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max, **params}
@@ -94,14 +96,11 @@ def replay(binding: Binding, model: Mapping[str, int | bool], *, budget: int = B
 
     if not tk.triton_available() or not tk.interpreting():
         return Replay(False, ["not replayed: needs triton running in its interpreter (no CUDA)"])
-    if binding.pointer_tables:
-        return Replay(False, [f"not replayed: the kernel loads through a table of pointers "
-                              f"({', '.join(binding.pointer_tables)}), which kvtable's guarded replay does not fill"])
     params = {p: int(model.get(p, lo)) for p, (lo, _) in binding.params.items()}
-    shapes = {name: tuple(_evaluate(s, params) for s in spec.sizes) for name, spec in binding.tensors.items()}
+    shapes = {name: tuple(evaluate(s, params) for s in spec.sizes) for name, spec in binding.tensors.items()}
     if any(d < 0 for shape in shapes.values() for d in shape):
         return Replay(False, [f"not replayed: a negative size in {shapes}"])
-    grid = tuple(_evaluate(g, params) for g in binding.grid)
+    grid = tuple(evaluate(g, params) for g in binding.grid)
     if int(np.prod(grid, dtype=np.int64)) > PROGRAM_LIMIT:
         return Replay(False, [f"not replayed: grid {grid} has more than {PROGRAM_LIMIT} programs"])
     nbytes = sum(int(np.prod(shape, dtype=np.int64)) * 8 for shape in shapes.values())
@@ -116,7 +115,9 @@ def replay(binding: Binding, model: Mapping[str, int | bool], *, budget: int = B
         if name in ones:
             tensor.fill_(1)
         for index, value in elements.get(name, {}).items():
-            _set(tensor, index, value)
+            if name not in binding.pointer_tables:  # a table of pointers holds the tensors' own addresses
+                _set(tensor, index, value)
+    _fill_pointer_tables(binding, tensors)
     kernel = binding.kernel_object()
     with context(tensors) as log, np.errstate(all="ignore"):  # a counterexample may well divide by 0 or wrap
         kernel[grid](**_arguments(binding, tensors, params))
@@ -138,6 +139,27 @@ def replay(binding: Binding, model: Mapping[str, int | bool], *, budget: int = B
     if not result.margins_intact:
         result.lines.append("a poison margin was overwritten: a stray write outside every tensor")
     return result
+
+
+def pad_hint(binding: Binding, model: Mapping[str, int | bool]) -> list[str]:
+    """The likely cause of a counterexample whose store of the pad lands where its program may write nothing: a
+    padding program (vLLM's last one) the binding does not name in ``pad_programs``."""
+    if binding.pad_programs or "pad" not in binding.roles:
+        return []
+    params = {p: int(model.get(p, lo)) for p, (lo, _) in binding.params.items()}
+    try:
+        pad = evaluate(binding.roles["pad"], params)
+    except Exception:  # noqa: BLE001 (a pad over names the model lacks: no hint)
+        return []
+    _, accesses = model_parts(model)
+    padding = [key for key, values in accesses.items() if key[0] == "store" and values.get("mask")
+               and values.get("value") == pad and values.get("in range") is False]
+    if not padding:
+        return []
+    program = tuple(int(model.get(f"pid{a}", 0)) for a in range(len(binding.grid)))
+    return [f"likely cause: the binding has no pad_programs. Program {program} stores the pad {pad} where the clause"
+            " has it write nothing: a program that only pads [tokens, padded) is judged as a request unless"
+            " pad_programs names it (vLLM's last program: pad_programs = \"pid0 == R\" for grid [\"R + 1\"])"]
 
 
 Memory = tuple[dict[str, Any], Callable[..., AbstractContextManager[GuardLog]], Callable[[], bool], str]
@@ -173,13 +195,39 @@ def _set(tensor: torch.Tensor | VirtualTensor, index: tuple[int, ...], value: in
         tensor.view(-1)[offset] = value
 
 
+def _address(tensor: torch.Tensor | VirtualTensor) -> int:
+    """Where a tensor starts: its virtual base, or its ``data_ptr()``."""
+    return tensor.base if isinstance(tensor, VirtualTensor) else tensor.data_ptr()
+
+
+def _strides(binding: Binding, tensors: Mapping[str, torch.Tensor | VirtualTensor]) -> dict[str, int]:
+    """Every stride argument's value: the stride of the tensor dimension it names."""
+    return {stride: tensors[name].stride(dim) for name, spec in binding.tensors.items()
+            for dim, stride in enumerate(spec.strides) if isinstance(stride, str)}
+
+
+def _fill_pointer_tables(binding: Binding, tensors: Mapping[str, torch.Tensor | VirtualTensor]) -> None:
+    """Entry ``k`` of each table of pointers: the address of the ``k``-th tensor it names (inside the guard, so a
+    load through it is checked like any other), or the stride it names (vLLM V2's per-group row strides)."""
+    strides = _strides(binding, tensors)
+    for table, names in binding.pointer_tables.items():
+        target = tensors[table]
+        for k, name in enumerate(names[:target.shape[0]]):
+            value = _address(tensors[name]) if name in tensors else strides[name]
+            if isinstance(target, VirtualTensor):
+                target.write(target.offset((k,)), value)
+            else:
+                target[k] = value
+
+
 def _arguments(binding: Binding, tensors: Mapping[str, torch.Tensor], params: Mapping[str, int]) -> dict[str, Any]:
-    args: dict[str, Any] = {**binding.constexprs, **tensors}
+    behind = binding.behind_pointers()  # reached through a table of pointers: no argument of their own
+    args: dict[str, Any] = {**binding.constexprs, **{n: t for n, t in tensors.items() if n not in behind}}
     for name, spec in binding.tensors.items():
         for dim, stride in enumerate(spec.strides):
-            if isinstance(stride, str):
+            if isinstance(stride, str) and stride not in behind:
                 args[stride] = tensors[name].stride(dim)
-    args.update({name: _evaluate(text, params) for name, text in binding.scalars.items()})
+    args.update({name: evaluate(text, params) for name, text in binding.scalars.items()})
     return args
 
 
@@ -202,6 +250,32 @@ def _relative(tensor: str, flat: int | None, region: Any) -> str:
         return f"element {flat} of {tensor}"
     return f"{-flat} element(s) before {tensor}" if flat < 0 else f"{flat - extent + 1} element(s) past the end of " \
         f"{tensor}"
+
+
+NULL_PAGE = 4096
+"""Addresses this close to 0 are a null pointer plus an offset (an empty tensor's ``data_ptr()`` is 0)."""
+
+
+def _signed64(address: int) -> int:
+    address %= 2**64
+    return address - 2**64 if address >= 2**63 else address
+
+
+def _near_null(address: int) -> str:
+    """``"; address -8: a null pointer's neighbourhood"`` where the address is within a page of 0."""
+    signed = _signed64(address)
+    if signed == 0:
+        return "; address 0: a null pointer"
+    return f"; address {signed}: a null pointer plus an offset" if abs(signed) < NULL_PAGE else ""
+
+
+def _blocked(tensor: str, flat: int | None, region: Any, address: int) -> str:
+    """Why the guard blocked an access the model predicted: an empty tensor, a null address, before or past it."""
+    if region.nbytes == 0:
+        null = " (no storage: its data_ptr() is 0)" if region.start == 0 else ""
+        return (f"{tensor} is empty, 0 elements{null}, so every access to it is outside it; this one at element"
+                f" {flat}{_near_null(address)}")
+    return _relative(tensor, flat, region) + _near_null(address)
 
 
 Logged = TypeVar("Logged", GuardHit, Touch)
@@ -232,8 +306,10 @@ def _describe(binding: Binding, tensors: Mapping[str, torch.Tensor | VirtualTens
         index = _index(values, len(shape))
         outside = index is not None and any(not 0 <= i < s for i, s in zip(index, shape, strict=True))
         exact = None if index is None else sum(i * tensors[tensor].stride(d) for d, i in enumerate(index))
+        region = regions[tensor]
+        address = None if exact is None else (region.start + exact * region.itemsize) % 2**64
         hit = _same_access(hits, kind, number, values.get("line"), lane,
-                           lambda h, tensor=tensor, exact=exact: h.nearest.endswith(f" {tensor}") and h.offset == exact)
+                           lambda h, address=address: h.address % 2**64 == address)
         touch = _same_access(touches, kind, number, values.get("line"), lane,
                              lambda t, tensor=tensor, exact=exact: t.tensor == tensor and t.flat == exact)
         where = f"{kind} {number} {tensor}{list(index) if index else ''}"
@@ -243,11 +319,11 @@ def _describe(binding: Binding, tensors: Mapping[str, torch.Tensor | VirtualTens
         if wrapped:
             where += wrapped
         if hit is not None:
-            own = hit.nearest.endswith(f" {tensor}") and hit.offset == exact
+            own = hit.address % 2**64 == address
             result.diverged |= not own and not wrapped
-            result.lines.append(f"{where}: the guard blocked it ({_relative(tensor, exact, regions[tensor])})" if own
-                                else f"{where}: the interpreter's access went elsewhere, and the guard blocked it "
-                                f"({hit.nearest})")
+            result.lines.append(f"{where}: the guard blocked it ({_blocked(tensor, exact, region, hit.address)})"
+                                if own else f"{where}: the interpreter's access went elsewhere, and the guard blocked"
+                                f" it ({hit.nearest}{_near_null(hit.address)})")
         elif touch is not None:
             real = regions[tensor].index(touch.flat) if touch.tensor == tensor and not wrapped else None
             landed = f"{touch.tensor}{list(real) if real is not None else f' element {touch.flat}'}"
@@ -259,5 +335,8 @@ def _describe(binding: Binding, tensors: Mapping[str, torch.Tensor | VirtualTens
             result.diverged |= "value" in values and got != int(values["value"]) and not wrapped
             expected = values.get("expected")
             said = [f"the symbolic run stored {values['value']}"] if "value" in values else []
-            said += [f"the clause says {expected}"] if expected is not None else []
+            if values.get("in range") is False:  # the clause writes nothing here from this program
+                said += [f"the clause has program {program} write no element {list(index)} of {tensor}"]
+            elif expected is not None:
+                said += [f"the clause says {expected}"]
             result.lines.append(f"{tensor}{list(index)} = {got} after the run" + "".join(f"; {x}" for x in said))

@@ -25,7 +25,15 @@ import z3
 
 from kvtable.prover.symexec.induction import ADVANCE, advance, with_induction
 from kvtable.prover.symexec.tl import Language, Trace, TritonStandIn
-from kvtable.prover.symexec.values import BRANCHES, DIVISIONS, DeadPath, KernelNotSupported, extremum
+from kvtable.prover.symexec.values import (
+    BRANCHES,
+    DIVISIONS,
+    PRODUCTS,
+    DeadPath,
+    KernelNotSupported,
+    extremum,
+    restart_names,
+)
 
 
 def python_function(kernel: Any) -> types.FunctionType:
@@ -152,9 +160,11 @@ class _Path:
     """One run's decisions: a prefix given, ``True`` after it; records every branch taken, and whether the
     other side was possible at all on the path (a branch decided by the ones before it forks nothing)."""
 
-    def __init__(self, prefix: list[bool]) -> None:
+    def __init__(self, prefix: list[bool], facts: list[z3.BoolRef]) -> None:
         self.prefix, self.taken = prefix, []
         self.forks: list[bool] = []
+        self.facts = facts
+        """The launch's facts: a side they rule out (a program id past the grid) is not run."""
 
     def __call__(self, condition: z3.BoolRef) -> bool:
         if len(self.taken) >= MAX_BRANCHES:
@@ -162,7 +172,7 @@ class _Path:
         if len(self.taken) < len(self.prefix):
             choice, fork = self.prefix[len(self.taken)], False
         else:
-            so_far = self.condition()
+            so_far = z3.And(*self.facts, self.condition())
             choice = _possible(z3.And(so_far, condition))
             fork = choice and _possible(z3.And(so_far, z3.Not(condition)))
         self.taken.append((condition, choice))
@@ -176,6 +186,7 @@ class _Path:
 def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace) -> Trace:
     """Run ``kernel`` with ``arguments`` (symbolic values, pointers, constexpr ints), recording into ``trace``:
     once per path through its Python ``if``s on symbolic scalars, each access guarded by its path's condition."""
+    restart_names()
     fn = python_function(kernel)
     parameters = inspect.signature(fn).parameters
     names = [n for n in parameters if n in arguments]  # an argument left unbound keeps its default
@@ -184,10 +195,11 @@ def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace) -> Tra
         raise KernelNotSupported(f"{fn.__name__}: no binding for argument(s) {missing}")
     pending: list[list[bool]] = [[]]
     paths = 0
+    facts = trace.facts()
     while pending:
         if paths >= MAX_PATHS:
             raise KernelNotSupported(f"{fn.__name__}: more than {MAX_PATHS} paths through Python branches")
-        path = _Path(pending.pop())
+        path = _Path(pending.pop(), facts)
         run = replace(trace, accesses=[], path=[])
         _run_once(fn, names, arguments, run, path)
         guard = path.condition()
@@ -202,16 +214,21 @@ def run_symbolic(kernel: Any, arguments: Mapping[str, Any], trace: Trace) -> Tra
 def _run_once(fn: types.FunctionType, names: list[str], arguments: Mapping[str, Any], trace: Trace,
               path: _Path) -> None:
     rebinder = _Rebinder(Language(trace))
-    tokens = DIVISIONS.set(trace.divisions), BRANCHES.set(path)
+    tokens = DIVISIONS.set(trace.divisions), BRANCHES.set(path), PRODUCTS.set(trace.products)
     try:
         rebinder.rebuild(fn)(**{n: arguments[n] for n in names})
     except DeadPath:  # the accesses made until the stray read of a pointer table stay (in-bounds judges it)
         pass
     except KernelNotSupported as exc:
-        raise KernelNotSupported(f"{exc}{_where(exc, rebinder)}") from None
+        exc.args = (f"{exc}{_where(exc, rebinder)}",)
+        raise exc.with_traceback(None) from None
+    except Exception as exc:  # the kernel did what the executor does not model (an attribute a stand-in lacks)
+        raise KernelNotSupported(f"the kernel raised {type(exc).__name__}: {exc} in the symbolic executor, which does"
+                                 f" not model that operation{_where(exc, rebinder)}") from None
     finally:
         BRANCHES.reset(tokens[1])
         DIVISIONS.reset(tokens[0])
+        PRODUCTS.reset(tokens[2])
 
 
 def _where(exc: BaseException, rebinder: _Rebinder) -> str:

@@ -21,6 +21,7 @@ from kvtable.prover.symexec.values import (
     DTYPES,
     INT1,
     INT32,
+    Address,
     DeadPath,
     Division,
     IntType,
@@ -34,8 +35,18 @@ from kvtable.prover.symexec.values import (
     select,
 )
 
+MAX_NUMEL = 1 << 20
+"""Triton's largest block (``TRITON_MAX_TENSOR_NUMEL``)."""
 MAX_SUM_LANES = 256
 """The widest block ``tl.sum`` adds up lane by lane."""
+
+
+class NotCompilable(KernelNotSupported):
+    """The kernel as bound is one Triton refuses to compile (a block length that is not a power of two)."""
+
+    def __init__(self, message: str, length: int) -> None:
+        super().__init__(message)
+        self.length = length
 
 
 @dataclass(frozen=True)
@@ -74,10 +85,18 @@ class Trace:
     entries: Callable[[Pointer], list[tuple[z3.BoolRef, object]] | None] = lambda _: None
     """For a load from a table of pointers: each entry (a named tensor's pointer, or a stride) under the
     condition that the load's index selects it; None for an ordinary tensor."""
+    masked_zero: bool = False
+    """A masked-off lane of a load without ``other=`` reads 0 (the binding's ``masked_loads = "zero"``), else
+    a fresh undefined value."""
+    facts: Callable[[], list[z3.BoolRef]] = list
+    """The launch's facts (parameter ranges, host checks, program ids in the grid): what bounds a loop whose
+    trip count is a program id or a parameter when it is unrolled (``Language.range``)."""
     accesses: list[Access] = field(default_factory=list)
     lanes: dict[int, z3.BitVecRef] = field(default_factory=dict)
     """One int32 lane per block length."""
     divisions: list[Division] = field(default_factory=list)
+    products: list[tuple[str, z3.ExprRef]] = field(default_factory=list)
+    """Each product of two non-constant values below 64 bits, with its kernel line (values.PRODUCTS)."""
     path: list[z3.BoolRef] = field(default_factory=list)
     """The conditions of the loops now running (prover/symexec/loops.py): every access is guarded by them."""
     assumptions: list[z3.BoolRef] = field(default_factory=list)
@@ -128,6 +147,26 @@ def _mask(mask: object) -> z3.BoolRef:
     return (m if m.dtype.bits == 1 else m.to(INT1)).term
 
 
+MAX_UNROLLED = 8
+"""The most iterations a loop that carries a value (SGLang's ``for i in range(pid): start += len[i]``) is run
+one by one, each ``i < end`` a branch of the path, where the launch's facts bound its trip count."""
+
+
+def _unrolled(start: object, end: object, step: object, refused: KernelNotSupported) -> Iterator[object]:
+    """The loop run as Python runs it, iteration by iteration (a value carried, a ``break``, a ``return`` as
+    written), while ``i < end`` may hold on the path; refused as ``refused`` past ``MAX_UNROLLED`` iterations."""
+    if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+        raise refused
+    i = start
+    for _ in builtins.range(MAX_UNROLLED + 1):
+        if not as_sym(i) < end:  # a Python branch on the symbolic bound: one path per trip count
+            return
+        yield i
+        i = i + step
+    raise KernelNotSupported(f"{refused} (nor does the launch bound its trip count by {MAX_UNROLLED}, to run it"
+                             " iteration by iteration)")
+
+
 class Language:
     """The namespace a kernel sees as ``tl`` while it runs symbolically; it writes into one ``Trace``."""
 
@@ -150,10 +189,17 @@ class Language:
     def arange(self, start: int, end: int) -> Sym:
         if not isinstance(start, int) or not isinstance(end, int) or end <= start:
             raise KernelNotSupported(f"tl.arange({start}, {end}): bounds must be constexpr ints, start < end")
-        return as_sym(start) + Sym(self._trace.lane(end - start), INT32)
+        length = end - start
+        if length & (length - 1) or length > MAX_NUMEL:  # Triton's own rules: the kernel would not compile
+            raise NotCompilable(f"tl.arange({start}, {end}): Triton compiles only a power-of-two length up to"
+                                f" {MAX_NUMEL}, and {length} is not one", length)
+        return as_sym(start) + Sym(self._trace.lane(length), INT32)
 
     # Memory -----------------------------------------------------------------------------------------
     def load(self, pointer: Pointer, mask: object = None, other: object = None, **_: Any) -> Any:
+        if isinstance(pointer, Address):
+            raise KernelNotSupported(f"tl.load through the loaded address of {pointer.target.tensor} without a cast"
+                                     " to a pointer type (Triton loads through pointers only)")
         if not isinstance(pointer, Pointer):
             raise KernelNotSupported(f"tl.load of {pointer!r}: only pointer arguments plus offsets are modelled")
         m = _mask(mask)
@@ -161,8 +207,11 @@ class Language:
         if choices is not None:
             return self._entry(pointer, m, choices)
         value = self._trace.read(pointer.tensor, pointer)
-        masked = fresh("undefined", pointer.dtype) if other is None else as_sym(other, pointer.dtype).to(
-            pointer.dtype).term
+        if other is None:
+            masked = z3.BitVecVal(0, pointer.dtype.bits) if self._trace.masked_zero else fresh("undefined",
+                                                                                                pointer.dtype)
+        else:
+            masked = as_sym(other, pointer.dtype).to(pointer.dtype).term
         loaded = Sym(z3.If(m, value, masked), pointer.dtype)
         self._record("load", pointer, m, loaded)
         return loaded
@@ -184,7 +233,7 @@ class Language:
             raise KernelNotSupported(f"a load from the table of pointers {pointer.tensor} outside a forking run")
         for condition, entry in choices:
             if decide(condition):
-                return entry
+                return Address(entry) if isinstance(entry, Pointer) else entry
         raise DeadPath(pointer.tensor)
 
     def _record(self, kind: str, pointer: Pointer, mask: z3.BoolRef, value: Sym, depth: int = 2) -> None:
@@ -200,7 +249,10 @@ class Language:
             return iter(builtins.range(*args))
         start, end, step = (0, *args, 1)[-3:] if len(args) == 1 else (*args, 1)[:3]
         caller = sys._getframe(1)
-        check_independent(caller.f_code, caller.f_lineno)
+        try:
+            check_independent(caller.f_code, caller.f_lineno)
+        except KernelNotSupported as refused:
+            return _unrolled(start, end, step, refused)
         return one_iteration(start, end, step, self._trace.path, self._trace.assumptions)
 
     # Element-wise ----------------------------------------------------------------------------------
@@ -235,16 +287,10 @@ class Language:
 
     @staticmethod
     def cast(value: object, dtype: object, bitcast: bool = False) -> object:
-        """``tl.cast``: an integer conversion, or an entry of a table of pointers taken as the pointer it is."""
-        if not isinstance(dtype, PointerType):
-            return as_sym(value).to(dtype, bitcast)  # type: ignore[arg-type]
-        if not isinstance(value, Pointer):
-            raise KernelNotSupported("tl.cast to a pointer type of a value that is not an entry of a binding's"
-                                     " pointer_tables")
-        if value.dtype != dtype.element:
-            raise KernelNotSupported(f"tl.cast of a pointer to {value.tensor} ({value.dtype!r}) to a pointer to"
-                                     f" {dtype.element!r}")
-        return value
+        """``tl.cast``: as ``value.to(dtype)`` (an integer conversion, or a loaded address taken as a pointer)."""
+        if isinstance(value, Pointer | Address):
+            return value.to(dtype, bitcast)
+        return as_sym(value).to(dtype, bitcast)  # type: ignore[arg-type]
 
     @staticmethod
     def multiple_of(value: object, *_: Any) -> object:

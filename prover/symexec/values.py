@@ -16,6 +16,8 @@ prove that they agree.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -72,6 +74,9 @@ class Division:
 
 BRANCHES: ContextVar[Callable[[z3.BoolRef], bool] | None] = ContextVar("BRANCHES", default=None)
 """Decides a Python ``if`` on a symbolic scalar during a forking run (prover/symexec/run.py)."""
+PRODUCTS: ContextVar[list[tuple[str, z3.ExprRef]] | None] = ContextVar("PRODUCTS", default=None)
+"""Where a symbolic run collects its products of two non-constant values computed below 64 bits, with the kernel
+line of each (``FILE:LINE``): the int32 products a wrapped value is explained by."""
 DIVISIONS: ContextVar[list[Division] | None] = ContextVar("DIVISIONS", default=None)
 """Where a symbolic run collects its divisions (prover/bindings/queries.py drops the undefined case
 wherever the query's assumptions rule out a zero divisor)."""
@@ -89,6 +94,13 @@ def free_constants(term: z3.ExprRef) -> list[z3.ExprRef]:
             out.append(t)
         todo.extend(t.children())
     return out
+
+
+def restart_names() -> None:
+    """Number fresh values from 0 again: a query built from one run names them the same whatever ran before (z3's
+    search, and so how much of its resource limit a query spends, depends on the names)."""
+    global _fresh_ids
+    _fresh_ids = count()
 
 
 def fresh(prefix: str, dtype: IntType) -> z3.ExprRef:
@@ -188,6 +200,9 @@ class Sym:
     def to(self, dtype: IntType, bitcast: bool = False) -> Sym:
         """Triton's ``x.to(dtype)``: sign extension, or the low bits; ``!= 0`` for ``int1``."""
         del bitcast
+        if isinstance(dtype, PointerType):
+            raise KernelNotSupported(f"an integer cast to {dtype!r}: only an entry loaded from one of the binding's"
+                                     " pointer_tables is a pointer (name the tensor it loads from there)")
         if not isinstance(dtype, IntType):
             raise KernelNotSupported(f"cast to {dtype!r}: only integer dtypes are modelled")
         if dtype == self.dtype:
@@ -335,6 +350,9 @@ def _ring(a: object, b: object, op: Callable, name: str) -> Sym:
         return Sym(z3.If(divisor == 0, numerator, z3.SRem(numerator, divisor)), dtype)
     term = op(x.term, y.term)
     narrow = dtype.bits < I64
+    products = PRODUCTS.get()
+    if name == "mul" and narrow and products is not None and not (z3.is_bv_value(x.term) or z3.is_bv_value(y.term)):
+        products.append((kernel_site(), term))
     px, py = x.parts, y.parts
     if not (px.strided or py.strided):
         return Sym(term, dtype, origin=_multiple(x, y) if name == "mul" else None)
@@ -344,6 +362,15 @@ def _ring(a: object, b: object, op: Callable, name: str) -> Sym:
         strided, factor = (px, py) if px.strided else (py, px)
         return Sym(term, dtype, strided.scaled(factor.rest, narrow))
     return Sym(term, dtype, px.plus(py, 1 if name == "add" else -1, narrow))
+
+
+def kernel_site() -> str:
+    """``FILE:LINE`` of the innermost frame outside this package: the kernel line running now."""
+    here = os.path.dirname(os.path.dirname(__file__))
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame = frame.f_back
+    return "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 def _opaque(term: z3.BitVecRef) -> Parts:
@@ -438,8 +465,63 @@ class Pointer:
         return True
 
 
+    def to(self, dtype: object, bitcast: bool = False) -> Pointer:
+        """``ptr.to(tl.pointer_type(t))``: the same pointer where ``t`` is its element type (else refused)."""
+        del bitcast
+        if not isinstance(dtype, PointerType):
+            raise KernelNotSupported(f"a pointer into {self.tensor} converted to {dtype!r}: only a cast to a pointer"
+                                     " type is modelled")
+        if dtype.element != self.dtype:
+            raise KernelNotSupported(f"a pointer into {self.tensor} ({self.dtype!r} elements) cast to a pointer to"
+                                     f" {dtype.element!r}: a reinterpretation of its elements is not modelled")
+        return self
+
+
 @dataclass(frozen=True)
 class PointerType:
     """``tl.pointer_type(dtype)``: the target of ``tl.cast`` for an entry of a table of pointers."""
 
     element: IntType
+
+
+@dataclass(frozen=True)
+class Address:
+    """An entry loaded from a table of pointers: the integer address of the tensor it names plus a whole number of
+    bytes, not yet a pointer (Triton: a ``uint64``); ``tl.cast``/``.to(tl.pointer_type(t))`` makes it one."""
+
+    target: Pointer
+    """A pointer to element 0 of the named tensor."""
+    bytes: int = 0
+
+    def to(self, dtype: object, bitcast: bool = False) -> Pointer:
+        """The pointer it is, to elements of ``dtype.element`` (the named tensor's own type, else refused)."""
+        del bitcast
+        if not isinstance(dtype, PointerType):
+            raise KernelNotSupported(f"a loaded address of {self.target.tensor} converted to {dtype!r}: only a cast"
+                                     " to a pointer type is modelled")
+        if dtype.element != self.target.dtype:
+            raise KernelNotSupported(f"the address of {self.target.tensor} ({self.target.dtype!r} elements) cast to"
+                                     f" a pointer to {dtype.element!r}")
+        size = max(1, dtype.element.bits // 8)
+        if self.bytes % size:
+            raise KernelNotSupported(f"the address of {self.target.tensor} plus {self.bytes} bytes: not a whole"
+                                     f" {dtype.element!r} element")
+        return self.target + self.bytes // size
+
+    def __add__(self, other: object) -> Address:
+        """Integer arithmetic on the address: bytes (a constant number of them is modelled)."""
+        if isinstance(other, bool) or not isinstance(other, int):
+            raise KernelNotSupported(f"a symbolic number of bytes added to the loaded address of {self.target.tensor}"
+                                     " (cast it to a pointer type first, then add elements)")
+        return Address(self.target, self.bytes + other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: object) -> Address:
+        if isinstance(other, bool) or not isinstance(other, int):
+            raise KernelNotSupported(f"a symbolic number of bytes taken from the loaded address of"
+                                     f" {self.target.tensor}")
+        return Address(self.target, self.bytes - other)
+
+    def __bool__(self) -> bool:
+        return True

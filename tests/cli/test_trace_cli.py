@@ -62,9 +62,9 @@ ALLOCATOR = ("--route", "allocator")
 SEEDED = {  # each example backend seeded with an engine's bug: its passing twin, profile, options, what is said
     "vllm_style.py:backend_53982": ("vllm_style.py:backend", "vllm", (), "out-of-bounds read in backend.decode_locs"),
     "sglang_style.py:backend_prefix_past_length": ("sglang_style.py:backend", "sglang", ALLOCATOR,
-                                                   "before the output buffer"),
+                                                   "changed row"),
     "sglang_style.py:backend_short_verify": ("sglang_style.py:backend", "sglang", ALLOCATOR, "(a row of no request"),
-    "sglang_style.py:backend_int32_pool": ("sglang_style.py:backend", "sglang",
+    "sglang_style.py:backend_int32_pool": ("sglang_style.py:backend_int64_table", "sglang",
                                            (*ALLOCATOR, "--pool-pages", str(2**31 + 512)), "outside the pool"),
 }
 
@@ -86,16 +86,6 @@ def test_every_seeded_example_fails_at_the_step_it_first_differs(bug: str, tmp_p
     assert said in out and "[safety]" in out and "backend = load(" in out, out
 
 
-def test_a_cut_trace_is_checked_to_its_last_whole_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _record(tmp_path / "t")
-    manifest = tmp_path / "t" / "manifest.jsonl"
-    lines = manifest.read_bytes().splitlines(keepends=True)
-    manifest.write_bytes(b"".join(lines[:30]) + lines[30][:17])
-    assert main(["trace", "check", str(tmp_path / "t")]) == 0
-    out = capsys.readouterr().out
-    assert "29 steps judged, clean" in out and "manifest line 31 is truncated" in out
-
-
 def test_four_traces_check_in_parallel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     paths = [tmp_path / f"rank{i}" for i in range(4)]
     for path in paths:
@@ -114,8 +104,9 @@ def test_the_example_traces_check_as_their_names_say(capsys: pytest.CaptureFixtu
     traces = sorted((ROOT / "examples" / "traces").iterdir())
     assert main(["trace", "check", *map(str, traces)]) == 1
     out = capsys.readouterr().out
-    assert out.count("FAILED at step") == 1 and "tokenspeed-709-fails: 11 steps judged, FAILED at step 10" in out
-    assert out.count(", clean") == len(traces) - 1
+    assert out.count("FAILED at step") == 1
+    assert "tokenspeed-709-fails: 141 of 141 steps judged, FAILED at step 10: 1 failing step(s), 1 clause(s)" in out
+    assert out.count(" steps judged, clean\n") == len(traces) - 1
 
 
 def test_the_trace_benchmark_runs_end_to_end() -> None:
@@ -127,3 +118,23 @@ def test_the_trace_benchmark_runs_end_to_end() -> None:
     assert (check["what"], check["steps"]) == ("check_trace", 20) and check["cpu_s"] > 0
     assert section.records[0]["bytes_per_step"] > 256 * 3 * 4  # at least each group's locations
     assert section.targets[0].met is None  # a smoke run judges no target
+
+
+def test_ctrl_c_prints_the_traces_checked_so_far_and_exits_130(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import kvtable.trace.cli as trace_cli
+
+    checked = trace_cli._check_one
+    traces = sorted((ROOT / "examples" / "traces").iterdir())[:3]
+
+    def interrupted_at_the_second(job: tuple) -> object:
+        if job[0] == traces[1]:
+            raise KeyboardInterrupt
+        return checked(job)
+
+    monkeypatch.setattr(trace_cli, "_check_one", interrupted_at_the_second)
+    assert main(["trace", "check", *map(str, traces)]) == 130
+    out, err = capsys.readouterr()
+    assert f"{traces[0]}: " in out and f"{traces[1]}: " not in out
+    assert out.splitlines()[-1].startswith("INTERRUPTED after 1 of 3 trace(s)")
+    assert err == "kvtable trace: interrupted\n"

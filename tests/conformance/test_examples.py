@@ -64,7 +64,7 @@ def test_a_profile_whose_backend_validates_adds_no_scheduler_note() -> None:
 
 def test_the_vllm_example_is_slot_mapping_only_int64_and_has_no_debug_mode() -> None:
     backend = load(VLLM)
-    assert missing_methods(backend) == ("check_write_locs", "graph", *ALLOCATOR_OPERATIONS)
+    assert missing_methods(backend) == ("check_write_locs", "graph", *ALLOCATOR_OPERATIONS, "check_allocation")
     locs = backend.verify_locs(torch.tensor([[3, 4], [0, 0]], dtype=torch.int32), torch.tensor([5, 1]), 4, 2,
                                actual_bs=1)
     assert locs.dtype == torch.int64 and locs.tolist() == [15, 16, -1, -1]  # padded tokens: PAD_SLOT_ID
@@ -73,8 +73,12 @@ def test_the_vllm_example_is_slot_mapping_only_int64_and_has_no_debug_mode() -> 
 
 
 def test_the_vllm_example_expands_the_null_block_to_sub_blocks() -> None:
-    table = torch.tensor([[3, 0, 0]], dtype=torch.int32)  # vLLM tables: null block 0 and a 0 tail
-    assert load(VLLM).expand_table(table, 2).tolist() == [[6, 7, 0, 1, 0, 1]]
+    """``append_row`` maps a row's own blocks (a null block among them to sub-blocks 0, 1); the 0 tail after its
+    last real block stays 0."""
+    table = torch.tensor([[3, 0, 5, 0]], dtype=torch.int32)  # vLLM tables: a null block, then a 0 tail
+    assert load(VLLM).expand_table(table, 2).tolist() == [[6, 7, 0, 1, 10, 11, 0, 0]]
+    assert load(VLLM).expand_table(torch.tensor([[0]], dtype=torch.int32), 2, max_kernel_pages=2,
+                                   tail_pad=0).tolist() == [[0, 0]]
 
 
 # -- the seeded engine bugs, judged by the safety oracle ---------------------------------------------------
@@ -165,7 +169,7 @@ ADAPTER = "examples/minimal_adapter.py:SlotMappingAdapter"
 def test_the_minimal_adapter_is_at_most_40_lines_and_passes_what_it_implements() -> None:
     assert len(open("examples/minimal_adapter.py").read().splitlines()) <= 40
     assert missing_methods(load(ADAPTER)) == ("reanchor_locs", "group_locs", "expand_table", "check_write_locs",
-                                              "graph", *ALLOCATOR_OPERATIONS)
+                                              "graph", *ALLOCATOR_OPERATIONS, "check_allocation")
     report = run_conformance(ADAPTER, examples=25, seed=0, profile="vllm",
                              properties=select(["decode_locs", "verify_locs", "extend_locs"]))
     assert report.passed, report.details()

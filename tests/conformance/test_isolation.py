@@ -4,6 +4,7 @@ every other property still gets its verdict, and ``--workers N`` gives the verdi
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,18 @@ def test_a_fresh_cache_is_kvtables_cost_not_a_timeout_of_the_builtin_backend(tmp
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "TIMEOUT" not in done.stdout and "4/4 properties passed" in done.stdout
+
+
+def test_a_backend_whose_memory_grows_past_the_bound_gets_a_memory_verdict_naming_the_operation(
+        capsys: pytest.CaptureFixture) -> None:
+    """The bound is 256 MiB here so the test stays cheap: the leak (64 MiB a call) passes it by the fifth call,
+    the run going on with a fresh worker for the next property."""
+    rc, out = _conform(capsys, "LeaksOnDecode", "--max-memory-growth", "256M")
+    assert rc == EXIT_FAILED
+    assert _row(out, "decode_locs")[3] == "MEMORY"
+    assert [_row(out, p)[3] for p in ("rejects/T1", "verify_locs", "graph/init")] == ["PASSED"] * 3
+    memory = out[out.index("=== MEMORY [W1 decode-loc] decode_locs"):]
+    grown = r"0\.[23]\d GiB"
+    assert re.search(rf"grew its resident memory by {grown} across the property's examples, {grown} of it in "
+                     r"backend\.decode_locs\(\.\.\.\)", memory), memory
+    assert "(past --max-memory-growth 0.25 GiB; killed)" in memory

@@ -17,7 +17,7 @@ from kvtable.conformance.checks import Mismatch  # noqa: E402
 from kvtable.conformance.levels import SAFETY  # noqa: E402
 from kvtable.conformance.properties import select  # noqa: E402
 from kvtable.conformance.runner import make_context, run_conformance  # noqa: E402
-from kvtable.conformance.sanitize import OUT_OF_BOUNDS, sanitizing  # noqa: E402
+from kvtable.conformance.sanitize import OUT_OF_BOUNDS, sanitizing, unsafe_found  # noqa: E402
 from kvtable.zoo.triton_mutants import mutant_kernels  # noqa: E402
 
 
@@ -47,9 +47,11 @@ def test_a_swallowed_out_of_bounds_access_still_fails_the_example_at_the_safety_
 
 
 def test_without_sanitize_nothing_is_recorded() -> None:
+    """The unmasked kernel's stale read goes unguarded without --sanitize: no finding, no failure."""
     ctx, _ = make_context("torch", "kvtable")
     with ctx.example("G4"):
-        stale_read(triton_kernels.TritonKernels())
+        stale_read(unmasked().kernels)
+    assert unsafe_found("G4") is None
 
 
 @pytest.mark.slow

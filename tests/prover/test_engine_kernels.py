@@ -267,7 +267,7 @@ def before_the_buffer(binding: Binding) -> Query:
 
 
 def test_sglang_alloc_extend_writes_before_its_buffer_when_a_prefix_exceeds_its_length() -> None:
-    binding = load_object(f"{SGLANG}:ALLOC_EXTEND")
+    binding = load_object(f"{SGLANG}:ALLOC_EXTEND_UNCHECKED")
     found = discharge(before_the_buffer(binding), TIMEOUT_MS, small=prove.SMALL_VALUES)
     assert found.status == "counterexample"
     model = dict(found.model)
@@ -275,7 +275,7 @@ def test_sglang_alloc_extend_writes_before_its_buffer_when_a_prefix_exceeds_its_
     longer = [j for j in range(pid) if model.get(f"pre_lens_ptr[{j}]", 0) > model.get(f"seq_lens_ptr[{j}]", 0)]
     assert longer, model  # an earlier request's prefix exceeds its sequence: this one starts before out_indices
     stated = dataclasses.replace(binding, assumes=(*binding.assumes, *(f"pre_lens_ptr[{j}] <= seq_lens_ptr[{j}]"
-                                                                       for j in range(4))))
+                                                                       for j in range(2))))
     assert discharge(before_the_buffer(stated), TIMEOUT_MS).status == "proved"
 
 
@@ -318,8 +318,8 @@ def test_a_loop_may_assign_a_name_in_both_branches_of_an_if() -> None:
                 v = offs
             tl.store(x_ptr + offs, v, mask=offs < n)  # the last iteration's v when WIDE is off
 
-    def binding(kernel: object, wide: int) -> Binding:
-        return Binding(kernel=kernel, clause="W3", params={"N": (1, 100)}, grid=("1",), scalars={"n": "N"},
+    def binding(kernel: object, wide: int) -> Binding:  # N: more iterations than a loop is ever unrolled for
+        return Binding(kernel=kernel, clause="W3", params={"N": (1, 10**6)}, grid=("1",), scalars={"n": "N"},
                        tensors={"x_ptr": TensorSpec("int32", ("N",), (1,))}, constexprs={"BLOCK": 16, "WIDE": wide},
                        roles={"table": "x_ptr"})
 

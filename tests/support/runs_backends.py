@@ -183,3 +183,13 @@ def hang_on_load(debug=False):
 def raise_on_load(debug=False):
     """A factory that raises while it loads."""
     raise RuntimeError("no device for this backend")
+
+
+class LeaksOnDecode(TorchBackend):
+    """Every decode call keeps 64 MiB it never frees (a cache that only grows): 3 GiB by call 48."""
+
+    kept: list[bytearray] = []
+
+    def decode_locs(self, table, seq_lens, page_size):
+        LeaksOnDecode.kept.append(bytearray(b"\x01") * (64 << 20))  # written: resident, not merely reserved
+        return super().decode_locs(table, seq_lens, page_size)

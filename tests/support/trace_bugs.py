@@ -78,3 +78,32 @@ class StaleMirrorBackend(TorchBackend):
     def extend_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int],
                     page_size: int) -> torch.Tensor:
         return super().extend_locs(self._synced(table, page_size), prefix_lens, extend_lens, page_size)
+
+
+class SegfaultOnDecode(TorchBackend):
+    """Its decode kernel takes the process down (SIGSEGV) on the third eager decode of a run."""
+
+    calls = 0
+
+    def decode_locs(self, table, seq_lens, page_size, *, actual_bs=None):  # type: ignore[no-untyped-def]
+        import ctypes
+
+        SegfaultOnDecode.calls += 1
+        if SegfaultOnDecode.calls == 3:
+            ctypes.string_at(0)
+        return super().decode_locs(table, seq_lens, page_size)
+
+
+class HangOnDecode(TorchBackend):
+    """Its decode kernel never returns on the second eager decode of a run."""
+
+    calls = 0
+
+    def decode_locs(self, table, seq_lens, page_size, *, actual_bs=None):  # type: ignore[no-untyped-def]
+        import time
+
+        HangOnDecode.calls += 1
+        if HangOnDecode.calls == 2:
+            time.sleep(3600)
+        return super().decode_locs(table, seq_lens, page_size)
+

@@ -1,4 +1,4 @@
-"""The allocator judge (reference/allocation.py, A1-A5) on hand vectors: legal steps pass, each breach names its
+"""The allocator judge (reference/allocation.py, A1-A6) on hand vectors: legal steps pass, each breach names its
 clause, request, row and token."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 
 from kvtable.backends import load
 from kvtable.backends.profiles import get_profile
-from kvtable.conformance.properties.allocator import alloc_outcome, alloc_state
+from kvtable.conformance.properties.allocator import alloc_outcome, alloc_state, call_allocator
 from kvtable.errors import ContractViolation
 from kvtable.impl.allocation import check_allocation
 from kvtable.reference import GroupSpec
@@ -161,8 +161,8 @@ def test_the_torch_checker_agrees_with_the_judge(factory: str, mode: str, kind: 
     def agree(case) -> None:
         state, arena = alloc_state(case.step)
         before = state.req_to_token.clone()
-        got = getattr(backend, _OPS[mode])(state)
-        faults = judge_allocation(case.step, alloc_outcome(got, arena))
+        got, made, changed = call_allocator(backend, _OPS[mode], state)
+        faults = judge_allocation(case.step, alloc_outcome(got, arena, made, changed))
         try:
             check_allocation(before, state, got)
         except ContractViolation as err:
@@ -195,3 +195,80 @@ def test_the_sglang_profile_zeroes_the_location_tail_only_on_padded_replays() ->
     assert tail["sglang", "unpadded"] == tail["kvtable", "unpadded"] == [8, 10]
     assert tail["sglang", "padded"] == [0] and tail["kvtable", "padded"] == [10]
     assert sglang.allocator is not None and kvtable.allocator is None
+
+
+def _paged_prefix_past_length() -> AllocStep:
+    """Page size 2: request 0 (row 1, pages 3 and 4) has prefix 4 past its length 2; request 1 (row 2) is new and
+    needs one page; pages 5 and 6 are free."""
+    return AllocStep("extend", _table([[], [6, 7, 8, 9], []]), rows=[1, 2], prefix_lens=[4, 0], seq_lens=[2, 2],
+                     free_pages=[5, 6], page_size=2, pool_pages=8)
+
+
+def test_the_seeded_prefix_past_length_names_the_double_allocated_page_and_the_write_before_the_buffer() -> None:
+    """SGLang's signed sums: request 1 starts its output at -2 and its free pages at -1, the page popped before
+    the free list (page 4, request 0's): a write before the buffer (A4) and a double allocation (A6)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "sglang_style.py"
+    step = _paged_prefix_past_length()
+    state, arena = alloc_state(step)
+    got, made, changed = call_allocator(load(f"{example}:backend_prefix_past_length"), "alloc_extend", state)
+    faults = judge_allocation(step, alloc_outcome(got, arena, made, changed))
+    texts = [f"{f.clause} {f.text()}" for f in faults]
+    assert any(t.startswith("A4 request 1 (row 2) token -2") and "before the output buffer" in t for t in texts), texts
+    assert any(t.startswith("A6 request 1 (row 2)") and "page 4 handed out again: request 0 (row 1, position 2"
+               in t for t in texts), texts
+    clean, _ = alloc_state(step)
+    got = load(f"{example}:backend").alloc_extend(clean)
+    assert got.locs.tolist() == [10, 11] and got.free_pages.tolist() == [6]  # page 5 for request 1, page 6 left
+
+
+def test_pool_faults_name_double_free_lost_and_free_while_held_pages() -> None:
+    """A6 at one moment (what a trace judge calls across steps): the pages held, the free list and the freed pages
+    partition the pool."""
+    from kvtable.reference.allocation import pool_faults
+
+    assert pool_faults(4, {1: "row 1", 2: "row 2"}, [3, 4]) == []
+    found = {page: (unsafe, reason) for page, unsafe, reason in pool_faults(5, {1: "row 1"}, [1, 3, 3], [9])}
+    assert found[1] == (True, "page 1 is on the free list while row 1 holds it")
+    assert found[3][0] and "free twice" in found[3][1]
+    assert found[9][0] and "outside the pool" in found[9][1]
+    assert found[2] == (False, "page 2 is lost: nobody holds it, and it is neither free nor freed")
+
+
+def test_a_step_that_loses_free_pages_or_frees_a_held_one_fails_a6() -> None:
+    """The free list returned must be the one handed minus the pages taken: none lost, none held put back."""
+    locs = [6, 7]
+    lost = judge_allocation(DECODE, _outcome(DECODE, locs, free_pages=[]))
+    assert [(f.clause, f.unsafe) for f in lost] == [("A6", False)] and "page 8 is lost" in lost[0].reason
+    back = judge_allocation(DECODE, _outcome(DECODE, locs, free_pages=[8, 3]))
+    assert [(f.clause, f.unsafe) for f in back] == [("A6", True)] and "page 3" in back[0].reason
+    assert judge_allocation(DECODE, _outcome(DECODE, locs, free_pages=[8])) == []
+
+
+def test_a_new_requests_first_page_column_split_over_two_pages_fails_a3() -> None:
+    """Page size 2, no prefix: positions 0 and 1 share page column 0, so they must share one page (position 0 is
+    judged like any other)."""
+    step = AllocStep("extend", _table([[], []]), rows=[1], prefix_lens=[0], seq_lens=[2], free_pages=[3, 4],
+                     page_size=2, pool_pages=6)
+    assert judge_allocation(step, _outcome(step, [6, 7])) == []
+    faults = judge_allocation(step, _outcome(step, [6, 9]))
+    assert ("A3", False, 1) in {(f.clause, f.unsafe, f.token) for f in faults}, [f.text() for f in faults]
+
+
+def test_a_write_one_past_the_output_buffer_is_blamed_on_no_request() -> None:
+    """Request 1's range ends at the buffer's end: entry 2 (one past) belongs to no request, entry -1 to none."""
+    outcome = AllocOutcome([6, 7], _record(DECODE, [6, 7]), guard_before=[CANARY, CANARY],
+                           guard_after=[99, CANARY], canary=CANARY)
+    [fault] = [f for f in judge_allocation(DECODE, outcome) if f.clause == "A4"]
+    assert (fault.request, fault.token, fault.unsafe) == (None, 2, True)
+    assert "wrote entry 2, past the output buffer of 2 entries" in fault.reason
+
+
+def test_an_unwritten_entry_and_a_changed_input_fail_a4_naming_them() -> None:
+    """A guarded buffer starts as the sentinel: an entry still holding it was never written; an input the step
+    wrote is named with its field."""
+    outcome = AllocOutcome([6, CANARY], _record(DECODE, [6, 0]), guard_before=[CANARY] * 2,
+                           guard_after=[CANARY] * 2, canary=CANARY, guarded=True,
+                           changed_inputs=["free_pages: entry 0 changed from 6 to 9"])
+    reasons = [f.reason for f in judge_allocation(DECODE, outcome) if f.clause == "A4"]
+    assert "wrote its input free_pages: entry 0 changed from 6 to 9" in reasons
+    assert any(r.startswith("left entry 1 of the output buffer unwritten") for r in reasons), reasons

@@ -20,7 +20,7 @@ TABLES = {"sliding_attention": SLIDING, "full_attention": FULL}
 
 
 def test_every_engine_has_a_profile_and_the_old_names_still_resolve() -> None:
-    assert sorted(PROFILES) == ["kvtable", "sglang", "tokenspeed", "trtllm", "vllm"]
+    assert sorted(PROFILES) == ["kvtable", "sglang", "tokenspeed", "transformers", "trtllm", "vllm"]
     assert get_profile("vllm-pad-slot") is PROFILES["vllm"]
     assert get_profile("tokenspeed") is PROFILES["tokenspeed"]
     assert set(ALIASES) == {"vllm-pad-slot"}
@@ -28,7 +28,7 @@ def test_every_engine_has_a_profile_and_the_old_names_still_resolve() -> None:
         get_profile("vllm-v3")
 
 
-@pytest.mark.parametrize("name", ["vllm", "sglang", "tokenspeed", "trtllm"])
+@pytest.mark.parametrize("name", ["vllm", "sglang", "tokenspeed", "trtllm", "transformers"])
 def test_every_engine_profile_names_the_code_it_models(name: str) -> None:
     details = PROFILES[name].details
     assert ".py" in details and "``" in details
@@ -160,3 +160,20 @@ def test_the_fill_kernel_gets_no_strided_meta_under_the_tokenspeed_domain(data: 
     with drawing(PROFILES["tokenspeed"].domain):
         case = data.draw(fill_cases())
     assert all(case.layouts[name] == Layout((0,) * dims) for name, dims in (("packed", 1), ("meta", 2), ("dst", 3)))
+
+
+def test_the_transformers_profile_keeps_sliding_groups_as_rings_and_writes_its_trash_as_the_pad_slot() -> None:
+    tf = PROFILES["transformers"]
+    assert (tf.sliding_layout, tf.loc_dtype, tf.tail_pad, tf.pad_slot, tf.writer) == ("ring", "int64", 0, -1,
+                                                                                       "skips-pad")
+    assert {p.sliding_layout for name, p in PROFILES.items() if name != "transformers"} == {"holes"}
+    assert tf.drops(-1) and not tf.drops(-2) and not tf.drops(0)
+    # window 4, page size 2: a 6-token chunk from nothing stores positions 2..5 (2, 3 on page 4; 4, 5 wrap to
+    # page 3); 0 and 1 go to the trash
+    table, prefix, extend = [[3, 4]], [0], [6]
+    assert PROFILES["kvtable"].ring_write_locs(table, prefix, extend, 2, 4) == [0, 0, 8, 9, 6, 7]
+    assert tf.ring_write_locs(table, prefix, extend, 2, 4) == [-1, -1, 8, 9, 6, 7]
+    assert tf.ring_read_locs(table, prefix, extend, 2, 4) == [-1] * 6
+    assert tf.ring_unsafe(table, [-1, -1, 8, 9, 6, 7], [-1] * 6, prefix, extend, 2, 4) == []
+    (bad,) = PROFILES["kvtable"].ring_unsafe(table, [-1, 0, 8, 9, 6, 7], [-1] * 6, prefix, extend, 2, 4)
+    assert (bad.token, bad.loc) == (0, -1) and "not the pad slot" in bad.reason

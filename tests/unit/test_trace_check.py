@@ -141,3 +141,52 @@ def test_a_stale_graph_row_is_caught_and_the_snippet_replays_the_graph_to_it(tmp
     with contextlib.redirect_stdout(out):
         exec(compile(report.snippet, "snippet", "exec"), {})
     assert out.getvalue().strip() == "tensor(8, dtype=torch.int32)"
+
+
+def _three_violations(path: Path) -> None:
+    """A wrong location (safety, step 1), a page swapped under a request (pages-kept, step 2), and another wrong
+    location (safety, step 3)."""
+    with Recorder(path, groups=GROUPS, backend="torch") as rec:
+        _decode(rec, [[1, 2], [3, 4]], [5, 6], [0, 1])
+        _decode(rec, [[1, 2], [3, 4]], [6, 7], [0, 1], locs=[9, 13])  # row 1 writes page 3, not its page 4
+        _decode(rec, [[1, 2], [3, 5]], [6, 7], [0, 1])  # request 1's page 4 swapped for 5 under it
+        _decode(rec, [[1, 2], [3, 5]], [7, 8], [0, 1], locs=[10, 9])  # row 1 writes request 0's page 2
+
+
+def test_every_violation_is_reported_grouped_by_clause_each_first_in_full(tmp_path: Path) -> None:
+    _three_violations(tmp_path / "t")
+    report = check_trace(tmp_path / "t")
+    assert [(v.step, v.clause) for v in report.violations] == [(1, "safety"), (2, "trace/pages-kept"), (3, "safety")]
+    assert report.failing_steps == 3 and report.steps == report.declared == 4 and not report.stopped
+    assert list(report.first) == ["safety", "trace/pages-kept"]
+    assert report.first["trace/pages-kept"].violation.step == 2
+    assert "# trace step 2 (decode), trace/pages-kept" in report.first["trace/pages-kept"].snippet
+    from kvtable.trace.cli import render
+
+    text = render(report)
+    assert "FAILED at step 1: 3 failing step(s), 2 clause(s)" in text
+    assert "  safety: 2 failing step(s), first at step 1" in text and "    also step 3 [safety] safety:" in text
+    assert "  trace/pages-kept: 1 failing step(s), first at step 2" in text
+    assert text.count("reproduce:") == 2
+
+
+def test_max_failures_stops_judging_and_says_which_steps_were_not_judged(tmp_path: Path) -> None:
+    _three_violations(tmp_path / "t")
+    report = check_trace(tmp_path / "t", max_failures=2)
+    assert report.failing_steps == 2 and report.steps == 3 and report.stopped
+    from kvtable.trace.cli import render
+
+    assert "stopped at 2 failing steps (--max-failures): steps 3 to 3 not judged" in render(report)
+
+
+def test_a_wild_slot_or_page_id_is_judged_not_a_crash(tmp_path: Path) -> None:
+    """Page ids past the dense range (a slot of 2^40, a page of 2^33) are counted sparsely: verdicts, no
+    terabyte arrays."""
+    with Recorder(tmp_path / "t", groups=GROUPS, backend="torch") as rec:
+        rec.alloc("full", [1, 2, 2**33])  # the engine records its allocations: only an alloc reallocates
+        _decode(rec, [[1, 2]], [6], [0], locs=[2**40])
+        rec.free("full", [2**33])
+        _decode(rec, [[2**33, 2]], [1], [1])  # request 1 writes page 2^33, freed and never allocated again
+    report = check_trace(tmp_path / "t", level="safety")
+    assert [(v.step, v.clause) for v in report.violations] == [(1, "safety"), (3, "trace/freed-page-write")]
+    assert "wrote page 274877906944 (in no row)" in report.violations[0].reason

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.properties import (
+    alloc_debug,
     allocator,
     call_edges,
     checker,
@@ -28,6 +29,7 @@ from kvtable.conformance.properties import (
     kernels,
     lone_locs,
     rejects,
+    ring,
     routes,
     safety,
 )
@@ -46,6 +48,8 @@ PROPERTIES: tuple[Property, ...] = (
     *call_edges.PROPERTIES,
     *groups.PROPERTIES,
     *allocator.PROPERTIES,
+    *alloc_debug.PROPERTIES,
+    *ring.PROPERTIES,
 )
 
 BY_NAME = {p.name: p for p in PROPERTIES}

@@ -15,7 +15,7 @@ from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.properties.kernels import SENTINEL, missing_kernels
 from kvtable.contract import Batch, GroupSpec
-from kvtable.errors import ContractViolation
+from kvtable.errors import ContractViolation, Unsupported
 from kvtable.strategies import ExpandCase, as_tensor, expand_cases
 from kvtable.strategies.draws import between, pick
 
@@ -60,6 +60,8 @@ def _empty_batch(ctx: Context, case: EmptyCase) -> None:
             got = call()
         except ContractViolation as err:
             raise Mismatch(clause, f"{what}: refused a batch with no rows ({err})") from err
+        except Unsupported:
+            raise
         except Exception as err:  # a crash deep in torch is the bug itself
             raise Mismatch(clause, f"{what}: crashed with {type(err).__name__}: {err}") from err
         sizes = {k: v.numel() for k, v in got.items()} if isinstance(got, dict) else {"table": got.numel()}

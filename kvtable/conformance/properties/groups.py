@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from kvtable.conformance.checks import Mismatch
 from kvtable.conformance.core import Context, Property
+from kvtable.errors import Unsupported
 from kvtable.reference import expand_table, reanchor_locs, select_group, select_locs
 from kvtable.reference.expand import page_ratio
 from kvtable.strategies import Case, CaseOptions, draw_case
@@ -48,6 +49,8 @@ def _selected(what: str, clause: str, expect: Callable[[], Any], got: Callable[[
         value: Any = got()
     except KeyError:
         value = KeyError
+    except Unsupported:
+        raise
     except Exception as err:  # a crash where the reference selects or raises KeyError
         raise Mismatch(clause, f"{what}: crashed with {type(err).__name__}: {err}") from err
     if (want is KeyError) != (value is KeyError) or (want is not KeyError and not same(value, want)):

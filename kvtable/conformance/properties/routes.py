@@ -17,6 +17,7 @@ from kvtable.conformance import kernel_model
 from kvtable.conformance.checks import Mismatch, first_difference
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.properties.kernels import SENTINEL, missing_kernels
+from kvtable.errors import Unsupported
 from kvtable.impl.routes import routes
 from kvtable.strategies.kernels import (
     POISON,
@@ -59,6 +60,8 @@ def _agree(ctx: Context, clause: str, run: Run, expected: list, *, backend_too: 
             continue
         try:
             got = run(chosen, call)
+        except Unsupported:
+            raise  # a path the backend does not have: the example is discarded, as everywhere
         except Exception as err:  # a route that crashes on input its operation defines
             raise Mismatch(clause, f"{name}: crashed with {type(err).__name__}: {err}") from err
         ctx.transcript.note(f"# {name} -> {got}")

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvtable.conformance.calls import check_safe, decode_padding, lone_call
+from kvtable.conformance.checks import INT32_POOL, latent
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import SAFETY
 from kvtable.conformance.properties.applies import LOCS, NeedsAny, calls
@@ -77,6 +78,7 @@ PROPERTIES = (
     Property("safety/narrow-table", "T8", _SUMMARY.format("a table narrower than its group's sequence"),
              unsafe_cases(UNSAFE_KINDS[3]), _check("T8"), tier=SAFETY, not_applicable=_ANY_LOCS),
     Property("safety/int32-wrap", "W5", _SUMMARY.format("a needed page whose slots pass 2^31 - 1 (the int32 store "
-             "would wrap to a negative or another page's slot)"), unsafe_cases(UNSAFE_KINDS[4]), _check("W5"),
+             f"would wrap to a negative or another page's slot); {INT32_POOL}"), unsafe_cases(UNSAFE_KINDS[4]),
+             latent(_check("W5"), INT32_POOL),
              tier=SAFETY, not_applicable=_ANY_LOCS),
 )

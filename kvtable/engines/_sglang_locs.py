@@ -1,0 +1,59 @@
+"""SGLang's read of write slots back from its token table: the Triton ``assign_extend_cache_locs``
+(``sglang/kernels/ops/speculative/cache_locs.py``), which EAGLE's verify and the n-gram worker use to gather
+``req_to_token[row, start:end]`` of each request into ``out_cache_loc``.
+
+kvtable's location calls hand a page table; SGLang keeps the token table it stands for, so the table is laid
+out as SGLang's: row 0 the padding row (padded requests read it, as SGLang's padded ``req_pool_indices`` are
+0), request ``i`` in row ``i + 1`` with ``req_to_token[i + 1, p] = table[i, p // ps] * ps + p % ps``
+(``req_to_token[:, ::ps] // ps`` gives the page table back), int32 as SGLang keeps it. The kernel is
+launched as its CUDA branch launches it (``assign_extend_cache_locs_func``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from kvtable.engines._shims_sglang import sglang
+from kvtable.errors import ContractViolation, Unsupported
+
+MAX_TOKEN_COLUMNS = 1 << 16
+"""A page table standing for a wider token table than this (huge page sizes) is not laid out: SGLang's
+``req_to_token`` is ``max_context_len`` wide, and no context is this long here."""
+
+
+def token_table(table: torch.Tensor, page_size: int) -> torch.Tensor:
+    """SGLang's int32 ``req_to_token`` whose page table (from row 1) is ``table``."""
+    rows, width = table.shape
+    if width * page_size > MAX_TOKEN_COLUMNS:
+        raise Unsupported(f"a token table of {width * page_size} columns (page size {page_size}) is not laid out")
+    pages = table.long().repeat_interleave(page_size, dim=1)
+    tokens = torch.zeros((rows + 1, width * page_size), dtype=torch.int32)
+    tokens[1:] = (pages * page_size + torch.arange(width * page_size) % page_size).to(torch.int32)
+    return tokens
+
+
+def gather(table: torch.Tensor, page_size: int, starts: Sequence[int], ends: Sequence[int],
+           live: int | None = None) -> torch.Tensor:
+    """``req_to_token[row, start:end]`` of each request, in request order (int64, SGLang's ``out_cache_loc``);
+    requests from ``live`` on are padding and read the padding row. A live request reading outside its row is
+    refused, as the scheduler's admission keeps every request inside ``max_context_len`` (the kernel has no
+    column bound)."""
+    sg = sglang()
+    bs = len(starts)
+    columns = table.shape[1] * page_size
+    for i, (start, end) in enumerate(zip(starts[:live], ends[:live], strict=True)):
+        if start < 0 or end > columns:
+            raise ContractViolation("T8", f"positions [{start}, {end}) outside req_to_token's {columns} columns: "
+                                    "SGLang's scheduler never admits a request past max_context_len", row=i)
+    rows = torch.arange(1, bs + 1)
+    if live is not None:
+        rows[live:] = 0
+    start, end = torch.tensor(list(starts), dtype=torch.int64), torch.tensor(list(ends), dtype=torch.int64)
+    out = torch.empty(int((end - start).clamp_min(0).sum()), dtype=torch.int64)
+    if bs and out.numel():
+        tokens = token_table(table, page_size)
+        sg.cache_locs.assign_extend_cache_locs[(bs,)](rows, tokens, start, end, out, tokens.shape[1],
+                                                      sg.utils.next_power_of_2(bs))
+    return out

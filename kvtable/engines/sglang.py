@@ -1,0 +1,164 @@
+"""SGLang's own token pools and paged / SWA allocators with their Triton kernels, judged by kvtable.
+
+``backend`` puts SGLang's allocation path on kvtable's allocator route (``alloc_extend`` / ``alloc_decode`` /
+``alloc_verify``: ``kvtable conform --backend kvtable.engines.sglang:backend --profile sglang``); ``record``
+drives it with a seeded serving loop (``kvtable trace record --engine sglang``). The calls are SGLang's
+(``kvtable.engines._sglang_path``); the shims are in ``kvtable.engines._shims_sglang``.
+
+The backend plays the scheduler's side of the boundary too: a step SGLang's scheduler never builds (a cached
+prefix past its request's length, a negative KV length) is refused there, naming why, as the scheduler keeps
+it from the allocator. The ``prefix-past-length`` fault lifts that refusal, so SGLang's real kernels get the
+input class issue 28 (point 8) describes; ``backend_<fault>`` are the faulted factories for ``--backend``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from kvtable.backends.protocol import Allocation, AllocState
+from kvtable.engines._sglang_faults import FAULTS, PREFIX_PAST_LENGTH, SWA_TRANSLATION, check, patched
+from kvtable.engines._sglang_locs import gather
+from kvtable.engines.base import EngineInfo, RunSummary
+from kvtable.errors import ContractViolation, Unsupported
+
+__all__ = ["ENGINE", "FAULTS", "SglangBackend", "backend", "record"]
+
+ENGINE = EngineInfo(
+    name="sglang", distribution="sglang", version="0.5.23", profile="sglang", no_deps=True,
+    dependencies=("triton==3.9.*", "numpy", "orjson", "psutil", "pybase64", "requests", "packaging", "pillow",
+                  "starlette", "msgspec", "pydantic", "pyzmq", "tqdm", "IPython", "aiohttp", "transformers", "dill",
+                  "apache-tvm-ffi==0.1.11", "sentencepiece", "compressed-tensors", "gguf", "openai==2.8.0",
+                  "partial_json_parser"),
+    env={"TRITON_INTERPRET": "1"})
+
+BUILT_POOL_PAGES = 1 << 20
+"""SGLang builds a free list of every page (``arange``) at construction; kvtable lays its own free list in, so a
+pool past this many pages is built at this size (no allocation step reads the allocator's size)."""
+
+
+def scheduler_refusal(mode: str, prefix_lens: Sequence[int], seq_lens: Sequence[int]) -> str:
+    """Why SGLang's scheduler never hands the allocator this step ('' where it may)."""
+    for i, (prefix, seq) in enumerate(zip(prefix_lens, seq_lens, strict=True)):
+        if prefix < 0 or seq < 0:
+            return f"request {i}: KV length {min(prefix, seq)} < 0 (SGLang's kv lengths count tokens)"
+        if mode == "extend" and prefix > seq:
+            return (f"request {i}: cached prefix {prefix} past its length {seq} (the radix match is capped at "
+                    "input_len - 1, Req._compute_max_prefix_len)")
+    return ""
+
+
+def swa_tail_unsupported(prefix_lens: Sequence[int], seq_lens: Sequence[int], tails: Sequence[int],
+                         page_size: int) -> str:
+    """Why SGLang never allocates this SWA tail ('' where it does): ``alloc_extend_swa_tail`` runs at page size
+    > 1 for a fresh request (prefix 0) whose tail starts on a page (``disaggregation/decode.py``,
+    ``_swa_tail_len`` floors the window start to a page)."""
+    if page_size == 1:
+        return "SGLang allocates a SWA tail (alloc_extend_swa_tail) at page size > 1 only"
+    for i, (prefix, seq, tail) in enumerate(zip(prefix_lens, seq_lens, tails, strict=True)):
+        if prefix != 0 or (seq - tail) % page_size:
+            return (f"request {i}: a SWA tail of {tail} after prefix {prefix} of {seq} tokens; SGLang's "
+                    "disaggregated decode allocates one for a fresh request, from a page-aligned window start")
+    return ""
+
+
+class SglangBackend:
+    """kvtable's allocator route over SGLang's allocation path, one fresh set of pools per step."""
+
+    name = "sglang"
+    device = "cpu"
+
+    def __init__(self, *, fault: str | None = None, debug: bool = False) -> None:
+        check(fault)
+        self.fault, self.debug = fault, debug
+
+    def _step(self, mode: str, state: AllocState) -> Allocation:
+        from kvtable.engines._sglang_path import Pools
+
+        why = scheduler_refusal(mode, state.prefix_lens, state.seq_lens)
+        if why and self.fault != PREFIX_PAST_LENGTH:
+            raise ContractViolation("T9", f"SGLang's scheduler never builds this {mode} step: {why}")
+        swa, ps = state.swa, state.page_size
+        tails = None if swa is None else swa.tail_lens
+        if tails is not None and (why := swa_tail_unsupported(state.prefix_lens, state.seq_lens, tails, ps)):
+            raise Unsupported(why)
+        pools = Pools(rows=state.req_to_token.shape[0], width=state.req_to_token.shape[1], page_size=ps,
+                      pool_pages=min(state.pool_pages, BUILT_POOL_PAGES),
+                      swa_pool_pages=None if swa is None else min(swa.pool_pages, BUILT_POOL_PAGES), debug=self.debug)
+        pools.lay_out(state.req_to_token, state.free_pages, free_rows=state.free_rows,
+                      swa_free_pages=None if swa is None else swa.free_pages,
+                      mapping=None if swa is None else swa.mapping.clone())
+        starts = list(state.prefix_lens if state.allocated_lens is None else state.allocated_lens)
+        ends = list(state.seq_lens)
+        with patched(self.fault):
+            if mode == "extend":
+                fresh = len(state.free_rows) >= len(state.rows)
+                step = pools.extend(state.rows, state.prefix_lens, state.seq_lens, fresh_rows=fresh, swa_tails=tails)
+            elif mode == "decode" and state.allocated_lens is None:
+                step = pools.decode(state.rows, state.prefix_lens)
+            else:  # a speculative step; a decode over-allocated by an earlier one runs on a speculative server
+                if state.allocated_lens is not None:
+                    ends = pools.spec_lens(state.prefix_lens, starts, state.seq_lens, ps)
+                step = pools.verify(state.rows, starts, [max(s, e) for s, e in zip(starts, ends, strict=True)])
+        allocated = None if state.allocated_lens is None else [max(s, e) for s, e in zip(starts, ends, strict=True)]
+        return Allocation(step.locs, pools.req_to_token, step.swa_locs, pools.mapping, rows=step.rows,
+                          allocated_lens=allocated, free_pages=pools.full.free_pages)
+
+    def alloc_extend(self, state: AllocState) -> Allocation:
+        """``alloc_for_extend``: the chunk ``[prefix, seq)`` of each request."""
+        return self._step("extend", state)
+
+    def alloc_decode(self, state: AllocState) -> Allocation:
+        """``alloc_for_decode``: one token per request."""
+        return self._step("decode", state)
+
+    def alloc_verify(self, state: AllocState) -> Allocation:
+        """``alloc_for_spec_decode``: the draft tokens ``[prefix, seq)`` of each request."""
+        return self._step("verify", state)
+
+    # -- the location route: SGLang's read of the write slots back from its token table -----------------------
+    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
+        """Each request's slot at ``seq - 1`` (``assign_extend_cache_locs`` over one token)."""
+        seq = seq_lens.tolist()
+        return gather(table, page_size, [s - 1 for s in seq], seq)
+
+    def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
+                    *, actual_bs: int | None = None) -> torch.Tensor:
+        """The ``n`` draft tokens' slots ``[seq - n, seq)`` of each request (EAGLE's verify read); padded
+        requests read the padding row."""
+        seq = seq_lens.tolist()
+        live = len(seq) if actual_bs is None else actual_bs
+        starts = [s - n if i < live else 0 for i, s in enumerate(seq)]
+        return gather(table, page_size, starts, [start + n for start in starts], live)
+
+    def extend_locs(self, table: torch.Tensor, prefix_lens: Sequence[int], extend_lens: Sequence[int],
+                    page_size: int) -> torch.Tensor:
+        """The chunk ``[prefix, prefix + extend)`` of each request (the n-gram worker's extend read)."""
+        return gather(table, page_size, list(prefix_lens),
+                      [p + e for p, e in zip(prefix_lens, extend_lens, strict=True)])
+
+
+def backend(*, fault: str | None = None, debug: bool = False) -> SglangBackend:
+    """SGLang's allocation path for ``kvtable conform``; ``debug`` is ``SGLANG_DEBUG_MEMORY_POOL``."""
+    return SglangBackend(fault=fault, debug=debug)
+
+
+def backend_prefix_past_length(*, debug: bool = False) -> SglangBackend:
+    """Seeded: the scheduler publishes a prefix past its request's length (``--backend`` form of the fault)."""
+    return SglangBackend(fault=PREFIX_PAST_LENGTH, debug=debug)
+
+
+def backend_swa_translation_off_by_one(*, debug: bool = False) -> SglangBackend:
+    """Seeded: SGLang's full-to-SWA translation reads one slot off (``--backend`` form of the fault)."""
+    return SglangBackend(fault=SWA_TRANSLATION, debug=debug)
+
+
+def record(out: str | Path, *, steps: int, seed: int, fault: str | None = None) -> RunSummary:
+    """Drive SGLang's allocation path with a seeded serving loop for ``steps`` steps, recording each one."""
+    from kvtable.engines._sglang_run import run
+
+    check(fault)
+    return run(Path(out), steps=steps, seed=seed, fault=fault, version=ENGINE.installed_version())
+

@@ -1,0 +1,66 @@
+"""Under tokenspeed's profile a group is replayed only once captured, and an extra delivered group may be refused
+as well as ignored: the seed's graph runner (a KeyError for a group it has no buffers for) is judged clean."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from kvtable.backends import load
+from kvtable.conformance.properties import select
+from kvtable.conformance.runner import run_conformance
+
+EXAMPLE = "examples/tokenspeed_style.py:backend"
+
+
+class _KeyedRunner:
+    """The runner, looking each delivered group's buffers up by name as the seed did (KeyError if none)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def replay(self, bs: int, tables: Mapping[str, Any] | None, *args: Any, **kwargs: Any) -> None:
+        for gid in tables or {}:
+            if gid not in self.inner.state_ids:
+                self.inner.table_buffers[gid]  # noqa: B018 - the seed's lookup: KeyError for a group never captured
+        self.inner.replay(bs, tables, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class SeedStyle:
+    """tokenspeed's example whose runner raises KeyError for a group it has no buffers for."""
+
+    def __init__(self, debug: bool | None = None) -> None:
+        self.inner = load(EXAMPLE, debug=debug)
+        self.name, self.device = "seed-style", "cpu"
+
+    def graph(self, *args: Any, **kwargs: Any) -> _KeyedRunner:
+        return _KeyedRunner(self.inner.graph(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.fixture(autouse=True)
+def _from_the_repo_root(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    monkeypatch.chdir(request.config.rootpath)
+
+
+def test_a_runner_that_knows_only_captured_groups_passes_under_tokenspeed() -> None:
+    report = run_conformance(f"{__name__}:SeedStyle", examples=20, seed=0, profile="tokenspeed",
+                             properties=select(["graph/stale-guard", "graph/bounds", "graph/protocol"]),
+                             level="correct", isolate=False)
+    assert report.passed, report.details()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_tokenspeed_709s_extend_variant_is_found_at_every_seed(seed: int) -> None:
+    """An extend over a -1 page (no clamp on the extend path) is drawn first, not left to the seed's luck."""
+    report = run_conformance("examples/tokenspeed_style.py:backend_709", examples=30, seed=seed, profile="tokenspeed",
+                             properties=select(["safety/pad-inside"]), level="safety", shrink=False, isolate=False)
+    [result] = report.results
+    assert not result.passed and result.tier == "safety", report.details()
