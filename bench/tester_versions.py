@@ -2,7 +2,7 @@
 a fresh process of its own checkout's interpreter, interleaved round by round.
 
 ``kvtable bench --baseline PYTHON`` names the interpreter of another checkout's venv (``git worktree add
-/tmp/base <commit>`` then ``pip install -e`` there); its commit is read from its checkout. Each round runs every
+../base <commit>`` then ``pip install -e`` there); its commit is read from its checkout. Each round runs every
 candidate once (this checkout first, then each baseline); a run reports the examples it ran and its CPU and wall
 seconds after loading (the start-up apart). The ratio of a round is this checkout's examples per CPU second over
 the baseline's: sample i of each saw the same machine, so a loaded machine slows both alike.
