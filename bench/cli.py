@@ -49,7 +49,7 @@ def command_line(args: argparse.Namespace) -> str:
     flags = ["--smoke"] if args.smoke else ["--quick"] if args.quick else []
     flags += [f"--only {name}" for name in args.only or ()]
     flags += [f"--threads {args.threads}"] if args.threads != 1 else []
-    flags += [f"--baseline {python}" for python in args.baseline]
+    flags += [f"--baseline {os.path.relpath(python)}" for python in args.baseline]  # a path outside: relative
     return " ".join(["kvtable bench", *flags, f"--json {args.json}"])
 
 

@@ -11,6 +11,7 @@ the baseline's: sample i of each saw the same machine, so a loaded machine slows
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -70,7 +71,8 @@ def compare(baselines: Sequence[str], kind: str, examples: int, rounds: int) -> 
         walls = [r["examples"] / r["wall_s"] for r in done]
         ratios = [a / b for a, b in zip(own, rates, strict=True)]
         out["candidates"].append({
-            "python": python, "commit": commit_of(done[0]["kvtable"]), "this": python == sys.executable,
+            "python": os.path.relpath(python), "commit": commit_of(done[0]["kvtable"]),
+            "this": python == sys.executable,
             "examples": done[0]["examples"], "properties": done[0]["properties"],
             "passed": all(r["passed"] for r in done),
             "cpu_s": _spread([r["cpu_s"] for r in done]), "startup_cpu_s": _spread([r["startup_cpu_s"] for r in done]),
