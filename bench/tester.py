@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from kvtable.bench.harness import Section, Settings
 
@@ -35,8 +36,8 @@ def run(settings: Settings) -> Section:
         _fuzz_row(section, backend, settings)
     _workers_rows(section, settings)
     _prove_row(section, settings)
-    _versions(section, settings)
-    _profile(section, settings)
+    versions(section, settings, VERSION_RUNS.get(settings.size, ()))
+    profile(section, PROFILE_EXAMPLES[settings.size], smoke=settings.size == "smoke")
     section.notes[:0] = [
         "fuzz runs without an example database (nothing replayed), so every example is a fresh draw",
         "examples = examples hypothesis actually ran, summed over properties; examples/s = examples / wall_s",
@@ -111,17 +112,18 @@ def _prove_row(section: Section, settings: Settings) -> None:
                          f"({slowest.verdict}) of {wall:.2f}s")
 
 
-def _versions(section: Section, settings: Settings) -> None:
+def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int, int]], *,
+             alone: bool = False) -> None:
     """fuzz and conform on torch in this checkout and each ``--baseline``, fresh processes, interleaved: examples
     per CPU second and this checkout's ratio over each baseline (targets: >= 2x), the default conform's CPU."""
     from kvtable.bench.harness import Spread, Target
     from kvtable.bench.tester_versions import compare
 
-    if settings.size == "smoke":
+    if not runs:
         section.skipped.append("the runs beside earlier commits: not in a smoke run")
         return
     rows = []
-    for kind, examples, rounds in VERSION_RUNS[settings.size]:
+    for kind, examples, rounds in runs:
         result = compare(settings.baselines, kind, examples, rounds)
         command = f"{kind} --examples {examples} --seed 0" if kind == "fuzz" else f"conform --examples {examples}"
         for c in result["candidates"]:
@@ -142,7 +144,7 @@ def _versions(section: Section, settings: Settings) -> None:
             section.targets.append(Target.at_least(
                 f"{command}, torch: examples per CPU second over {c['commit']}'s", SPEEDUP,
                 Spread(ratio["min"], ratio["median"], ratio["max"])))
-    if not settings.baselines:
+    if not settings.baselines and not alone:
         section.skipped.append("no --baseline given: this checkout's rates only, no ratio to an earlier commit")
     if rows:
         section.tables.append({
@@ -153,13 +155,12 @@ def _versions(section: Section, settings: Settings) -> None:
             "rows": rows})
 
 
-def _profile(section: Section, settings: Settings) -> None:
+def profile(section: Section, examples: int, *, smoke: bool = False) -> None:
     """The profile table: where an example's CPU time goes, per property family (``tester_profile``)."""
     from kvtable.bench.tester_profile import profile_table
     from kvtable.conformance.properties import select
 
-    examples = PROFILE_EXAMPLES[settings.size]
-    columns, rows = profile_table(examples, properties=select(SMOKE_PROPERTIES) if settings.size == "smoke" else None)
+    columns, rows = profile_table(examples, properties=select(SMOKE_PROPERTIES) if smoke else None)
     section.tables.append({
         "title": f"Where an example's CPU time goes: ms per example by phase, per property family (conform "
                  f"--examples {examples} on torch, in process; guard = the backend time a run without the index "
