@@ -117,6 +117,6 @@ def run(settings: Settings) -> Section:
     section.notes.append("process time is the one-thread checker's work (its wall time on a quiet machine); "
                          "recording wall time includes the fsyncs, and bytes are what lands on disk per step")
     section.notes.append("each row's tables are as wide as its run is long (a request holds its start plus one token "
-                         "a step), so a longer trace's steps carry wider tables: per step, what grows is the table "
-                         "copied per step, not work over the steps before")
+                         "a step): a step's cost must not grow with them, so per_step_ms should stay flat across "
+                         "the lengths (the checker reads deltas in place and compares only the cells they set)")
     return section

@@ -147,9 +147,9 @@ class ReqToTokenPool:
 
 
 def _swa_tail(start: torch.Tensor, end: torch.Tensor, tail_lens: torch.Tensor, free_pages: torch.Tensor,
-              out: torch.Tensor, page_size: int) -> None:
+              out: torch.Tensor, page_size: int) -> int:
     """SWA slots for each request's last ``tail_lens[i]`` new tokens only (``alloc_extend_swa_tail``): each page
-    column of the tail takes the next free SWA page; the head tokens keep 0."""
+    column of the tail takes the next free SWA page; the head tokens keep 0. Returns the free pages taken."""
     k, taken, pages = 0, 0, {}
     for i in range(len(start)):
         first = int(end[i]) - int(tail_lens[i])
@@ -159,6 +159,7 @@ def _swa_tail(start: torch.Tensor, end: torch.Tensor, tail_lens: torch.Tensor, f
                     pages[i, pos // page_size], taken = int(free_pages[taken]), taken + 1
                 out[k] = pages[i, pos // page_size] * page_size + pos % page_size
             k += 1
+    return taken
 
 
 class CudaGraphRunner:
@@ -294,11 +295,13 @@ class SglangStyleBackend:
         mapping = state.swa.mapping.clone()
         swa_out = torch.zeros_like(out)
         if state.swa.tail_lens is None:
-            alloc_extend(start, end, mapping[last], state.swa.free_pages, swa_out, ps, signed=self.signed_starts)
+            taken = alloc_extend(start, end, mapping[last], state.swa.free_pages, swa_out, ps,
+                                 signed=self.signed_starts)
         else:
-            _swa_tail(start, end, torch.tensor(list(state.swa.tail_lens)), state.swa.free_pages, swa_out, ps)
+            taken = _swa_tail(start, end, torch.tensor(list(state.swa.tail_lens)), state.swa.free_pages, swa_out, ps)
         mapping[out] = swa_out
-        return Allocation(out, pool.req_to_token, swa_out, mapping, **kept)  # int64, as the mapping's entries
+        return Allocation(out, pool.req_to_token, swa_out, mapping,  # int64, as the mapping's entries
+                          swa_free_pages=state.swa.free_pages[taken:], **kept)
 
     def alloc_decode(self, state: AllocState) -> Allocation:
         return self._allocate(state)

@@ -132,7 +132,8 @@ def check_allocation(before: torch.Tensor, state: AllocState, allocation: Alloca
     _slots("A3", state, locs, state.free_pages, (state.pool_pages + 1) * state.page_size, partial, live, req, pos)
     if state.swa is not None:
         _check_swa(state, before, allocation, locs, live, req, pos)
-    _check_pool(state, allocation, locs, live, partial, req, pos)
+    _check_pool(state.page_size, state.pool_pages, state.free_pages, allocation.free_pages,
+                allocation.freed_pages, locs, live, partial, req, pos, rows=state.rows)
 
 
 def _check_rows(state: AllocState, rows: torch.Tensor) -> None:
@@ -176,43 +177,44 @@ def _check_moved(state: AllocState, before: torch.Tensor, after: torch.Tensor, r
         allowed[int(rows[i]), :start] = True
 
 
-def _check_pool(state: AllocState, allocation: Allocation, locs: torch.Tensor, live: torch.Tensor,
-                partial: torch.Tensor, req: torch.Tensor, pos: torch.Tensor) -> None:
-    """A6: every page handed out was free and goes to one page column only; with a free list returned, it holds
-    each page once, no page the batch holds, nothing held before that the step did not free, and every page
-    that was free and not handed out (or freed)."""
-    ps = state.page_size
+def _check_pool(ps: int, pool_pages: int, free_before: torch.Tensor, free_after: torch.Tensor | None,
+                freed_pages: torch.Tensor | None, locs: torch.Tensor, live: torch.Tensor, partial: torch.Tensor,
+                req: torch.Tensor, pos: torch.Tensor, *, rows: Sequence[int], pool: str = "") -> None:
+    """A6 in one pool (``pool``: '' the full one, 'SWA ' the SWA one): every page handed out was free and goes
+    to one page column only; with a free list returned, it holds each page once, no page the batch holds,
+    nothing held before that the step did not free, and every page that was free and not handed out (or
+    freed)."""
     page = torch.div(locs, ps, rounding_mode="floor")
     new = (locs >= ps) & (page != partial[req])
     column = req * (2**32) + torch.div(pos, ps, rounding_mode="floor")
     pages, cols = page[new], column[new]
     for p in torch.unique(pages).tolist():
         if torch.unique(cols[pages == p]).numel() > 1:
-            raise ContractViolation("A6", f"page {p} handed out twice, to two page columns")
-    k = _first(new & ~torch.isin(page, state.free_pages))
+            raise ContractViolation("A6", f"{pool}page {p} handed out twice, to two page columns")
+    k = _first(new & ~torch.isin(page, free_before))
     if k is not None:
-        raise ContractViolation("A6", f"page {int(page[k])} handed out again to request {int(req[k])}: it was not "
-                                "free (a double allocation)", row=int(state.rows[int(req[k])]))
-    if allocation.free_pages is None:
+        raise ContractViolation("A6", f"{pool}page {int(page[k])} handed out again to request {int(req[k])}: it was "
+                                "not free (a double allocation)", row=int(rows[int(req[k])]))
+    if free_after is None:
         return
-    free = allocation.free_pages.reshape(-1).long()
-    freed = torch.zeros(0, dtype=torch.long) if allocation.freed_pages is None else allocation.freed_pages.long()
+    free = free_after.reshape(-1).long()
+    freed = torch.zeros(0, dtype=torch.long) if freed_pages is None else freed_pages.reshape(-1).long()
     listed = torch.cat([free, freed.reshape(-1)])
     held = torch.cat([pages, torch.div(live, ps, rounding_mode="floor")])
     _, inverse, counts = torch.unique(listed, return_inverse=True, return_counts=True)
-    for mask, what in (((listed < 1) | (listed > state.pool_pages), "outside the pool"), (counts[inverse] > 1,
+    for mask, what in (((listed < 1) | (listed > pool_pages), "outside the pool"), (counts[inverse] > 1,
                        "free twice"), (torch.isin(listed, held), "free while the batch holds it")):
         k = _first(mask)
         if k is not None:
-            raise ContractViolation("A6", f"page {int(listed[k])} on the free list or freed: {what}")
-    k = _first(torch.isin(free, state.free_pages, invert=True) & torch.isin(free, freed, invert=True))
+            raise ContractViolation("A6", f"{pool}page {int(listed[k])} on the free list or freed: {what}")
+    k = _first(torch.isin(free, free_before, invert=True) & torch.isin(free, freed, invert=True))
     if k is not None:
-        raise ContractViolation("A6", f"page {int(free[k])} is on the free list after the step, but it was held "
-                                "before it and the step freed no such page")
-    lost = state.free_pages.long()[~torch.isin(state.free_pages.long(), torch.cat([pages, listed]))]
+        raise ContractViolation("A6", f"{pool}page {int(free[k])} is on the free list after the step, but it was "
+                                "held before it and the step freed no such page")
+    lost = free_before.long()[~torch.isin(free_before.long(), torch.cat([pages, listed]))]
     if lost.numel():
-        raise ContractViolation("A6", f"page {int(lost[0])} is lost: it was free, the step did not hand it out, "
-                                "and it is neither free nor freed after it")
+        raise ContractViolation("A6", f"{pool}page {int(lost[0])} is lost: it was free, the step did not hand it "
+                                "out, and it is neither free nor freed after it")
 
 
 def _check_swa(state: AllocState, before: torch.Tensor, allocation: Allocation, locs: torch.Tensor,
@@ -233,6 +235,9 @@ def _check_swa(state: AllocState, before: torch.Tensor, allocation: Allocation, 
         head = rank < (counts - torch.tensor(list(swa.tail_lens)))[req]
     _slots("A5", state, swa_locs, swa.free_pages, (swa.pool_pages + 1) * state.page_size,
            _partial(state, before, swa.mapping), live_swa[live_swa >= state.page_size], req, pos, head)
+    swa_partial = _partial(state, before, swa.mapping)
+    _check_pool(state.page_size, swa.pool_pages, swa.free_pages, allocation.swa_free_pages, None, swa_locs,
+                live_swa[live_swa >= state.page_size], swa_partial, req, pos, rows=state.rows, pool="SWA ")
     expected = swa.mapping.clone()
     expected[locs] = swa_locs
     slot = _first(expected != mapping)
@@ -278,9 +283,10 @@ class Allocator:
             return Allocation(state.out, table, free_pages=free)
         mapping = state.swa.mapping.clone()
         swa_last = torch.where(last >= 0, mapping[last.clamp_min(0)], -1)
-        swa_locs, _ = _choose(req, pos, prefix, seq, swa_last, state.swa.free_pages, ps)
+        swa_locs, swa_taken = _choose(req, pos, prefix, seq, swa_last, state.swa.free_pages, ps)
         mapping[locs] = swa_locs
-        return Allocation(state.out, table, swa_locs.to(torch.int32), mapping, free_pages=free)
+        return Allocation(state.out, table, swa_locs.to(torch.int32), mapping, free_pages=free,
+                          swa_free_pages=state.swa.free_pages[swa_taken:])
 
 
 def _choose(req: torch.Tensor, pos: torch.Tensor, prefix: torch.Tensor, seq: torch.Tensor, last: torch.Tensor,

@@ -105,5 +105,7 @@ class Allocation:
     """The free list after the step (A6); None: the backend keeps none kvtable can read."""
     freed_pages: torch.Tensor | None = None
     """Pages the step released and has not put back on its free list yet (A6)."""
+    swa_free_pages: torch.Tensor | None = None
+    """With a SWA pool: its free list after the step (A6); None: the backend keeps none kvtable can read."""
 
     __repr__ = _source

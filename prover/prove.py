@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO
 
+from kvtable import interrupts
 from kvtable.argtypes import positive_float, positive_int
 from kvtable.exitcodes import EXIT_FAILED, EXIT_INCONCLUSIVE, EXIT_PASSED, EXIT_TOO_SLOW, UsageError
 from kvtable.prover.bindings.binding import Binding, check_binding, load_binding, load_object
@@ -175,6 +176,7 @@ def prove(obligations: Iterable[Obligation], limits: Limits = Limits(),
     running: dict[int, _Forked] = {}
     pending = list(enumerate(obligations))
     while pending or running:
+        interrupts.check()  # a safe point: a Ctrl-C a callback swallowed still ends the run
         while pending and len(running) < workers:
             number, obligation = pending.pop(0)
             if isolate:

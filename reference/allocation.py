@@ -104,6 +104,8 @@ class AllocOutcome:
     guarded: bool = False
     """Whether the output buffer was kvtable's (or one it guarded) and so filled with ``canary`` before the step:
     an entry still holding it was never written."""
+    swa_free_pages: Sequence[int] | None = None
+    """With a SWA pool: the SWA free list after the step (A6); None: none the judge can read."""
 
 
 @dataclass(frozen=True)
@@ -230,7 +232,8 @@ def check_rows_kept(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]:
                 continue  # unchanged, a moved prefix (A1 judges it), or a token's own cell holding its slot
             k = writer.get(now)
             request, pos = tokens[k] if k is not None and k < len(tokens) else (None, None)
-            whose = _row_owner(step, row)
+            whose = (f"request {rows.index(row)}'s new row" if row in rows and row not in step.rows
+                     else _row_owner(step, row))
             faults.append(_fault(step, "A2", True, request, k, pos, now,
                                  f"changed row {row} col {col} ({whose}) from {was} to {now}", rows))
     return faults
@@ -351,7 +354,7 @@ def check_out_buffer(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]
     """A4 alloc-out-buffer: one location per token, every entry of a guarded buffer written, nothing written
     before or past it (the guards intact), and no input written (only the table, the buffer and the SWA mapping
     are the step's to write)."""
-    tokens = alloc_tokens(step, outcome)
+    tokens, rows = alloc_tokens(step, outcome), out_rows(step, outcome)
     faults = [_fault(step, "A4", True, None, None, None, None, f"wrote its input {what}")
               for what in outcome.changed_inputs]
     starts = _out_starts(step, outcome)
@@ -364,12 +367,13 @@ def check_out_buffer(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]
         pos = None if request is None else step.starts[request] + index - starts[request]
         side = "before" if index < 0 else "past"
         faults.append(_fault(step, "A4", True, request, index, pos, value,
-                             f"wrote entry {index}, {side} the output buffer of {len(outcome.locs)} entries"))
+                             f"wrote entry {index}, {side} the output buffer of {len(outcome.locs)} entries", rows))
     if outcome.guarded:
         for k, ((i, pos), loc) in enumerate(zip(tokens, outcome.locs, strict=False)):
             if loc == outcome.canary:
                 faults.append(_fault(step, "A4", True, i, k, pos, loc, f"left entry {k} of the output buffer "
-                                     "unwritten (it still holds the sentinel): its KV goes wherever garbage points"))
+                                     "unwritten (it still holds the sentinel): its KV goes wherever garbage points",
+                                     rows))
     if len(outcome.locs) != len(tokens):
         faults.append(_fault(step, "A4", False, None, None, None, None,
                              f"{len(outcome.locs)} locations for {len(tokens)} tokens"))
@@ -456,57 +460,86 @@ def pool_faults(pool_pages: int, owners: Mapping[int, str], free: Sequence[int],
     return faults
 
 
+@dataclass(frozen=True)
+class _Pool:
+    """One pool as A6 accounts it: the full pool, or the SWA pool behind it (its slots through the mapping)."""
+
+    name: str
+    pool_pages: int
+    pool_end: int
+    free_before: Sequence[int]
+    free_after: Sequence[int] | None
+    freed: Sequence[int]
+    mapping: Sequence[int] | None
+    """The full-to-SWA mapping before the step (None: the full pool)."""
+
+
+def _pools(step: AllocStep, outcome: AllocOutcome) -> list[_Pool]:
+    """The full pool, and the SWA pool where the step has one and its SWA locations came back."""
+    pools = [_Pool("", step.pool_pages, step.pool_end, step.free_pages, outcome.free_pages, outcome.freed_pages,
+                   None)]
+    if step.swa is not None and outcome.swa_locs is not None:
+        pools.append(_Pool("SWA ", step.swa.pool_pages, (step.swa.pool_pages + 1) * step.page_size,
+                           step.swa.free_pages, outcome.swa_free_pages, (), step.swa.mapping))
+    return pools
+
+
 def check_pool(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]:
-    """A6 pool-accounting: every page the step hands out was free and goes to one request only (never a page
-    another holder has: a double allocation); with the free list returned, the pages the batch holds, the free
-    list and the freed pages partition the pages the step touched, none lost, none free while held, and no
-    page that was held before comes back free unless the step freed it."""
-    ps, rows = step.page_size, out_rows(step, outcome)
-    partial = [_partial_page(step, step.req_to_token, i) for i in range(len(step.rows))]
+    """A6 pool-accounting, in the full pool and (with one) the SWA pool: every page the step hands out was free
+    and goes to one request only (never a page another holder has: a double allocation); with the free list
+    returned, the pages the batch holds, the free list and the freed pages partition the pages the step
+    touched, none lost, none free while held, and no page that was held before comes back free unless the step
+    freed it."""
+    return _dedup([fault for pool in _pools(step, outcome) for fault in _pool_faults(step, outcome, pool)])
+
+
+def _pool_faults(step: AllocStep, outcome: AllocOutcome, pool: _Pool) -> list[AllocFault]:
+    ps, rows, name = step.page_size, out_rows(step, outcome), pool.name
+    partial = [_partial_page(step, step.req_to_token, i, pool.mapping) for i in range(len(step.rows))]
     held: dict[int, str] = {}
-    for slot, (i, pos) in _live_slots(step, step.req_to_token).items():
+    for slot, (i, pos) in _live_slots(step, step.req_to_token, pool.mapping).items():
         held.setdefault(slot // ps, f"request {i} (row {step.rows[i]}, position {pos})")
-    was_free, faults = set(step.free_pages), []
+    was_free, faults = set(pool.free_before), []
     taken: dict[int, tuple[int, int]] = {}
-    for k, (i, pos), loc in _new_slots(step, outcome, partial):
+    for k, (i, pos), loc in _new_slots(step, outcome, partial, pool):
         page, column = loc // ps, (i, pos // ps)
         if taken.setdefault(page, column) != column:
             j = taken[page][0]
-            faults.append(_fault(step, "A6", True, i, k, pos, loc, f"page {page} handed out twice: to request "
-                                 f"{j} and to request {i}", rows))
+            faults.append(_fault(step, "A6", True, i, k, pos, loc, f"{name}page {page} handed out twice: to "
+                                 f"request {j} and to request {i}", rows))
         elif page not in was_free:
             who = held.get(page, "a holder outside the batch (it was not free)")
-            faults.append(_fault(step, "A6", True, i, k, pos, loc, f"page {page} handed out again: {who} holds "
-                                 "it (a double allocation)", rows))
-    if outcome.free_pages is None:
-        return _dedup(faults)
+            faults.append(_fault(step, "A6", True, i, k, pos, loc, f"{name}page {page} handed out again: {who} "
+                                 "holds it (a double allocation)", rows))
+    if pool.free_after is None:
+        return faults
     owners = {**held, **{page: f"request {i} (row {rows[i]})" for page, (i, _) in taken.items()}}
-    freed = list(outcome.freed_pages)
-    for page, unsafe, reason in pool_faults(step.pool_pages, owners, outcome.free_pages, freed,
-                                            was_free | set(taken) | set(outcome.free_pages) | set(freed)):
-        faults.append(_fault(step, "A6", unsafe, None, None, None, page * ps, reason))
-    for page in dict.fromkeys(outcome.free_pages):
-        if page not in was_free and page not in owners and page not in freed and 1 <= page <= step.pool_pages:
-            faults.append(_fault(step, "A6", True, None, None, None, page * ps, f"page {page} is on the free list "
-                                 "after the step, but it was held before it and the step freed no such page"))
-    return _dedup(faults)
+    freed = list(pool.freed)
+    for page, unsafe, reason in pool_faults(pool.pool_pages, owners, pool.free_after, freed,
+                                            was_free | set(taken) | set(pool.free_after) | set(freed)):
+        faults.append(_fault(step, "A6", unsafe, None, None, None, page * ps, f"{name}{reason}"))
+    for page in dict.fromkeys(pool.free_after):
+        if page not in was_free and page not in owners and page not in freed and 1 <= page <= pool.pool_pages:
+            faults.append(_fault(step, "A6", True, None, None, None, page * ps, f"{name}page {page} is on the free "
+                                 "list after the step, but it was held before it and the step freed no such page"))
+    return faults
 
 
-def _new_slots(step: AllocStep, outcome: AllocOutcome, partial: Sequence[int | None]
+def _new_slots(step: AllocStep, outcome: AllocOutcome, partial: Sequence[int | None], pool: _Pool
                ) -> list[tuple[int | None, Token, int]]:
-    """``(token, (request, position), slot)`` of every slot the step gave a request: each chosen location, and
-    each slot recorded at a request's new positions (a slot recorded from outside the buffer counts too),
-    leaving out the sink, the request's own partial page and slots outside the pool (A3's)."""
+    """``(token, (request, position), slot)`` of every slot of ``pool`` the step gave a request: each chosen
+    location, and (full pool) each slot recorded at a request's new positions (a slot recorded from outside
+    the buffer counts too), leaving out the sink, the request's own partial page and slots outside the pool."""
     rows, ps = out_rows(step, outcome), step.page_size
-    given = [(k, token, loc) for k, (token, loc) in enumerate(zip(alloc_tokens(step, outcome), outcome.locs,
-                                                                    strict=False))]
+    locs = outcome.locs if pool.mapping is None else outcome.swa_locs or []
+    given = [(k, token, loc) for k, (token, loc) in enumerate(zip(alloc_tokens(step, outcome), locs, strict=False))]
     for i, (start, end) in enumerate(zip(step.starts, alloc_ends(step, outcome), strict=True)):
-        for pos in range(max(start, 0), end):
+        for pos in range(max(start, 0), end) if pool.mapping is None else ():
             slot = _cell(outcome.req_to_token, rows[i], pos)
             if slot is not None:
                 given.append((None, (i, pos), slot))
     return [(k, (i, pos), loc) for k, (i, pos), loc in given
-            if ps <= loc < step.pool_end and loc // ps != partial[i]]
+            if ps <= loc < pool.pool_end and loc // ps != partial[i]]
 
 
 def _dedup(faults: list[AllocFault]) -> list[AllocFault]:

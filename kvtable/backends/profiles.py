@@ -153,8 +153,9 @@ class Profile:
     holes) and fills the expanded tail with 0, not the tail pad (``expand_table`` at ``r == 1`` too; a
     graph replay at ``r == 1`` keeps the tail pad)."""
     own_blocks_only: bool = False
-    """With ``subpage_holes``: only a row's own blocks (up to its last non-null one) are expanded; a 0 after
-    them is the tail, kept as 0 (vLLM's ``append_row``: a row's block list never ends in the null block)."""
+    """With ``subpage_holes``: a 0 after a row's own blocks (up to its last non-null one) is the tail, which may
+    stay 0 (vLLM's older ``BlockTable.append_row`` expanded only a row's own block ids) or become ``0 .. r-1``
+    like a hole (0.33's ``AttentionGroup.map_to_kernel_block_table`` expands every entry): either is accepted."""
     clamp_short_verify: bool = False
     """A real verify row with ``seq_len < N`` is clamped like a padded row instead of breaking W2."""
     mha_verify_clamp: bool = False
@@ -188,6 +189,10 @@ class Profile:
     writer: Literal["skips-negative", "skips-pad", "writes-all"] = "writes-all"
     """What the engine's KV writer does with a location: drops every negative slot (vLLM's
     ``reshape_and_cache*``), drops only ``pad_slot``, or writes anything it is given."""
+    stale_window_front: bool = False
+    """Sliding groups: a row's columns wholly below the window of its first token this step are never read and
+    may still hold ids already freed (and handed out again), not the hole 0; the trace rules across steps read
+    them as holes (``kvtable.trace.window_front``)."""
     sliding_layout: Literal["holes", "ring"] = "holes"
     """How the engine stores a sliding group: a row of pages with front holes (T5), or a ring of pages per request
     (R1-R3, ``GroupSpec(..., layout="ring")``)."""
@@ -325,7 +330,7 @@ class Profile:
                 if col >= covered:  # a replay under ``packed_tail`` may leave the runner's tail pad there
                     out[row][col] = 0 if tail_pad is None or not self.packed_tail else OneOf(0, tail_pad)
                 elif ratio > 1 and source[row][col // ratio] <= 0:
-                    out[row][col] = 0 if own is not None and col // ratio > own else col % ratio
+                    out[row][col] = OneOf(0, col % ratio) if own is not None and col // ratio > own else col % ratio
         return out
 
     def expand_table(self, table: Table, ratio: int, *, max_kernel_pages: int | None = None,
@@ -388,7 +393,7 @@ class Profile:
         """The profile's conventions, one per line (for ``--help`` texts and reports)."""
         fields = ("loc_dtype", "tail_pad", "pad_slot", "subpage_holes", "own_blocks_only", "clamp_short_verify",
                   "dummy_rows", "buffers_at", "replay_bs0", "extra_groups", "loc_buffer_tail", "loc_buffer_tail_on",
-                  "validates", "domain", "writer", "allocator", "sliding_layout")
+                  "validates", "domain", "writer", "stale_window_front", "allocator", "sliding_layout")
         return "\n".join([f"{self.name}: {self.summary}"] + [f"  {f} = {getattr(self, f)!r}" for f in fields])
 
 
@@ -424,7 +429,9 @@ VLLM = Profile(
   when the attention kernel's block is ``r`` times smaller; ``BlockTable.append_row``
   (``vllm/v1/worker/block_table.py``) maps only the request's own block ids, so a null block 0 among them
   becomes ``0 .. r-1`` and the columns after them keep what they held, 0 in a fresh table (a row's block list
-  never ends in the null block: ``own_blocks_only``).
+  never ends in the null block: ``own_blocks_only``). In 0.33 ``BlockTable`` expands nothing: the attention
+  metadata's table goes through ``AttentionGroup.map_to_kernel_block_table`` (``vllm/v1/worker/utils.py``),
+  which maps every entry, so a 0 tail becomes ``0 .. r-1`` there; both are accepted.
 - Model Runner V2, ``vllm/v1/worker/gpu/block_table.py`` (``BlockTables.compute_slot_mappings``,
   ``_compute_slot_mappings_kernel``): all groups in one launch with a per-group ``block_sizes`` tensor, the
   rest of the int64 buffer padded with -1; ``get_dummy_slot_mappings`` fills the whole buffer with -1. Its
@@ -433,12 +440,17 @@ VLLM = Profile(
 - Validation: none on this path; the scheduler and KV-cache manager guarantee the invariants
   (``validates = "scheduler"``). The kernels' block-table load has no column bound before PR #54296
   (vLLM #53982: a position past a narrow group's width reads the next row's block).
+- Sliding windows: ``vllm/v1/core/single_type_kv_cache_manager.py`` (``SlidingWindowManager``,
+  ``remove_skipped_blocks``) frees the blocks wholly below ``num_computed_tokens - sliding_window + 1`` and puts
+  the null block in the manager's row, but the worker's ``BlockTable`` (``append_row``) keeps the old ids in
+  those columns, which may already be another request's or this one's again; the slot-mapping kernel never
+  reads them (``stale_window_front``).
 
 vLLM has no per-group CUDA-graph table buffers of kvtable's shape, so the graph conventions stay
 kvtable's (a vLLM-style backend simply has no ``graph``).""",
     loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, subpage_holes=True, own_blocks_only=True,
     dummy_rows="unread",
-    loc_buffer_tail=PAD_SLOT_ID, validates="scheduler",
+    loc_buffer_tail=PAD_SLOT_ID, validates="scheduler", stale_window_front=True,
     domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,
                   broken_lengths=False),
     writer="skips-negative",

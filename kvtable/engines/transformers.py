@@ -145,8 +145,8 @@ def padded_rows(rows: Sequence[Sequence[int]]) -> np.ndarray:
 class _Observer:
     """Records what transformers' own code does, batch by batch: one extend step per batch, frees and finishes."""
 
-    def __init__(self, recorder: Any, steps: int, groups: dict[int, str]) -> None:
-        self.recorder, self.steps, self.groups = recorder, steps, groups
+    def __init__(self, recorder: Any, steps: int, groups: dict[int, str], requests: int) -> None:
+        self.recorder, self.steps, self.groups, self.requests = recorder, steps, groups, requests
         self.batches = 0
         self.batch: list[tuple[int, int, int, dict[str, tuple[list[int], np.ndarray, np.ndarray | None]]]] = []
         self.done = threading.Event()
@@ -198,6 +198,8 @@ class _Observer:
     def finished(self, request_id: str) -> None:
         self.recorder.finish([int(request_id.rpartition("_")[2])])
         self.facts["requests finished"] += 1
+        if self.facts["requests finished"] == self.requests:  # the workload ran out before ``steps`` batches
+            self.done.set()
 
     def pool(self, event: str, index: int, blocks: Sequence[int]) -> None:
         if blocks:
@@ -270,7 +272,8 @@ def one_thread(torch: Any) -> Iterator[None]:
 
 
 def record(out: str | Path, *, steps: int, seed: int, fault: str | None = None) -> RunSummary:
-    """Drive transformers' continuous batching for ``steps`` batches and record each through ``Recorder``."""
+    """Drive transformers' continuous batching for ``steps`` batches (fewer if its workload runs out first) and
+    record each through ``Recorder``."""
     import torch
 
     from kvtable.trace import Recorder
@@ -286,11 +289,12 @@ def record(out: str | Path, *, steps: int, seed: int, fault: str | None = None) 
     spec = "kvtable.engines.transformers:" + ("backend" if fault is None else "faulty." + fault.replace("-", "_"))
     with Recorder(out, profile=ENGINE.profile, groups=group_specs(), backend=spec, meta=meta,
                   steps_per_chunk=32) as recorder:
-        observer = _Observer(recorder, steps, groups)
+        requests = workload(seed, steps)
+        observer = _Observer(recorder, steps, groups, len(requests))
         with one_thread(torch), faulted(tf, fault), observed(tf, observer):
             manager = model.init_continuous_batching(generation_config=generation,
                                                      continuous_batching_config=batching)
-            for i, (prompt, new_tokens) in enumerate(workload(seed, steps)):
+            for i, (prompt, new_tokens) in enumerate(requests):
                 manager.add_request(prompt, request_id=f"req_{i}", max_new_tokens=new_tokens)
             manager.start()
             while not observer.done.wait(0.05) and manager.is_running():
@@ -397,9 +401,10 @@ class TransformersBackend:
         return _tensor(slots(writes[0], ring, shift)), _tensor(read_slots(reads[0], ring, shift))
 
     def _allocate(self, state: AllocState) -> Allocation:
-        """A1-A4 by transformers' full allocator: each request's held pages as its block list, ``state.free_pages`` as
-        its pool's free blocks (in order), then its own ``allocate_cache_to_request`` and ``get_write_indices``; the
-        chosen slots go to ``state.out`` and into a copy of the token table at the tokens' positions."""
+        """A1-A4 by transformers' full allocator: each request's held pages (those of its already allocated positions)
+        as its block list, ``state.free_pages`` as its pool's free blocks (in order), then its own
+        ``allocate_cache_to_request`` and ``get_write_indices``; the slots of the positions not yet allocated go to
+        ``state.out`` and into a copy of the token table."""
         if state.swa is not None:
             raise Unsupported("transformers keeps a sliding window as a ring of pages (layout='ring'), not a SWA pool")
         full = self._allocator("full", state.page_size)
@@ -409,13 +414,15 @@ class TransformersBackend:
         full.pool.free_blocks(0, [int(p) + shift for p in state.free_pages.tolist()])
         table = state.req_to_token.clone()
         chosen = []
+        allocated = state.allocated_lens or state.prefix_lens
         with faulted(self.tf, self.fault):
             for i, (row, prefix, seq) in enumerate(zip(state.rows, state.prefix_lens, state.seq_lens, strict=True)):
-                held = [int(table[row, c * ps]) // ps for c in range(-(-prefix // ps))]
+                start = max(allocated[i], prefix)  # positions before ``start`` already hold slots
+                held = [int(table[row, c * ps]) // ps for c in range(-(-start // ps))]
                 full.block_table = {str(i): [p + shift if p > 0 else p for p in held]}
                 full.allocate_cache_to_request(str(i), prefix, seq - prefix)
-                locs = slots(full.get_write_indices(str(i), prefix, seq - prefix), full, shift)
-                table[row, prefix:seq] = _tensor(locs)
+                locs = slots(full.get_write_indices(str(i), prefix, seq - prefix), full, shift)[start - prefix:]
+                table[row, start:seq] = _tensor(locs)
                 chosen.append(locs)
         state.out.copy_(_tensor(np.concatenate([np.zeros(0, np.int64), *chosen])))
         return Allocation(locs=state.out, req_to_token=table)

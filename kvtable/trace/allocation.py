@@ -1,4 +1,4 @@
-"""Allocator-driven steps in a trace: judged by ``reference.allocation.judge_allocation`` (A1-A5) on what the
+"""Allocator-driven steps in a trace: judged by ``reference.allocation.judge_allocation`` (A1-A6) on what the
 engine chose and recorded, and driven by a serving-loop model of an allocator (SGLang's route).
 
 The loop keeps SGLang's state: a token table (``req_to_token``; row 0 the padding row), a free list of pages
@@ -41,7 +41,7 @@ def alloc_step(step: Step) -> AllocStep:
 
 
 def judge_allocator_step(step: Step) -> list[Violation]:
-    """Every A1-A5 fault of a recorded allocator step (unsafe first); a refused step is judged safe."""
+    """Every A1-A6 fault of a recorded allocator step (unsafe first); a refused step is judged safe."""
     if step.error is not None or "recorded" not in step.groups:
         return []
     a = step.arrays
@@ -49,7 +49,8 @@ def judge_allocator_step(step: Step) -> list[Violation]:
     outcome = AllocOutcome(a["locs"].tolist(), step.groups["recorded"].table.tolist(), a["guard_before"].tolist(),
                            a["guard_after"].tolist(), step.meta["canary"],
                            None if swa_locs is None else swa_locs.tolist(),
-                           None if swa_recorded is None else swa_recorded.tolist())
+                           None if swa_recorded is None else swa_recorded.tolist(),
+                           free_pages=a["free_after"].tolist() if "free_after" in a else None)
     return [Violation(step.index, "safety" if f.unsafe else "correct", f.clause, "req_to_token", f.row, f.token,
                       f.position, f.loc, f.reason if f.request is None else f"request {f.request}: {f.reason}")
             for f in judge_allocation(alloc_step(step), outcome)]
@@ -128,6 +129,7 @@ class AllocSimulator:
                             guard_before=None if outcome is None else outcome.guard_before,
                             guard_after=None if outcome is None else outcome.guard_after,
                             canary=0 if outcome is None else outcome.canary,
+                            free_after=None if outcome is None else outcome.free_pages,
                             req_ids=[-1] * phantom + [r["id"] for r in batch], error=error, unsafe=call.unsafe,
                             injected=f"request 0 (row {rows[0]}) is a phantom with prefix {prefix[0]} and length "
                             f"{seq[0]}, as a scheduler bug publishes" if phantom else None)

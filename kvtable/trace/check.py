@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ from kvtable.trace.judge import Violation, dropped, judge_group, judge_strict, s
 from kvtable.trace.ring import judge_ring
 from kvtable.trace.schema import KINDS, LOCATION_KINDS, TraceDamaged
 from kvtable.trace.store import GroupStep, Step, TraceReader
+from kvtable.trace.window_front import unread_front
 
 REPLAYS_KEPT = 8
 """A failing replay's snippet replays the graph's last replays up to it (earlier ones are left out)."""
@@ -100,6 +101,7 @@ class TraceJudge:
         self.tiers = LEVELS[level]
         self.level = level
         self.families = {g.group_id: g.family for g in groups}
+        self.windows = {g.group_id: g.window for g in groups if g.family == "sliding"}
         self.rings = {g.group_id: g.window for g in groups if g.layout == "ring"}
         """Ring groups (R1-R3) by id: their window; their steps are judged by ``judge_ring``."""
         self.history: dict[str, GroupHistory] = {}
@@ -166,7 +168,7 @@ class TraceJudge:
                 out += judge_ring(self.profile, step, gid, kind, self.rings[gid])
             elif gid in attention:
                 out += judge_group(self.profile, step, gid, kind)
-            out += self._observe(step, gid, group)
+            out += self._observe(step, gid, unread_front(self.profile, step, kind, group, self.windows.get(gid)))
             if group.locs is not None and step.req_ids is not None:
                 out += self._writes(step, gid, group, kind)
         return out
@@ -176,8 +178,7 @@ class TraceJudge:
             return []
         self.saw_req_ids = True
         live = len(step.req_ids) if step.actual_bs is None else min(step.actual_bs, len(step.req_ids))
-        delta = None if group.base is None else (group.base, group.cells)
-        return self._history(gid).observe(step.index, group.table, step.req_ids, live, delta)
+        return self._history(gid).observe(step.index, group.table, step.req_ids, live, group.changed)
 
     def _writes(self, step: Step, gid: str, group: GroupStep, kind: str) -> list[Violation]:
         tokens = step_tokens(kind, step.seq_lens, step.n, step.prefix_lens, step.actual_bs)
@@ -247,6 +248,12 @@ class TraceJudge:
         return []
 
 
+def _kept(step: Step) -> Step:
+    """A step whose tables stay as they are after the next step is read (``TraceReader.steps(shared=True)``)."""
+    groups = {gid: replace(g, table=None if g.table is None else g.table.copy()) for gid, g in step.groups.items()}
+    return replace(step, groups=groups)
+
+
 def _nothing(step: Step) -> list[Violation]:
     """A step that changes nothing judged (a capture: the replays after it are judged)."""
     return []
@@ -283,14 +290,14 @@ def _judge_steps(reader: TraceReader, report: Report, profile: str | Profile | N
     judge = TraceJudge(prof, level, header.specs)
     setup: list[Step] = []
     replays: deque[Step] = deque(maxlen=REPLAYS_KEPT)
-    for step in reader.steps():
+    for step in reader.steps(shared=True):
         report.steps += 1
         if step.kind == "graph":
             setup, replays = [step], deque(maxlen=REPLAYS_KEPT)
         elif step.kind == "capture":
             setup.append(step)
         elif step.kind == "replay":
-            replays.append(step)
+            replays.append(_kept(step))
         found = judge.feed(step)
         if not found:
             continue

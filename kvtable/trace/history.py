@@ -69,9 +69,8 @@ class GroupHistory:
         self.freed = PageValues(np.bool_)
         self.freed_at: dict[int, int] = {}
         self.explicit_alloc = False
-        self._last: tuple[np.ndarray, np.ndarray] | None = None
-        self._source: np.ndarray | None = None
-        """The whole table ``_last`` was taken from (the array object a delta's base is compared with)."""
+        self._last: tuple[int | None, tuple[int, ...], np.ndarray] | None = None
+        """The table observed last: its version (None: not read as a delta), shape and request ids."""
 
     def _hold(self, pages: np.ndarray, delta: int) -> None:
         """Count ``pages`` (one per table cell) as held by one more (``+1``) or one fewer (``-1``) live row."""
@@ -80,21 +79,23 @@ class GroupHistory:
             self.holders.add(pages, delta)
 
     def observe(self, step: int, table: np.ndarray, req_ids: np.ndarray, live: int,
-                delta: tuple[np.ndarray, np.ndarray] | None = None) -> list[Violation]:
-        """Take the step's live rows as their requests' rows now; ``trace/pages-kept`` on each changed row.
-        ``delta``: the table is the array ``delta[0]`` but for its flat cells ``delta[1]`` (as a trace stores it):
-        when ``delta[0]`` is the table observed last, only those cells' rows are compared."""
-        full, req_ids = table, req_ids[:live]
-        table = table[:live]  # a view: the step's own arrays are kept, never written
-        last, source = self._last, self._source
-        self._last, self._source = (table, req_ids), full
-        if last is not None and last[0].shape == table.shape and np.array_equal(last[1], req_ids):
-            if delta is not None and delta[0] is source and full.ndim == 2 and full.shape[1]:
-                rows = np.unique(delta[1] // full.shape[1])
-                changed = rows[rows < live]
-            else:
-                changed = np.flatnonzero((last[0] != table).any(axis=1))
-            return self._update(step, req_ids[changed], changed, last[0][changed], table[changed])
+                delta: tuple[int, np.ndarray, np.ndarray] | None = None) -> list[Violation]:
+        """Take the step's live rows as their requests' rows now; ``trace/pages-kept`` on each changed cell.
+        ``delta``: ``(version, cells, before)`` where the trace stored the table as a change to the group's table
+        version ``version - 1`` (``GroupStep.changed``): when that is the table observed last, only those flat
+        cells are compared, against their values ``before``. Nothing here keeps a view of ``table``: a table read in
+        place changes under it (``TraceReader.steps(shared=True)``), so the rows kept are copies."""
+        req_ids, table = req_ids[:live], table[:live]
+        last = self._last
+        self._last = (None if delta is None else delta[0], table.shape, req_ids)
+        if (delta is not None and last is not None and last[0] == delta[0] - 1 and last[1] == table.shape
+                and np.array_equal(last[2], req_ids)):
+            _, cells, before = delta
+            rows, cols = np.divmod(cells, table.shape[1])
+            keep = rows < live
+            rows, cols = rows[keep], cols[keep]
+            return self._update(step, req_ids, rows, cols, before[keep], table[rows, cols])
+        table = table.astype(np.int64)  # a copy, wide enough for any page a later delta brings
         old = np.zeros(table.shape, np.int64)
         for i, req in enumerate(req_ids.tolist()):
             row = self.rows.get(req)
@@ -102,27 +103,31 @@ class GroupHistory:
                 old[i] = row
             elif row is not None:  # a table of another width: the old row leaves whole, the new one comes whole
                 self._hold(row, -1)
-        return self._update(step, req_ids, np.arange(len(req_ids)), old, table)
+        for req, row in zip(req_ids.tolist(), table, strict=True):
+            self.rows[req] = row  # rows of this step's own copy: changed in place by later deltas
+        rows, cols = np.nonzero(old != table)
+        return self._update(step, req_ids, rows, cols, old[rows, cols], table[rows, cols], stored=True)
 
-    def _update(self, step: int, reqs: np.ndarray, rows: np.ndarray, old: np.ndarray, new: np.ndarray
-                ) -> list[Violation]:
-        """Rows ``rows`` (requests ``reqs``) went from ``old`` (0: none yet) to ``new``: counts, reallocation, rule."""
-        diff = old != new
+    def _update(self, step: int, req_ids: np.ndarray, rows: np.ndarray, cols: np.ndarray, old: np.ndarray,
+                new: np.ndarray, *, stored: bool = False) -> list[Violation]:
+        """Cells ``(rows, cols)`` (row i: request ``req_ids[i]``) went from ``old`` (0: none yet) to ``new``: page
+        counts, reallocation, the rule, and (unless ``stored``) each request's kept row."""
         out = []
-        bad = (old > 0) & diff & ~(self.sliding & (new == 0))
+        bad = (old > 0) & (old != new) & ~(self.sliding & (new == 0))
         if bad.any():
-            i, col = (int(x) for x in np.argwhere(bad)[0])
-            out.append(Violation(step, "correct", "trace/pages-kept", self.gid, int(rows[i]), None, None, None,
-                                 f"request {int(reqs[i])}'s column {col} changed from page {int(old[i, col])} to "
-                                 f"{int(new[i, col])} under it (only appending or a sliding window's release "
-                                 "to 0 may change a live row)"))
-        self._hold(old[diff], -1)
-        gained = new[diff & (new > 0)]
+            k = int(np.flatnonzero(bad)[0])
+            out.append(Violation(step, "correct", "trace/pages-kept", self.gid, int(rows[k]), None, None, None,
+                                 f"request {int(req_ids[rows[k]])}'s column {int(cols[k])} changed from page "
+                                 f"{int(old[k])} to {int(new[k])} under it (only appending or a sliding window's "
+                                 "release to 0 may change a live row)"))
+        self._hold(old, -1)
+        gained = new[new > 0]
         self._hold(gained, +1)
         if not self.explicit_alloc and len(gained):
             self.freed.set(gained, False)
-        for req, row in zip(reqs.tolist(), new, strict=True):
-            self.rows[req] = row
+        if not stored:
+            for row, col, value in zip(rows.tolist(), cols.tolist(), new.tolist(), strict=True):
+                self.rows[int(req_ids[row])][col] = value
         return out
 
     def writes(self, step: int, locs: np.ndarray, page_size: int, tokens: np.ndarray, rows: np.ndarray,
@@ -157,7 +162,7 @@ class GroupHistory:
                 row = row.copy()
                 row[gone] = 0
                 self.rows[req] = row
-        self._last = self._source = None
+        self._last = None
         if len(pages):
             self.freed.set(pages, True)
             self.freed_at.update({int(p): step for p in pages})
@@ -173,4 +178,4 @@ class GroupHistory:
             old = self.rows.pop(int(req), None)
             if old is not None:
                 self._hold(old, -1)
-        self._last = self._source = None
+        self._last = None

@@ -60,7 +60,6 @@ class _PipeWriter:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.bytes_written = 0
 
     def add(self, line: dict[str, Any], arrays: dict[str, np.ndarray | None],
             tables: dict[str, np.ndarray] | None = None) -> None:

@@ -188,17 +188,19 @@ class Recorder:
     def allocation(self, mode: str, req_to_token: Any, rows: Any, prefix_lens: Any, seq_lens: Any, free_pages: Any,
                    *, page_size: int, pool_pages: int, locs: Any, recorded: Any, guard_before: Any = (),
                    guard_after: Any = (), canary: int = 0, req_ids: Any = None, error: str | None = None,
-                   unsafe: str | None = None, injected: str | None = None, swa: Mapping[str, Any] | None = None
-                   ) -> int:
-        """An allocator-driven step (A1-A5, SGLang's route): the token table and free pages the allocator was
+                   unsafe: str | None = None, injected: str | None = None, swa: Mapping[str, Any] | None = None,
+                   free_after: Any = None) -> int:
+        """An allocator-driven step (A1-A6, SGLang's route): the token table and free pages the allocator was
         handed, the slots it chose (``locs``, request order), the table as it recorded them, and the cells
         around its output buffer (``guard_before``/``guard_after``, which held ``canary`` before the step);
         ``unsafe`` and ``injected`` as for ``locations``. ``swa``, with a sliding-window pool (A5): the
         ``mapping`` and ``free_pages`` handed, its ``pool_pages``, each token's SWA slot (``locs``) and the
-        mapping as recorded (``recorded``)."""
+        mapping as recorded (``recorded``). ``free_after``: the allocator's free list after the step, if it keeps
+        one (A6 judges it)."""
         swa = dict(swa or {})
         arrays = {"rows": rows, "prefix_lens": prefix_lens, "seq_lens": seq_lens, "free_pages": free_pages,
                   "locs": locs, "guard_before": guard_before, "guard_after": guard_after, "req_ids": req_ids,
+                  "free_after": free_after,
                   **{f"swa/{key}": swa.get(key) for key in ("mapping", "free_pages", "locs", "recorded")}}
         tables = {"req_to_token": req_to_token} if recorded is None else {"req_to_token": req_to_token,
                                                                           "recorded": recorded}

@@ -24,7 +24,8 @@ ALLOC_GROUPS = ("req_to_token", "recorded")
 SWA_ARRAYS = ("swa/mapping", "swa/free_pages", "swa/locs", "swa/recorded")
 """An allocator step's SWA pool, where it has one (A5)."""
 STEP_ARRAYS = ("seq_lens", "prefix_lens", "req_ids", "rows", "free_pages", "locs", "guard_before", "guard_after",
-               *SWA_ARRAYS)
+               "free_after", *SWA_ARRAYS)
+"""``free_after``: an allocator step's free list after the step, where the allocator keeps one (A6)."""
 GROUP_ARRAYS = ("table", "cells", "values", "locs", "buf", "pages", "reads")
 """A group's arrays in a step, stored as ``<group>/<name>``."""
 BUFFERS = ("i32", "i64")

@@ -60,10 +60,9 @@ class GroupStep:
     """free / alloc events: the pages freed or allocated."""
     reads: np.ndarray | None = None
     """Ring groups (R3): the read locations, where recorded."""
-    base: np.ndarray | None = None
-    """A table stored as a delta: the group's previous table (the array object), which ``table`` differs from in
-    exactly the flat cells ``cells`` (the rules across steps compare only those rows)."""
-    cells: np.ndarray | None = None
+    changed: tuple[int, np.ndarray, np.ndarray] | None = None
+    """A table stored as a delta: ``(version, cells, before)``, the group's table version (one past the table it
+    changed), the flat cells the change set and their values before it (the rules across steps compare only those)."""
 
 
 @dataclass
@@ -88,7 +87,7 @@ class Step:
     """An input fault put into the step on purpose (``kvtable trace record --faults``)."""
     meta: dict[str, Any] = field(default_factory=dict)
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    """Allocator steps: their other arrays by name (rows, free_pages, locs, guards)."""
+    """Allocator steps: their other arrays by name (rows, free_pages, locs, guards, and free_after if recorded)."""
 
 
 class TraceWriter:
@@ -243,7 +242,6 @@ class TraceReader:
                              f"{VERSION} (checksummed chunks and a step count): record it again")
         self.header = Header.parse(first)
         self.cut: str | None = None
-        self.complete_steps = 0
         self._chunks: list[_Chunk] = []
         self.total = self._read_manifest(lines[1:])
 
@@ -339,21 +337,24 @@ class TraceReader:
                        f"{held.line.first} to {held.line.last}")
         return out
 
-    def steps(self) -> Iterator[Step]:
-        """Every whole step in order, each checked as it is read; ``TraceDamaged`` at the first that is not."""
+    def steps(self, *, shared: bool = False) -> Iterator[Step]:
+        """Every whole step in order, each checked as it is read; ``TraceDamaged`` at the first that is not.
+        ``shared``: a group's table stored as a change is changed in place, not copied per step (a long trace's
+        steps cost what they change, not their tables' size): a step's tables are valid until the next is read."""
         tables: dict[str, np.ndarray] = {}
+        versions: dict[str, int] = {}
+        owned: set[str] | None = set() if shared else None
         for held in self._chunks:
             chunk = self._load(held)
             for line in held.steps:
                 try:
-                    step = _step(line, _getter(chunk, line), tables)
+                    step = _step(line, _getter(chunk, line), tables, versions, owned)
                 except _Unreadable as err:
                     raise TraceDamaged(line.step, self.total, [f"step {line.step}: {err}"]) from None
                 found = step_defects(step.kind, _step_arrays(step), _step_tables(step), n=step.n,
                                      actual_bs=step.actual_bs)
                 if found:
                     raise TraceDamaged(line.step, self.total, [f"step {line.step} ({step.kind}): {d}" for d in found])
-                self.complete_steps += 1
                 yield step
 
     def _load(self, held: _Chunk) -> dict[str, np.ndarray]:
@@ -406,30 +407,52 @@ def _step_tables(step: Step) -> dict[str, np.ndarray | None]:
     return {gid: g.table for gid, g in step.groups.items()}
 
 
-def _step(line: StepLine, get: Callable[[str], np.ndarray | None], tables: dict[str, np.ndarray]) -> Step:
-    """A ``Step`` from its manifest line and arrays; ``tables`` keeps each group's last table for the deltas."""
+def _step(line: StepLine, get: Callable[[str], np.ndarray | None], tables: dict[str, np.ndarray],
+          versions: dict[str, int] | None = None, owned: set[str] | None = None) -> Step:
+    """A ``Step`` from its manifest line and arrays; ``tables`` keeps each group's last table for the deltas and
+    ``versions`` counts each group's tables; ``owned``: the groups whose table is this reader's own array, which a
+    delta changes in place (None: a delta's table is a copy)."""
     step = Step(line.step, line.kind, line.n, line.actual_bs, get("seq_lens"), get("prefix_lens"), get("req_ids"),
                 error=line.error, error_group=line.error_group, unsafe=line.unsafe, injected=line.injected,
                 meta=line.meta)
     if step.kind == "allocate":
         step.arrays = {k: get(k) for k in ("rows", "free_pages", "locs", "guard_before", "guard_after")}
         step.arrays.update({k: v for k in SWA_ARRAYS if (v := get(k)) is not None})
+        if (free_after := get("free_after")) is not None:  # the allocator's free list after the step (A6)
+            step.arrays["free_after"] = free_after
+    versions = {} if versions is None else versions
     delta = set(line.delta)
     for gid, page_size in line.groups.items():
+        changed = None
         if gid in delta:
-            values, cells = get(f"{gid}/values"), get(f"{gid}/cells")
-            if gid not in tables or values is None or cells is None:
-                raise _Unreadable(f"group {gid!r}'s table is stored as a change to an earlier table, and none is there")
-            table = tables[gid].astype(np.result_type(tables[gid], values))  # int64 where a value passes int32
-            flat = cells.astype(np.int64).reshape(-1)
-            if len(flat) != values.size or (len(flat) and not 0 <= flat.min() <= flat.max() < table.size):
-                raise _Unreadable(f"group {gid!r}'s changed cells lie outside its table")
-            table.reshape(-1)[flat] = values.reshape(-1)
-            base, tables[gid] = tables[gid], table
+            table, changed = _changed(gid, tables, get(f"{gid}/cells"), get(f"{gid}/values"), owned)
+            changed = None if changed is None else (versions.get(gid, 0) + 1, *changed)
         else:
-            table, base, flat = get(f"{gid}/table"), None, None
-            if table is not None:
-                tables[gid] = table
+            table = get(f"{gid}/table")
+            if owned is not None:
+                owned.discard(gid)  # a view into the chunk: copied before any change
+        if table is not None:
+            tables[gid] = table
+            versions[gid] = versions.get(gid, 0) + 1
         step.groups[gid] = GroupStep(page_size, table, get(f"{gid}/locs"), get(f"{gid}/buf"), get(f"{gid}/pages"),
-                                     get(f"{gid}/reads"), base, flat)
+                                     get(f"{gid}/reads"), changed)
     return step
+
+
+def _changed(gid: str, tables: dict[str, np.ndarray], cells: np.ndarray | None, values: np.ndarray | None,
+             owned: set[str] | None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """The group's table with a delta's cells set, and those flat cells with their values before."""
+    if gid not in tables or values is None or cells is None:
+        raise _Unreadable(f"group {gid!r}'s table is stored as a change to an earlier table, and none is there")
+    current = tables[gid]
+    dtype = np.result_type(current, values)  # int64 where a value passes int32, though the last table fit it
+    in_place = owned is not None and gid in owned and current.dtype == dtype
+    table = current if in_place else current.astype(dtype)
+    if owned is not None:
+        owned.add(gid)
+    flat = cells.astype(np.int64).reshape(-1)
+    if len(flat) != values.size or (len(flat) and not 0 <= flat.min() <= flat.max() < table.size):
+        raise _Unreadable(f"group {gid!r}'s changed cells lie outside its table")
+    changed = (flat, table.reshape(-1)[flat]) if table.ndim == 2 and table.shape[1] else None  # a copy, before
+    table.reshape(-1)[flat] = values.reshape(-1)
+    return table, changed

@@ -11,7 +11,7 @@ import torch
 
 from kvtable.backends import NoDebugMode, load, missing_methods
 from kvtable.backends.profiles import PROFILES
-from kvtable.backends.protocol import ALLOCATOR_OPERATIONS
+from kvtable.backends.protocol import ALLOCATOR_OPERATIONS, RING_OPERATIONS
 from kvtable.conformance.properties import select
 from kvtable.conformance.runner import run_conformance
 from kvtable.reference import Batch, GroupSpec, token_positions, unsafe_writes
@@ -64,7 +64,8 @@ def test_a_profile_whose_backend_validates_adds_no_scheduler_note() -> None:
 
 def test_the_vllm_example_is_slot_mapping_only_int64_and_has_no_debug_mode() -> None:
     backend = load(VLLM)
-    assert missing_methods(backend) == ("check_write_locs", "graph", *ALLOCATOR_OPERATIONS, "check_allocation")
+    assert missing_methods(backend) == ("check_write_locs", "graph", *ALLOCATOR_OPERATIONS, "check_allocation",
+                                        *RING_OPERATIONS)
     locs = backend.verify_locs(torch.tensor([[3, 4], [0, 0]], dtype=torch.int32), torch.tensor([5, 1]), 4, 2,
                                actual_bs=1)
     assert locs.dtype == torch.int64 and locs.tolist() == [15, 16, -1, -1]  # padded tokens: PAD_SLOT_ID
@@ -169,7 +170,8 @@ ADAPTER = "examples/minimal_adapter.py:SlotMappingAdapter"
 def test_the_minimal_adapter_is_at_most_40_lines_and_passes_what_it_implements() -> None:
     assert len(open("examples/minimal_adapter.py").read().splitlines()) <= 40
     assert missing_methods(load(ADAPTER)) == ("reanchor_locs", "group_locs", "expand_table", "check_write_locs",
-                                              "graph", *ALLOCATOR_OPERATIONS, "check_allocation")
+                                              "graph", *ALLOCATOR_OPERATIONS, "check_allocation",
+                                              *RING_OPERATIONS)
     report = run_conformance(ADAPTER, examples=25, seed=0, profile="vllm",
                              properties=select(["decode_locs", "verify_locs", "extend_locs"]))
     assert report.passed, report.details()

@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from kvtable.backends import load
-from kvtable.conformance.properties import PROPERTIES, select
+from kvtable.conformance.properties import allocator, select
 from kvtable.conformance.runner import run_conformance
 
 EXAMPLE = "examples/sglang_style.py"
-ALLOC = [p.name for p in PROPERTIES if p.name.startswith("alloc/")]
+ALLOC = [p.name for p in allocator.PROPERTIES]
+"""The allocator route's properties (the debug-mode ones, ``alloc_debug``, need a debug checker)."""
 
 
 def load_example(factory: str, *, debug: bool) -> object:

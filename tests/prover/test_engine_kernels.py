@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import z3
 
+pytest.importorskip("kvtable.impl.triton_kernels")  # sets TRITON_INTERPRET before triton loads (no GPU)
 pytest.importorskip("triton")
 
 from kvtable.prover import prove  # noqa: E402

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import z3
 
+pytest.importorskip("kvtable.impl.triton_kernels")  # sets TRITON_INTERPRET before triton loads (no GPU)
 pytest.importorskip("triton")
 
 from kvtable.exitcodes import EXIT_FAILED, UsageError  # noqa: E402

@@ -131,7 +131,8 @@ def test_swa_translation_sentinel_and_free_swa_slots() -> None:
     recorded[6] = 3
     assert judge_allocation(step, _outcome(step, [6], swa_locs=[3], swa_mapping=recorded)) == []
     live = judge_allocation(step, _outcome(step, [6], swa_locs=[2], swa_mapping=[*mapping[:6], 2, *mapping[7:]]))
-    assert [(f.clause, f.unsafe, f.token) for f in live] == [("A5", True, 0)] and "live token (0, 1)" in live[0].reason
+    assert [(f.clause, f.unsafe, f.token) for f in live] == [("A5", True, 0), ("A6", True, 0)]
+    assert "live token (0, 1)" in live[0].reason and "SWA page 2 handed out again: request 0" in live[1].reason
     lost = recorded[:-1] + [0]
     faults = judge_allocation(step, _outcome(step, [6], swa_locs=[3], swa_mapping=lost))
     assert [(f.clause, f.unsafe) for f in faults] == [("A5", True)] and "sentinel" in faults[0].reason
@@ -272,3 +273,19 @@ def test_an_unwritten_entry_and_a_changed_input_fail_a4_naming_them() -> None:
     reasons = [f.reason for f in judge_allocation(DECODE, outcome) if f.clause == "A4"]
     assert "wrote its input free_pages: entry 0 changed from 6 to 9" in reasons
     assert any(r.startswith("left entry 1 of the output buffer unwritten") for r in reasons), reasons
+
+
+def test_the_swa_free_list_is_accounted_as_its_own_pool() -> None:
+    """A6 in the SWA pool: the SWA free list returned must be the one handed less the SWA pages taken."""
+    mapping = [0] * 12 + [-1]
+    mapping[3], mapping[4] = 1, 2
+    step = AllocStep("decode", _table([[3, 4]]), rows=[0], prefix_lens=[2], seq_lens=[3], free_pages=[6],
+                     page_size=1, pool_pages=10, swa=SwaState(mapping, free_pages=[3, 4], pool_pages=4))
+    recorded = list(mapping)
+    recorded[6] = 3
+    kept = _outcome(step, [6], swa_locs=[3], swa_mapping=recorded, swa_free_pages=[4])
+    assert judge_allocation(step, kept) == []
+    lost = judge_allocation(step, _outcome(step, [6], swa_locs=[3], swa_mapping=recorded, swa_free_pages=[]))
+    assert [(f.clause, f.unsafe) for f in lost] == [("A6", False)] and lost[0].reason.startswith("SWA page 4 is lost")
+    held = judge_allocation(step, _outcome(step, [6], swa_locs=[3], swa_mapping=recorded, swa_free_pages=[4, 1]))
+    assert [(f.clause, f.unsafe) for f in held] == [("A6", True)] and "SWA page 1" in held[0].reason

@@ -52,3 +52,35 @@ def test_each_seeded_sglang_bug_fails_at_its_step_naming_row_and_token(tmp_path:
     assert (v.tier, v.clause) == ("safety", clause)
     assert v.step == _first_difference(bad, good)
     assert v.row is not None and v.token is not None
+
+
+class LosesAFreePage:
+    """The example, whose free list comes back one page short (a leak): A6 in ``trace check``."""
+
+    def __init__(self, debug: bool | None = None) -> None:
+        self.inner = load(f"{ROOT}/examples/sglang_style.py:backend", debug=debug)
+        self.name, self.device = "loses-a-free-page", "cpu"
+
+    def _short(self, got):  # type: ignore[no-untyped-def]
+        import dataclasses
+
+        return dataclasses.replace(got, free_pages=got.free_pages[:-1])
+
+    def alloc_decode(self, state):  # type: ignore[no-untyped-def]
+        return self._short(self.inner.alloc_decode(state))
+
+    def alloc_verify(self, state):  # type: ignore[no-untyped-def]
+        return self._short(self.inner.alloc_verify(state))
+
+    def alloc_extend(self, state):  # type: ignore[no-untyped-def]
+        return self._short(self.inner.alloc_extend(state))
+
+
+def test_a_lost_free_page_fails_a6_at_the_first_step(tmp_path: Path) -> None:
+    out = tmp_path / "lost"
+    with Recorder(out, profile="sglang", backend="lost") as rec:
+        sim = AllocSimulator(LosesAFreePage(), rec, seed=0, page_size=1, pool_pages=400)
+        for _ in range(5):
+            sim.step()
+    v = check_trace(out).violation
+    assert (v.step, v.tier, v.clause) == (0, "correct", "A6") and "is lost" in v.reason, v

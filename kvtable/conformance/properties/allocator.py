@@ -142,7 +142,7 @@ def call_allocator(backend: Any, op: str, state: AllocState) -> tuple[Any, list[
 
 def _guards(locs: torch.Tensor, arenas: Sequence[torch.Tensor]) -> tuple[list[int], list[int], int] | None:
     """The guard cells around ``locs`` and their sentinel, if ``locs`` is a view of one of the guarded arenas."""
-    if not isinstance(locs, torch.Tensor) or locs.dim() != 1 or locs.numel() == 0 and not arenas:
+    if not isinstance(locs, torch.Tensor) or locs.dim() != 1:
         return None
     for arena in arenas:
         if locs.device == arena.device and locs.untyped_storage().data_ptr() == arena.untyped_storage().data_ptr():
@@ -169,7 +169,8 @@ def alloc_outcome(allocation: Allocation, arena: torch.Tensor, made: Sequence[to
     return AllocOutcome(allocation.locs.reshape(-1).tolist(), allocation.req_to_token.tolist(), before, after,
                         canary, _list(swa_locs), _list(swa_mapping), _list(allocation.rows),
                         _list(allocation.allocated_lens), _list(allocation.free_pages),
-                        _list(allocation.freed_pages) or [], list(changed), guarded=guards is not None)
+                        _list(allocation.freed_pages) or [], list(changed), guarded=guards is not None,
+                        swa_free_pages=_list(getattr(allocation, "swa_free_pages", None)))
 
 
 def _kind(fault: AllocFault) -> str:
