@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import time
 from pathlib import Path
 
 from kvtable.argtypes import positive_int, writable_file
+from kvtable.exitcodes import UsageError
 
 BENCHMARKS: dict[str, str] = {
     "ops": "kvtable.bench.ops",
@@ -34,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, metavar="PATH",
                         help=f"where to write the results (default {DEFAULT_JSON}, under the current directory); "
                         "checked writable before the benchmarks run")
+    parser.add_argument("--baseline", action="append", default=[], metavar="PYTHON",
+                        help="the tester section also times fuzz and conform in this interpreter of another "
+                        "checkout (its venv's python; repeatable), interleaved with this one")
     parser.add_argument("--threads", type=positive_int, default=1, metavar="N",
                         help="torch intra-op threads (default 1: on shared or busy cores a second thread "
                         "that gets descheduled stalls every large op, which skews the ratios)")
@@ -44,18 +49,22 @@ def command_line(args: argparse.Namespace) -> str:
     flags = ["--smoke"] if args.smoke else ["--quick"] if args.quick else []
     flags += [f"--only {name}" for name in args.only or ()]
     flags += [f"--threads {args.threads}"] if args.threads != 1 else []
+    flags += [f"--baseline {os.path.relpath(python)}" for python in args.baseline]  # a path outside: relative
     return " ".join(["kvtable bench", *flags, f"--json {args.json}"])
 
 
 def run(args: argparse.Namespace) -> int:
     writable_file(args.json, "--json")
+    for python in args.baseline:
+        if not os.access(python, os.X_OK) or os.path.isdir(python):
+            raise UsageError(f"--baseline {python}: not an executable interpreter (another checkout's venv's python)")
     import torch
 
     from kvtable.bench.harness import Settings, host_info, write_json
 
     torch.set_num_threads(args.threads)
     size = "smoke" if args.smoke else "quick" if args.quick else "full"
-    settings = Settings.for_size(size)
+    settings = Settings.for_size(size, args.baseline)
     host = host_info()
     print(f"kvtable bench ({size}): torch {host['torch']}, {host['torch_threads']} thread(s) of "
           f"{host['cpu_count']} cpus, cuda {'yes: ' + host['cuda_device'] if host['cuda'] else 'no'}")

@@ -9,7 +9,7 @@ import torch
 
 from kvtable.bench.baselines import gather_floor, loop_extend_locs
 from kvtable.bench.harness import (
-    CPU_ROUTE_NOTE,
+    ON_THE_GPU,
     Section,
     Settings,
     Size,
@@ -52,20 +52,31 @@ def cases(size: Size) -> list[Case]:
 
 
 def run(settings: Settings, case_list: list[Case] | None = None) -> Section:
-    section = Section("extend", "Extend locations, all groups, CPU: per-request loop vs impl (vectorized torch) "
-                      "vs the gather floor", ["groups", "bs", "max_ext", "tokens", "loop_ms", "impl_ms",
+    section = Section("extend", "Extend locations, all groups: per-request loop vs impl (vectorized torch) "
+                      "vs the gather floor", ["device", "groups", "bs", "max_ext", "tokens", "loop_ms", "impl_ms",
                                               "per_group_ms", "gather_ms", "speedup", "vs_gather",
                                               "impl_Mtok/s", "loop_us/req", "impl_ns/tok"])
     measured = {}
     for i, case in enumerate(case_list or cases(settings.size)):
         measured[case] = _row(section, case, extend_workload(case.groups, case.bs, max_extend=case.max_extend,
                                                              seed=100 + i), settings)
-    at = measured.get(Case(TARGET_GROUPS, TARGET_BS, TARGET_MAX_EXTEND))
-    name = f"extend group_locs, {TARGET_GROUPS} groups, bs {TARGET_BS}, extends up to {TARGET_MAX_EXTEND} (cpu)"
-    section.targets.append(Target.at_least(f"{name}: speedup over the per-request loop", TARGET_SPEEDUP,
+    target = Case(TARGET_GROUPS, TARGET_BS, TARGET_MAX_EXTEND)
+    at, gpu = measured.get(target), None
+    if torch.cuda.is_available() and at is not None:  # the target case on the GPU rows (ON_THE_GPU)
+        gpu = _row(section, target, extend_workload(target.groups, target.bs, max_extend=target.max_extend,
+                                                    seed=100 + list(measured).index(target), device="cuda"), settings)
+    else:
+        section.skipped.append("GPU row (impl's extend locations vs the gather floor on CUDA): no CUDA device in this "
+                               "run, so nothing on a GPU was measured")
+    name = f"extend group_locs, {TARGET_GROUPS} groups, bs {TARGET_BS}, extends up to {TARGET_MAX_EXTEND}"
+    section.targets.append(Target.at_least(f"{name} (cpu): speedup over the per-request loop", TARGET_SPEEDUP,
                                            at and at[0]))
-    section.targets.append(Target.at_most(f"{name}: time / gather floor", TARGET_GATHER, at and at[1]))
-    section.notes += [_growth(section.records, name) for name in ("loop", "impl") if len(section.records) >= 6]
+    gather = Target.at_most(f"{name} (GPU): time / gather floor", TARGET_GATHER, gpu and gpu[1])
+    gather.cpu = at and at[1]
+    section.targets.append(gather)
+    section.moved.append(ON_THE_GPU)
+    cpu_rows = [r for r in section.records if r["device"] == "cpu"]
+    section.notes += [_growth(cpu_rows, name) for name in ("loop", "impl") if len(cpu_rows) >= 6]
     section.notes += [
         "speedup = loop / impl, vs_gather = impl / gather: medians of per-repetition ratios of candidates timed "
         "interleaved in this run (the targets give min-max); tokens = locations per group",
@@ -74,7 +85,6 @@ def run(settings: Settings, case_list: list[Case] | None = None) -> Section:
         "loop = upstream's per-request loop: arange per request, one gather per request per group",
         "gather = the memory floor: one index_select per group of the page each token reads (indices computed "
         "beforehand)",
-        CPU_ROUTE_NOTE,
     ]
     return section
 
@@ -86,7 +96,8 @@ def _row(section: Section, case: Case, w: Workload, settings: Settings) -> tuple
 
     prefix = list(w.batch.prefix_lens or ())
     extend = [seq - p for seq, p in zip(w.batch.seq_lens, prefix, strict=True)]
-    rows, positions = extend_tokens(prefix, extend, "cpu")
+    device = next(iter(w.tables.values())).device
+    rows, positions = extend_tokens(prefix, extend, device)
     flat = {s.group_id: w.tables[s.group_id].view(-1) for s in w.specs}
     reads = {s.group_id: rows * w.tables[s.group_id].shape[1] + positions // s.block_granularity for s in w.specs}
     candidates = {
@@ -99,11 +110,11 @@ def _row(section: Section, case: Case, w: Workload, settings: Settings) -> tuple
     want = candidates["loop"]()
     require_same(f"extend {case}: group_locs vs loop", candidates["impl"](), want)
     require_same(f"extend {case}: extend_locs vs loop", candidates["per_group"](), want)
-    t = measure(candidates, settings)
+    t = measure(candidates, settings, device=device.type)
     speedup, vs_gather = ratio(t["loop"], t["impl"]), ratio(t["impl"], t["gather"])
     loop_s, impl_s = t["loop"].median, t["impl"].median
-    section.add(groups=case.groups, bs=case.bs, max_ext=case.max_extend, tokens=w.tokens, loop_ms=loop_s * 1e3,
-                impl_ms=impl_s * 1e3,
+    section.add(device=device.type, groups=case.groups, bs=case.bs, max_ext=case.max_extend, tokens=w.tokens,
+                loop_ms=loop_s * 1e3, impl_ms=impl_s * 1e3,
                 per_group_ms=t["per_group"].median * 1e3, gather_ms=t["gather"].median * 1e3,
                 speedup=speedup.median, vs_gather=vs_gather.median, **{"impl_Mtok/s": w.tokens / impl_s / 1e6},
                 **{"loop_us/req": loop_s / case.bs * 1e6, "impl_ns/tok": impl_s / w.tokens * 1e9},

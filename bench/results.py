@@ -43,15 +43,32 @@ def render_run(name: str, doc: dict[str, Any]) -> str:
              f"- load average (1, 5, 15 min) at the start: {_load(host.get('loadavg_start'))}; at the end: "
              f"{_load(host.get('loadavg'))}", ""]
     for section, body in doc.get("sections", {}).items():
-        targets = body.get("targets", [])
-        if not targets:
+        targets, tables = body.get("targets", []), body.get("tables", [])
+        if not targets and not tables:
             continue
-        lines += [f"### {section}", "", "| target | want | got | verdict |", "|---|---|---|---|"]
-        lines += [f"| {t['name']} | {t['want']} | {_got(t.get('got'), t.get('detail', ''))} | {t['verdict']} |"
-                  for t in targets]
+        lines += [f"### {section}", ""]
+        if targets:
+            lines += ["| target | want | got | verdict |", "|---|---|---|---|"]
+            lines += [f"| {t['name']}{_cpu(t)} | {t['want']} | {_got(t.get('got'), t.get('detail', ''))} "
+                      f"| {t['verdict']} |" for t in targets]
         lines += [f"- skipped: {s}" for s in body.get("skipped", [])]
+        lines += [f"- on the GPU: {s}" for s in body.get("moved", [])]
         lines.append("")
+        for table in tables:
+            lines += [f"{table['title']}:", "", _row(table["columns"]), _row(["---"] * len(table["columns"]))]
+            lines += [_row(row) for row in table["rows"]]
+            lines.append("")
     return "\n".join(lines)
+
+
+def _cpu(target: dict[str, Any]) -> str:
+    """A GPU target's CPU figure, shown beside it (not judged)."""
+    cpu = target.get("cpu")
+    return "" if cpu is None else f" (the CPU route, not judged: {_got(cpu)})"
+
+
+def _row(cells: Sequence[Any]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
 def render(paths: Sequence[Path]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from kvtable.bench.harness import Section, Settings
 
@@ -17,6 +18,17 @@ WORKER_REPEATS = {"smoke": 1, "quick": 3, "full": 3}
 """Runs of ``fuzz --workers N`` per worker count, interleaved, for the spread of examples/s."""
 
 
+VERSION_RUNS = {"quick": (("fuzz", 2000, 3), ("conform", 20, 2), ("conform", 100, 1)),
+                "full": (("fuzz", 2000, 5), ("conform", 20, 3), ("conform", 100, 3))}
+"""(command, examples, rounds) timed beside the baselines: fuzz's examples in all, conform's per property (100:
+the default run, whose CPU seconds are a target)."""
+PROFILE_EXAMPLES = {"smoke": 3, "quick": 20, "full": 50}
+"""Examples per property of the profiled conform run (and of its run without the guard)."""
+CONFORM_DEFAULT_EXAMPLES = 100
+CONFORM_DEFAULT_CPU_S = 60.0
+SPEEDUP = 2.0
+
+
 def run(settings: Settings) -> Section:
     section = Section("tester", "The tester: kvtable fuzz differential examples/s, kvtable prove wall time",
                       ["command", "backend", "checks", "passed", "examples", "wall_s", "examples/s"])
@@ -24,6 +36,8 @@ def run(settings: Settings) -> Section:
         _fuzz_row(section, backend, settings)
     _workers_rows(section, settings)
     _prove_row(section, settings)
+    versions(section, settings, VERSION_RUNS.get(settings.size, ()))
+    profile(section, PROFILE_EXAMPLES[settings.size], smoke=settings.size == "smoke")
     section.notes[:0] = [
         "fuzz runs without an example database (nothing replayed), so every example is a fresh draw",
         "examples = examples hypothesis actually ran, summed over properties; examples/s = examples / wall_s",
@@ -96,3 +110,63 @@ def _prove_row(section: Section, settings: Settings) -> None:
                 slowest=f"{slowest.obligation.name} ({slowest.seconds:.2f}s, {slowest.verdict})")
     section.notes.append(f"prove's slowest obligation: {slowest.obligation.name}, {slowest.seconds:.2f}s "
                          f"({slowest.verdict}) of {wall:.2f}s")
+
+
+def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int, int]], *,
+             alone: bool = False) -> None:
+    """fuzz and conform on torch in this checkout and each ``--baseline``, fresh processes, interleaved: examples
+    per CPU second and this checkout's ratio over each baseline (targets: >= 2x), the default conform's CPU."""
+    from kvtable.bench.harness import Spread, Target
+    from kvtable.bench.tester_versions import compare
+
+    if not runs:
+        section.skipped.append("the runs beside earlier commits: not in a smoke run")
+        return
+    rows = []
+    for kind, examples, rounds in runs:
+        result = compare(settings.baselines, kind, examples, rounds)
+        command = f"{kind} --examples {examples} --seed 0" if kind == "fuzz" else f"conform --examples {examples}"
+        for c in result["candidates"]:
+            rate, ratio = c["examples_per_cpu_s"], c["this_over_it"]
+            rows.append([command, c["commit"] or "?", "this" if c["this"] else "baseline", c["properties"],
+                         c["examples"], _fmt(c["cpu_s"]), _fmt(c["startup_cpu_s"]), _fmt(rate),
+                         _fmt(c["examples_per_wall_s"]), "-" if c["this"] else _fmt(ratio)])
+            section.add(command=f"{command} (versions)", backend="torch", checks=c["properties"], passed=c["passed"],
+                        examples=c["examples"], wall_s=None, **{"examples/s": rate["median"]}, version=c)
+            if c["this"]:
+                if kind == "conform" and examples == CONFORM_DEFAULT_EXAMPLES:
+                    cpu = [c["cpu_s"][k] + c["startup_cpu_s"][k] for k in ("min", "median", "max")]
+                    got = Spread(cpu[0], cpu[1], cpu[2])
+                    section.targets.append(Target(
+                        "conform --backend torch, default run: CPU seconds (start-up included)",
+                        f"<= {CONFORM_DEFAULT_CPU_S:g} s", got, got.median <= CONFORM_DEFAULT_CPU_S))
+                continue
+            section.targets.append(Target.at_least(
+                f"{command}, torch: examples per CPU second over {c['commit']}'s", SPEEDUP,
+                Spread(ratio["min"], ratio["median"], ratio["max"])))
+    if not settings.baselines and not alone:
+        section.skipped.append("no --baseline given: this checkout's rates only, no ratio to an earlier commit")
+    if rows:
+        section.tables.append({
+            "title": "The tester beside earlier commits (torch backend, fresh process per run, interleaved rounds; "
+                     "median (min-max) over the rounds)",
+            "columns": ["command", "commit", "candidate", "properties", "examples", "cpu_s", "startup_cpu_s",
+                        "examples/cpu_s", "examples/wall_s", "this / it"],
+            "rows": rows})
+
+
+def profile(section: Section, examples: int, *, smoke: bool = False) -> None:
+    """The profile table: where an example's CPU time goes, per property family (``tester_profile``)."""
+    from kvtable.bench.tester_profile import profile_table
+    from kvtable.conformance.properties import select
+
+    columns, rows = profile_table(examples, properties=select(SMOKE_PROPERTIES) if smoke else None)
+    section.tables.append({
+        "title": f"Where an example's CPU time goes: ms per example by phase, per property family (conform "
+                 f"--examples {examples} on torch, in process; guard = the backend time a run without the index "
+                 "guard saves)",
+        "columns": columns, "rows": rows})
+
+
+def _fmt(spread: dict[str, float]) -> str:
+    return f"{spread['median']:.3g} ({spread['min']:.3g}-{spread['max']:.3g})"

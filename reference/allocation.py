@@ -241,7 +241,8 @@ def check_rows_kept(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]:
 
 def _row_choices(step: AllocStep, rows: Sequence[int]) -> list[AllocFault]:
     """A2: a request moved to another row takes a row of ``free_rows``, and no two requests share one."""
-    faults, seen = [], {}
+    faults: list[AllocFault] = []
+    seen: dict[int, int] = {}
     for i, row in enumerate(rows):
         if row != step.rows[i] and row not in step.free_rows:
             faults.append(_fault(step, "A2", True, i, None, None, None, f"took row {row} "
@@ -280,7 +281,7 @@ def _partial_page(step: AllocStep, table: Sequence[Sequence[int]], i: int, mappi
 
 def _slot_faults(step: AllocStep, outcome: AllocOutcome, clause: str, locs: Sequence[int], free: set[int],
                  pool_end: int, partial: Sequence[int | None], live: dict[int, Token],
-                 sink_ok: set[int] = frozenset()) -> list[AllocFault]:
+                 sink_ok: frozenset[int] | set[int] = frozenset()) -> list[AllocFault]:
     """The free-slot rules (A3, and A5 in SWA space) for ``locs``, one per output token; a token of ``sink_ok``
     (a head token of a declared SWA tail) may get the sink 0."""
     ps, faults, rows = step.page_size, [], out_rows(step, outcome)
@@ -532,7 +533,8 @@ def _new_slots(step: AllocStep, outcome: AllocOutcome, partial: Sequence[int | N
     the buffer counts too), leaving out the sink, the request's own partial page and slots outside the pool."""
     rows, ps = out_rows(step, outcome), step.page_size
     locs = outcome.locs if pool.mapping is None else outcome.swa_locs or []
-    given = [(k, token, loc) for k, (token, loc) in enumerate(zip(alloc_tokens(step, outcome), locs, strict=False))]
+    given: list[tuple[int | None, Token, int]] = [
+        (k, token, loc) for k, (token, loc) in enumerate(zip(alloc_tokens(step, outcome), locs, strict=False))]
     for i, (start, end) in enumerate(zip(step.starts, alloc_ends(step, outcome), strict=True)):
         for pos in range(max(start, 0), end) if pool.mapping is None else ():
             slot = _cell(outcome.req_to_token, rows[i], pos)

@@ -88,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = execution(args, spec)
         with progress_bar(wants_progress(args.no_progress), "kvtable conform") as progress:
-            report = run_conformance(spec, examples=args.examples, seed=args.seed, profile=profile_arg(args),
-                                     properties=properties, level=run_level(args), progress=progress, **options)
+            report = run_conformance(spec, examples=args.examples, budget=args.budget, seed=args.seed,
+                                     profile=profile_arg(args), properties=properties, level=run_level(args),
+                                     progress=progress, **options)
     except BackendUnavailable as err:
         return unavailable(err, args.json)
     except KeyboardInterrupt:
@@ -101,4 +102,5 @@ def interrupted_before_any(args: argparse.Namespace, spec: str, kind: str) -> Re
     """The report of a run Ctrl-C stopped before its first property (while loading the backend): an empty table."""
     from kvtable.conformance.runner import Report
 
-    return Report(spec, profile_arg(args), args.seed, args.examples, kind, interrupted=True, level=run_level(args))
+    return Report(spec, profile_arg(args), args.seed, args.examples, kind, interrupted=True, level=run_level(args),
+                  budget=args.budget)

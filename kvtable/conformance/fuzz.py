@@ -54,20 +54,24 @@ def budget(examples: int, properties: Sequence[Property]) -> dict[str, int]:
 
 def fuzz(backend: BackendLike, *, examples: int, seed: int, database: str | ExampleDatabase | None = None,
          profile: str | Profile | None = None, properties: Sequence[Property] | None = None,
-         progress: Progress | None = None, **execution: Any) -> Report:
-    """Fuzz ``backend`` with ``examples`` examples in all, shared out over the properties by weight.
+         progress: Progress | None = None, seconds: float | None = None, **execution: Any) -> Report:
+    """Fuzz ``backend`` with ``examples`` examples in all, shared out over the properties by weight; ``seconds``
+    (``--budget``): the run's wall time, shared out by the same weights (a property stops early when its share is
+    spent: ``kvtable.conformance.budget``).
 
     ``execution``: ``level``, ``isolate``, ``workers``, ``timeout``, as ``run_properties`` takes them.
     """
+    from kvtable.conformance.budget import Budget
     from kvtable.conformance.database import open_database
     from kvtable.conformance.properties import PROPERTIES
     from kvtable.conformance.runner import run_properties
 
     chosen = PROPERTIES if properties is None else properties
     shares = budget(examples, chosen)
+    timed = None if seconds is None else Budget(seconds, {p.name: float(p.weight) for p in chosen})
     return run_properties(backend, chosen, examples=lambda p: shares[p.name], seed=seed, profile=profile,
                           database=open_database(database), kind="fuzz", total_examples=examples,
-                          progress=progress, **execution)
+                          progress=progress, budget=timed, **execution)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = execution(args, spec)
         with progress_bar(wants_progress(args.no_progress), "kvtable fuzz") as progress:
-            report = fuzz(spec, examples=args.examples, seed=args.seed, database=database, profile=profile_arg(args),
-                          properties=properties, progress=progress, level=run_level(args), **options)
+            report = fuzz(spec, examples=args.examples, seconds=args.budget, seed=args.seed, database=database,
+                          profile=profile_arg(args), properties=properties, progress=progress,
+                          level=run_level(args), **options)
     except BackendUnavailable as err:
         return unavailable(err, args.json)
     except KeyboardInterrupt:

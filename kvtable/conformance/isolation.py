@@ -34,6 +34,7 @@ from typing import Any
 from hypothesis.database import ExampleDatabase
 
 from kvtable import interrupts
+from kvtable.conformance.budget import Budget
 from kvtable.conformance.checks import Transcript
 from kvtable.conformance.core import Context
 from kvtable.conformance.database import DatabaseFailed
@@ -154,10 +155,10 @@ def _run_jobs(conn: Connection, setup: WorkerSetup, ctx: Context, spec: str) -> 
     database = _PipeDatabase(conn) if setup.database else None
     conn.send(("ready", spec))
     while (job := conn.recv()) is not None:
-        name, examples = job
+        name, examples, seconds = job
         try:
             result = run_property(BY_NAME[name], ctx, examples=examples, seed=setup.seed, spec=spec,
-                                  database=database, shrink=setup.shrink, level=setup.level)
+                                  database=database, shrink=setup.shrink, level=setup.level, seconds=seconds)
         except UsageError as err:
             conn.send(("fatal", str(err)))
             return
@@ -197,11 +198,11 @@ class _Worker:
     def ready(self) -> bool:
         return bool(self.spec)
 
-    def assign(self, job: _Job) -> None:
+    def assign(self, job: _Job, budget: Budget | None) -> None:
         self.job, self.lines, self.calling, self.examples, self.resident = job, [], "", 0, None
         self.last, self.grew_in = ("", 0), {}
         self.heard, job.started = time.monotonic(), time.perf_counter()
-        self.conn.send((job.prop.name, job.examples))
+        self.conn.send((job.prop.name, job.examples, None if budget is None else budget.share(job.prop.name)))
 
     def stop(self, kill: bool = False) -> None:
         if not kill and self.process.is_alive():
@@ -258,8 +259,8 @@ class _Pool:
     """Workers, their jobs and the parent's side of the pipe protocol."""
 
     def __init__(self, setup: WorkerSetup, size: int, timeout: float, database: ExampleDatabase | None,
-                 max_memory_growth: int = DEFAULT_MAX_MEMORY_GROWTH) -> None:
-        self.setup, self.timeout, self.database = setup, timeout, database
+                 max_memory_growth: int = DEFAULT_MAX_MEMORY_GROWTH, budget: Budget | None = None) -> None:
+        self.setup, self.timeout, self.database, self.budget = setup, timeout, database, budget
         self.max_memory_growth = max_memory_growth
         self.workers = [_start(setup) for _ in range(size)]
 
@@ -268,7 +269,7 @@ class _Pool:
             interrupts.check()
             for worker in self.workers:
                 if worker.ready and worker.job is None and jobs:
-                    worker.assign(jobs.popleft())
+                    worker.assign(jobs.popleft(), self.budget)
             wait([w.conn for w in self.workers] + [w.process.sentinel for w in self.workers], timeout=1.0)
             for i, worker in enumerate(self.workers):
                 result = self._drain(worker)
@@ -366,8 +367,10 @@ class _Pool:
 
 def run_isolated(setup: WorkerSetup, properties: Sequence[Property], examples: Callable[[Property], int], *,
                  workers: int = 1, timeout: float = DEFAULT_TIMEOUT_S, database: ExampleDatabase | None = None,
-                 max_memory_growth: int = DEFAULT_MAX_MEMORY_GROWTH) -> Iterator[PropertyResult]:
-    """Run ``properties`` in ``workers`` worker processes, yielding each result as it finishes (in any order).
+                 max_memory_growth: int = DEFAULT_MAX_MEMORY_GROWTH, budget: Budget | None = None
+                 ) -> Iterator[PropertyResult]:
+    """Run ``properties`` in ``workers`` worker processes, yielding each result as it finishes (in any order);
+    each property's share of a ``budget`` is fixed as a worker takes it.
 
     Raises ``UsageError`` when no worker can start or the database fails. The workers are stopped when
     the iteration ends, early too (Ctrl-C in the caller: the results yielded so far are kept).
@@ -376,7 +379,7 @@ def run_isolated(setup: WorkerSetup, properties: Sequence[Property], examples: C
     if unregistered:
         raise ValueError(f"only registered properties run in worker processes, not {unregistered}")
     jobs = deque(_Job(p, examples(p)) for p in properties)
-    pool = _Pool(setup, max(1, min(workers, len(jobs))), timeout, database, max_memory_growth)
+    pool = _Pool(setup, max(1, min(workers, len(jobs))), timeout, database, max_memory_growth, budget)
     try:
         yield from pool.run(jobs)
     finally:

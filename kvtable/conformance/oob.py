@@ -7,6 +7,13 @@ a backend call runs; for the ops that take indices (``index``, ``gather``, ``ind
 the indexed tensor's size (one min and max per index tensor) and, for an index outside ``[0, size)`` (or
 ``[-size, size)`` where the op wraps negative indices), reports an ``OutOfBoundsIndex`` to ``on_hit`` and
 raises it instead of running the op.
+
+A dispatch mode costs every aten op a trip through Python (about 6 us, more than most ops on a table), and most of
+a backend's ops index nothing: so the guard is a function mode screening each torch call first (about 2 us). A
+call of ``NO_INDEXING`` (arithmetic, comparisons, views, reductions, factories, metadata: ops whose kernels
+dispatch no indexing op) runs as it is; ``index_select`` and ``tensor[index]`` with plain integer index tensors are
+checked as the aten op they are (the same check, the same message); every other call runs under ``IndexOps``, the
+dispatch mode that checks each aten op it dispatches. A C++ custom op is a ``torch.ops`` call, never skipped.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = ["IndexGuard", "OutOfBoundsIndex"]
@@ -36,6 +44,34 @@ _WRAPS = frozenset(op.__name__ for op in (aten.index, aten.index_put, aten.index
 _WATCHED = frozenset(op.__name__ for op in (*_DIM_INDEX, *_INDICES, aten.take, aten.embedding))
 """Their names: a string lookup per op is the whole cost of every other op. Not ``select`` (``tensor[i]`` with an
 int): a view whose index torch checks on the host on every device, so out of range it is a refusal, never a read."""
+
+_NO_INDEXING_NAMES = (
+    "add sub mul div floor_divide remainder fmod neg abs true_divide rsub eq ne lt le gt ge logical_and logical_or "
+    "logical_not logical_xor bitwise_and bitwise_or bitwise_xor bitwise_not bitwise_left_shift bitwise_right_shift "
+    "where clamp clamp_min clamp_max clamp_ clamp_min_ clamp_max_ minimum maximum min max amin amax aminmax sum prod "
+    "cumsum cumprod cummax cummin any all argmax argmin view view_as reshape unsqueeze squeeze expand expand_as "
+    "flatten unflatten permute transpose t contiguous narrow as_strided unbind cat stack long int short bool float "
+    "double to type_as clone detach dim numel size stride item tolist is_contiguous storage_offset data_ptr "
+    "untyped_storage element_size arange zeros ones full empty zeros_like ones_like full_like empty_like tensor "
+    "as_tensor scalar_tensor device addcmul add_ sub_ mul_ bitwise_and_ bitwise_or_ masked_fill masked_fill_ fill_ "
+    "zero_ copy_ new_full new_ones new_zeros new_empty new_tensor cumsum_ "
+    "__add__ __radd__ __iadd__ __sub__ __rsub__ __isub__ __mul__ __rmul__ __imul__ __floordiv__ __rfloordiv__ "
+    "__ifloordiv__ __mod__ __rmod__ __truediv__ __rtruediv__ __neg__ __and__ __rand__ __iand__ __or__ __ror__ "
+    "__ior__ __xor__ __rxor__ __invert__ __lt__ __le__ __gt__ __ge__ __eq__ __ne__ __lshift__ __rshift__ __len__ "
+    "__int__ __bool__ __index__ __hash__"
+).split()
+NO_INDEXING = frozenset(
+    [getattr(owner, name) for owner in (torch, torch.Tensor) for name in _NO_INDEXING_NAMES if hasattr(owner, name)]
+    + [getattr(torch.Tensor, name).__get__ for name in ("shape", "dtype", "device", "is_meta", "is_cuda", "ndim")])
+"""Torch calls whose kernels dispatch no indexing op: they run outside ``IndexOps`` (a view's bounds, like
+``select``'s, torch checks on the host)."""
+_GETITEM = torch.Tensor.__getitem__
+_INDEX_SELECT = frozenset({torch.Tensor.index_select, torch.index_select})
+_BASIC = frozenset({int, slice, type(None), type(Ellipsis)})
+"""``tensor[...]`` with only these is views (``select``, ``slice``): no indexing op."""
+_INDEX_DTYPES = (torch.int64, torch.int32)
+SMALL_INDEX = 64
+"""Up to this many indices, their least and greatest are read as a list (one op) instead of ``aminmax`` (three)."""
 
 
 @dataclass(eq=False)
@@ -62,8 +98,45 @@ class OutOfBoundsIndex(IndexError):
                 f"{self.dim} of size {self.size}{shape}")
 
 
-class IndexGuard(TorchDispatchMode):
+class IndexGuard(TorchFunctionMode):
     """Bounds-check the indices of every indexing op run inside; ``on_hit`` gets each ``OutOfBoundsIndex``."""
+
+    def __init__(self, on_hit: Callable[[OutOfBoundsIndex], None]) -> None:
+        super().__init__()
+        self.on_hit = on_hit
+        self.ops = IndexOps(on_hit)
+
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        if func in NO_INDEXING:
+            return func(*args, **kwargs) if kwargs else func(*args)
+        kwargs = kwargs or {}
+        if func is _GETITEM and not kwargs and len(args) == 2:
+            items = args[1] if type(args[1]) is tuple else (args[1],)
+            if all(type(i) in _BASIC for i in items):
+                return func(*args)
+            if _plain(items) and isinstance(args[0], torch.Tensor) and len(items) <= args[0].dim():
+                return self._checked(_advanced("aten.index", "read", args[0], items), func, args)
+        elif func in _INDEX_SELECT and not kwargs and len(args) == 3 and type(args[1]) is int and _plain(args[2:]):
+            return self._checked(_bounds("aten.index_select", "read", args[0], args[1], args[2]), func, args)
+        with self.ops:
+            return func(*args, **kwargs)
+
+    def _checked(self, hit: OutOfBoundsIndex | None, func: Any, args: Sequence[Any]) -> Any:
+        """``func(*args)`` once its one indexing op's check found nothing (else the hit, reported and raised)."""
+        if hit is not None:
+            self.on_hit(hit)
+            raise hit
+        return func(*args)
+
+
+def _plain(indices: Sequence[Any]) -> bool:
+    """Integer index tensors of at least one dimension: ``tensor[indices]`` is ``aten.index`` with them as they are
+    (a 0-d one torch may read as an int, a mask or a list it converts: those go through ``IndexOps``)."""
+    return all(type(i) is torch.Tensor and i.dtype in _INDEX_DTYPES and i.dim() >= 1 for i in indices)
+
+
+class IndexOps(TorchDispatchMode):
+    """Bounds-check the indices of every indexing op dispatched inside; ``on_hit`` gets each ``OutOfBoundsIndex``."""
 
     def __init__(self, on_hit: Callable[[OutOfBoundsIndex], None]) -> None:
         super().__init__()
@@ -138,8 +211,12 @@ def _bounds(op: str, access: str, self: Any, dim: int, index: Any) -> OutOfBound
     if not isinstance(index, torch.Tensor) or index.numel() == 0 or index.is_meta or index.dtype.is_floating_point \
             or index.dtype == torch.bool:
         return None
-    low, high = torch.aminmax(index)
-    if least <= low.item() and high.item() < size:
+    if index.numel() <= SMALL_INDEX:
+        values = index.reshape(-1).tolist()
+        low, high = min(values), max(values)
+    else:
+        low, high = (int(v) for v in torch.aminmax(index))
+    if least <= low and high < size:
         return None
     bad = ((index < least) | (index >= size)).nonzero()[0].tolist()
     value = int(index[tuple(bad)]) if index.dim() else int(index)

@@ -35,6 +35,11 @@ def add_common(parser: argparse.ArgumentParser, *, examples: int, examples_help:
                         help="input domain: the table values the profile's engine can hold (default), or any "
                              "(-1 anywhere, both tail pads, stale rows with any page)")
     parser.add_argument("--examples", type=positive_int, default=examples, help=examples_help)
+    parser.add_argument("--budget", type=positive_float, default=None, metavar="SECONDS",
+                        help="wall seconds for the whole run, shared out across the properties as each starts: a "
+                             "property stops early when its share is spent (after 5 examples), drawing the examples "
+                             "the run draws without a budget; each one's count is in the table. The counts depend on "
+                             "the machine: the same command without --budget replays them (and the rest)")
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed; a run is deterministic for a seed")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("--property", action="append", default=None, metavar="NAME",

@@ -29,6 +29,7 @@ import kvtable.internals
 from kvtable import interrupts
 from kvtable.backends import Backend, NoDebugMode, debug_twin, is_backend, load, missing_methods, spec_of
 from kvtable.backends.profiles import Profile, get_profile
+from kvtable.conformance.budget import Budget, BudgetSpent, spent
 from kvtable.conformance.checks import Mismatch, Recorded, Transcript
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.database import KeyedDatabase, database_prefix
@@ -133,6 +134,8 @@ class Report:
     """Ctrl-C stopped the run: ``results`` holds the properties that finished."""
     level: str = DEFAULT_LEVEL
     """``safety``, ``correct`` (safety + correctness) or ``strict`` (all three tiers): what fails the run."""
+    budget: float | None = None
+    """``--budget``: the wall seconds the properties shared (each one's examples are in ``results``)."""
 
     @property
     def passed(self) -> bool:
@@ -200,7 +203,16 @@ class Report:
         apart = f", {latent} latent failure(s) (reachable only past a stated size)" if latent else ""
         return (f"kvtable {self.kind}: backend {self.backend}, profile {self.profile}, level {self.level}, "
                 f"seed {self.seed}: {sum(r.passed for r in self.results)}/{applicable} properties passed{skipped}"
-                f"{discarded}{apart} in {self.seconds:.1f}s; {verdict}")
+                f"{discarded}{apart} in {self.seconds:.1f}s{self._budget_words()}; {verdict}")
+
+    def _budget_words(self) -> str:
+        """Under ``--budget``: how many examples the properties got (each one's count is in the table)."""
+        ran = [r.examples for r in self.results if r.applicable]
+        if self.budget is None or not ran:
+            return ""
+        return (f" (budget {self.budget:g}s: {sum(ran)} examples, {min(ran)}-{max(ran)} per property as the table "
+                "lists; the counts depend on the machine: the same command without --budget draws these examples "
+                "and the rest)")
 
     def notes(self) -> str:
         """Why each not-applicable property was not run, unsupported examples by reason, and failures of
@@ -331,10 +343,12 @@ def _no_debug_mode(prop: Property, ctx: Context) -> str | None:
 
 def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec: str = "backend",
                  database: ExampleDatabase | None = None, shrink: bool = True,
-                 level: str = DEFAULT_LEVEL, reproduce: Blob | None = None) -> PropertyResult:
+                 level: str = DEFAULT_LEVEL, reproduce: Blob | None = None, seconds: float | None = None
+                 ) -> PropertyResult:
     """Run one property for up to ``examples`` examples; on failure keep the (shrunk, unless not ``shrink``)
     example's transcript, and search on for up to ``MAX_FAILURES`` distinct failures (by clause and kind).
-    With ``reproduce`` only that one example runs (a counterexample snippet re-judging itself).
+    With ``reproduce`` only that one example runs (a counterexample snippet re-judging itself). ``seconds``: its
+    share of a ``--budget``: no new example is drawn past it (``budget.spent``), a failure is still shrunk.
 
     Examples the backend raises ``kvtable.Unsupported`` for are discarded and counted; a failure's tier
     decides whether it fails the property at ``level`` or stays a note.
@@ -349,6 +363,7 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
     ctx.unsupported.clear()
     failures: list[Failure] = []
     start = time.perf_counter()
+    deadline = None if seconds is None else time.monotonic() + seconds
 
     def result(status: str, message: str = "", counterexample: str = "", clause: str = own,
                tier: str = prop.tier) -> PropertyResult:
@@ -368,9 +383,9 @@ def run_property(prop: Property, ctx: Context, *, examples: int, seed: int, spec
             try:
                 # only the first search uses the database: a later one would drop the saved example it rejects
                 _search(prop, ctx, count, examples=left, seed=seed, database=None if failures else database,
-                        shrink=shrink, reproduce=reproduce)
+                        shrink=shrink, reproduce=reproduce, deadline=deadline)
                 break
-            except DidNotReproduce:  # the example of ``reproduce`` passes now
+            except (DidNotReproduce, BudgetSpent):  # the example of ``reproduce`` passes now; the share is spent
                 break
             except (Mismatch, FlakyFailure) as caught:
                 err = caught if isinstance(caught, Mismatch) else count.mismatch
@@ -426,6 +441,10 @@ class _Count:
     _mark: int = 0
     _hit: bool = True
 
+    def spent(self, deadline: float | None) -> bool:
+        """The property's share of a budget is spent and its search found nothing to shrink: draw no more."""
+        return not self._hit and spent(deadline, self.examples)
+
     def start(self) -> None:
         """A search begins."""
         self._mark, self._hit = self.examples, False
@@ -440,13 +459,15 @@ class _Count:
 
 
 def _search(prop: Property, ctx: Context, count: _Count, *, examples: int, seed: int,
-            database: ExampleDatabase | None, shrink: bool, reproduce: Blob | None = None) -> None:
-    """One hypothesis run of the property; raises the (shrunk) ``Mismatch`` of a failure not seen before."""
+            database: ExampleDatabase | None, shrink: bool, reproduce: Blob | None = None,
+            deadline: float | None = None) -> None:
+    """One hypothesis run of the property; raises the (shrunk) ``Mismatch`` of a failure not seen before, or
+    ``BudgetSpent`` when an example would start past ``deadline``."""
     replay = reproduce_failure(*reproduce) if reproduce is not None else (lambda test: test)
     if prop.stateful is not None:
         base = prop.stateful(ctx)
         machine_cls = type(base.__name__, (base,), {"__init__": _counting_init(base, count),
-                                                    "teardown": _counting_teardown(base, count)})
+                                                    "teardown": _counting_teardown(base, count, deadline)})
         replay(hypothesis_seed(seed)(machine_cls))
         with drawing(ctx.profile.domain):
             run_state_machine_as_test(machine_cls, settings=_settings(examples, database, shrink,
@@ -457,6 +478,8 @@ def _search(prop: Property, ctx: Context, count: _Count, *, examples: int, seed:
 
     def body(example: Any) -> None:
         interrupts.check()  # a Ctrl-C swallowed where it landed (a gc callback) stops the run here
+        if count.spent(deadline):
+            raise BudgetSpent
         count.examples += 1
         ctx.transcript.reset()
         try:
@@ -482,11 +505,13 @@ def _counting_init(base: type, count: _Count) -> Callable[[Any], None]:
     return __init__
 
 
-def _counting_teardown(base: type, count: _Count) -> Callable[[Any], None]:
+def _counting_teardown(base: type, count: _Count, deadline: float | None) -> Callable[[Any], None]:
     def teardown(self: Any) -> None:
         if isinstance(failure := sys.exc_info()[1], Mismatch):  # a step failed: the search is over, shrinking begins
             count.failed(failure)
         base.teardown(self)
+        if count.spent(deadline):  # at the end of a machine's run, when its steps are drawn (earlier, Hypothesis
+            raise BudgetSpent     # would find the example drawing less than it did before: flaky)
 
     return teardown
 
@@ -524,8 +549,8 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
                    seed: int, profile: str | Profile | None = None, database: ExampleDatabase | None = None,
                    kind: str = "conform", total_examples: int = 0, progress: Progress | None = None,
                    shrink: bool = True, level: str = DEFAULT_LEVEL, isolate: bool = False, workers: int = 1,
-                   timeout: float | None = None, sanitize: bool = False, max_memory_growth: int | None = None
-                   ) -> Report:
+                   timeout: float | None = None, sanitize: bool = False, max_memory_growth: int | None = None,
+                   budget: Budget | None = None) -> Report:
     """Run ``properties`` against ``backend``; ``examples(prop)`` gives each property's example budget.
 
     ``shrink=False`` reports each failure at the first failing example, unshrunk (the zoo's find runs);
@@ -536,7 +561,8 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
     ``max_memory_growth`` bytes (default 1 GiB) across its examples. Ctrl-C ends the run with the
     properties finished so far (``report.interrupted``). ``sanitize``: every Triton interpreter launch is
     bounds-checked (``sanitize.sanitizing``), in the workers too. An isolated backend named by a string is
-    first loaded in a worker: a factory that crashes or hangs there is a ``UsageError`` naming it.
+    first loaded in a worker: a factory that crashes or hangs there is a ``UsageError`` naming it. ``budget``:
+    the run's wall seconds, shared out as each property starts (``kvtable.conformance.budget``).
     """
     if level not in LEVELS:
         raise ValueError(f"no level {level!r}; known: {sorted(LEVELS)}")
@@ -546,7 +572,11 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
     else:
         ctx, spec = make_context(backend, profile)
         profile_name = ctx.profile.name
-    report = Report(spec, profile_name, seed, total_examples, kind, level=level)
+    report = Report(spec, profile_name, seed, total_examples, kind, level=level,
+                    budget=None if budget is None else budget.seconds)
+    if budget is not None:
+        budget.parallel = workers if isolating else 1
+        budget.start()
     if database is not None:
         database = KeyedDatabase(database, database_prefix(spec, profile_name, level))
     results: Iterator[PropertyResult]
@@ -557,11 +587,11 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
         setup = WorkerSetup(backend, profile_name, seed, shrink, database is not None, level, sanitize)
         results = run_isolated(setup, properties, examples, workers=workers, database=database,
                                timeout=DEFAULT_TIMEOUT_S if timeout is None else timeout,
-                               max_memory_growth=max_memory_growth or DEFAULT_MAX_MEMORY_GROWTH)
+                               max_memory_growth=max_memory_growth or DEFAULT_MAX_MEMORY_GROWTH, budget=budget)
     else:
         assert ctx is not None
         results = _in_process(ctx, spec, properties, examples, seed=seed, database=database, shrink=shrink,
-                              level=level, sanitize=sanitize)
+                              level=level, sanitize=sanitize, budget=budget)
     try:
         interrupts.check()  # Ctrl-C while starting up: no property starts
         with long_lived_frozen():
@@ -579,13 +609,13 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
 
 
 def _in_process(ctx: Context, spec: str, properties: Sequence[Property], examples: Callable[[Property], int], *,
-                seed: int, database: ExampleDatabase | None, shrink: bool, level: str, sanitize: bool
-                ) -> Iterator[PropertyResult]:
+                seed: int, database: ExampleDatabase | None, shrink: bool, level: str, sanitize: bool,
+                budget: Budget | None = None) -> Iterator[PropertyResult]:
     """Each property's result, run in this process (under ``--sanitize``'s Triton guard if asked)."""
     with sanitizing() if sanitize else nullcontext():
         for prop in properties:
             yield run_property(prop, ctx, examples=examples(prop), seed=seed, spec=spec, database=database,
-                               shrink=shrink, level=level)
+                               shrink=shrink, level=level, seconds=None if budget is None else budget.share(prop.name))
 
 
 @contextmanager
@@ -604,14 +634,16 @@ def long_lived_frozen() -> Iterator[None]:
 def run_conformance(backend: BackendLike, *, examples: int = 100, seed: int = 0,
                     profile: str | Profile | None = None, properties: Sequence[Property] | None = None,
                     database: ExampleDatabase | None = None, progress: Progress | None = None,
-                    shrink: bool = True, **execution: Any) -> Report:
-    """Every property (or ``properties``) against ``backend`` with ``examples`` examples each.
+                    shrink: bool = True, budget: float | None = None, **execution: Any) -> Report:
+    """Every property (or ``properties``) against ``backend`` with ``examples`` examples each; ``budget``: wall
+    seconds shared equally across the properties (each stops early when its share is spent).
 
     ``backend`` is an instance, a ``kvtable.backends.load`` name or a factory taking ``debug=``; the
     debug-only properties run on its ``debug=True`` twin. The report names each failing clause;
     ``shrink=False`` keeps each failure's first failing example as found (faster, not minimal);
     ``execution``: ``isolate``, ``workers``, ``timeout``, as ``run_properties`` takes them.
     """
-    return run_properties(backend, PROPERTIES if properties is None else properties, examples=lambda _p: examples,
-                          seed=seed, profile=profile, database=database, total_examples=examples,
-                          progress=progress, shrink=shrink, **execution)
+    chosen = PROPERTIES if properties is None else properties
+    shared = None if budget is None else Budget(budget, {p.name: 1.0 for p in chosen})
+    return run_properties(backend, chosen, examples=lambda _p: examples, seed=seed, profile=profile, database=database,
+                          total_examples=examples, progress=progress, shrink=shrink, budget=shared, **execution)

@@ -74,3 +74,38 @@ def test_an_int_index_past_a_table_is_a_refusal_not_an_unsafe_read() -> None:
     raises before any read, so it is a refusal (safe), whatever the input."""
     result = _one("RowByRowDecode", select(["rejects-cheap/T1"]), examples=60)
     assert result.passed and result.examples > 0, result.message
+
+
+SCREENED = {
+    "a 0-d index tensor (read as an int)": lambda t: t[torch.tensor(5)],
+    "two index tensors": lambda t: t[torch.tensor([0]), torch.tensor([9])],
+    "torch.index_select": lambda t: torch.index_select(t, 0, torch.tensor([7])),
+    "a slice then an index tensor": lambda t: t[:, torch.tensor([4])],
+    "a list": lambda t: t[[0, 5]],
+    "a mask": lambda t: t[torch.tensor([True, False, True, True])],
+    "more index tensors than dimensions": lambda t: t[torch.tensor([0]), torch.tensor([0]), torch.tensor([0])],
+    "in bounds, one wrapped": lambda t: t[torch.tensor([2]), torch.tensor([-1])],
+    "an int32 index tensor": lambda t: t[torch.tensor([1, 3], dtype=torch.int32)],
+    "repeat_interleave (an index_select inside)": lambda t: t.reshape(-1)[:2].repeat_interleave(torch.tensor([1, 2])),
+    "a write": lambda t: t.clone().__setitem__(torch.tensor([3]), 1),
+    "arithmetic, views and a narrow past the end": lambda t: (t + 1)[1:].view(-1).narrow(0, 6, 4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCREENED))
+def test_the_screened_guard_finds_what_checking_every_aten_op_finds(name: str) -> None:
+    """The guard skips calls that dispatch no indexing op and checks index_select and tensor[...] itself: each call
+    ends as it does with every aten op checked (``IndexOps``), with the same hits."""
+    from kvtable.conformance.oob import IndexOps
+
+    outcomes = []
+    for guard in (IndexGuard, IndexOps):
+        hits: list[OutOfBoundsIndex] = []
+        try:
+            with guard(hits.append):
+                value = SCREENED[name](torch.arange(12).reshape(3, 4))
+            outcome = repr(value.tolist() if isinstance(value, torch.Tensor) else value)
+        except Exception as err:
+            outcome = type(err).__name__
+        outcomes.append((outcome, [str(h) for h in hits]))
+    assert outcomes[0] == outcomes[1]
