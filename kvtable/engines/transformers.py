@@ -286,7 +286,7 @@ def record(out: str | Path, *, steps: int, seed: int, fault: str | None = None) 
                            allow_block_sharing=False)
     groups = dict(enumerate(tf.group_layers(model.config)))
     meta = {"engine": "transformers", "version": ENGINE.installed_version(), "seed": seed, "fault": fault}
-    spec = "kvtable.engines.transformers:" + ("backend" if fault is None else "faulty." + fault.replace("-", "_"))
+    spec = "kvtable.engines.transformers:" + ("backend" if fault is None else "backend_" + fault.replace("-", "_"))
     with Recorder(out, profile=ENGINE.profile, groups=group_specs(), backend=spec, meta=meta,
                   steps_per_chunk=32) as recorder:
         requests = workload(seed, steps)
@@ -491,14 +491,7 @@ def backend(*, fault: str | None = None, debug: bool = False) -> TransformersBac
         raise BackendUnavailable(str(err)) from err
 
 
-class _Faulty:
-    """``kvtable.engines.transformers:faulty.ring_off_by_one``: the backend with a fault, for ``--backend``."""
-
-    def __getattr__(self, name: str) -> Callable[..., TransformersBackend]:
-        fault = name.replace("_", "-")
-        if fault not in FAULTS:
-            raise AttributeError(name)
-        return partial(backend, fault=fault)
-
-
-faulty = _Faulty()
+backend_ring_off_by_one = partial(backend, fault="ring-off-by-one")
+"""``--backend kvtable.engines.transformers:backend_ring_off_by_one``: the ring index one slot late."""
+backend_full_off_by_one = partial(backend, fault="full-off-by-one")
+"""``--backend kvtable.engines.transformers:backend_full_off_by_one``: full-group writes one slot early."""

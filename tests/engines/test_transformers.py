@@ -39,7 +39,7 @@ def test_conform_passes_on_transformers_own_allocators(kvtable_in) -> None:
 @pytest.mark.parametrize(("fault", "prop", "clause"), [("ring-off-by-one", "ring/slots-safe", "R1 ring-slot"),
                                                         ("full-off-by-one", "group_locs/extend", "W3 extend-loc")])
 def test_conform_catches_each_fault_at_the_safety_tier(kvtable_in, fault: str, prop: str, clause: str) -> None:
-    spec = "kvtable.engines.transformers:faulty." + fault.replace("-", "_")
+    spec = "kvtable.engines.transformers:backend_" + fault.replace("-", "_")
     done = _conform(kvtable_in, spec, "--level", "safety", "--property", prop)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"FAIL: {clause}" in done.stdout.splitlines()[-1]

@@ -43,5 +43,6 @@ def test_the_workload_is_seeded_and_outlasts_the_steps() -> None:
 
 def test_each_fault_has_a_backend_and_the_run_declares_the_ring() -> None:
     assert set(tf.FAULTS) == {"ring-off-by-one", "full-off-by-one"}
-    assert tf.faulty.ring_off_by_one.keywords == {"fault": "ring-off-by-one"}
+    assert tf.backend_ring_off_by_one.keywords == {"fault": "ring-off-by-one"}
+    assert {f"backend_{fault.replace('-', '_')}" for fault in tf.FAULTS} <= set(dir(tf))
     assert [s.layout for s in tf.group_specs()] == ["holes", "ring"]
