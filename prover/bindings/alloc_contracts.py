@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import z3
 
-from kvtable.prover.bindings.contracts import Element, Roles, request_program
+from kvtable.prover.bindings.contracts import Element, NoTableFacts, Roles, request_program
 from kvtable.prover.symexec.values import DTYPES, KernelNotSupported
 
 MAX_REQUESTS = 16
@@ -58,7 +58,7 @@ class _Requests:
         return self.r.value(role, self.b if j is None else j)
 
 
-class AllocExtendContract:
+class AllocExtendContract(NoTableFacts):
     """A3: ``out[i]`` of an extend allocation is the slot of the token at output position ``i``."""
 
     def __init__(self, roles: Roles) -> None:
@@ -85,16 +85,9 @@ class AllocExtendContract:
         show = (("request", q.b), ("position", pos), ("output start", start), ("new pages before", pages))
         return Element(in_range, preconditions, expected, None, show)
 
-    def entry_facts(self, table_index: tuple[z3.ArithRef, ...], value: z3.ArithRef) -> list[z3.BoolRef]:
-        del table_index, value
-        return []
-
-    def table_index(self, tensor: str, index: tuple[z3.ArithRef, ...]) -> tuple[z3.ArithRef, ...] | None:
-        del tensor, index
-        return None
 
 
-class RecordContract:
+class RecordContract(NoTableFacts):
     """A1: ``out[rows[b], c]`` is the request's prefix entry (``c < prefix_b``) or its chosen slot there."""
 
     def __init__(self, roles: Roles) -> None:
@@ -123,13 +116,6 @@ class RecordContract:
         show = (("request", q.b), ("prefix length", pre), ("first chosen slot's index", first))  # fewer slots
         return Element(in_range, (fits,), expected, None, show)
 
-    def entry_facts(self, table_index: tuple[z3.ArithRef, ...], value: z3.ArithRef) -> list[z3.BoolRef]:
-        del table_index, value
-        return []
-
-    def table_index(self, tensor: str, index: tuple[z3.ArithRef, ...]) -> tuple[z3.ArithRef, ...] | None:
-        del tensor, index
-        return None
 
 
 def alloc_contract(clause: str, roles: Roles) -> AllocExtendContract | RecordContract:

@@ -222,7 +222,19 @@ class LocationContract:
         return [value >= -1, (value + 1) * ps <= self.pool]
 
 
-class FillContract:
+class NoTableFacts:
+    """A contract that states no facts about the table entries its kernel loads and indexes no table element."""
+
+    def entry_facts(self, table_index: tuple[z3.ArithRef, ...], value: z3.ArithRef) -> list[z3.BoolRef]:
+        del table_index, value
+        return []
+
+    def table_index(self, tensor: str, index: tuple[z3.ArithRef, ...]) -> tuple[z3.ArithRef, ...] | None:
+        del tensor, index
+        return None
+
+
+class FillContract(NoTableFacts):
     """G3 (and E2 within it): ``dst[g, b, w]`` of a replay fill from the packed live tables."""
 
     def __init__(self, clause: str, roles: Roles) -> None:
@@ -248,13 +260,6 @@ class FillContract:
         show = (("source column", src_col), ("source value", v), ("live row", live))
         return Element(in_range, tuple(facts), expected, None, show, layout)
 
-    def entry_facts(self, table_index: tuple[z3.ArithRef, ...], value: z3.ArithRef) -> list[z3.BoolRef]:
-        del table_index, value
-        return []
-
-    def table_index(self, tensor: str, index: tuple[z3.ArithRef, ...]) -> tuple[z3.ArithRef, ...] | None:
-        del tensor, index
-        return None
 
 
 def request_program(launch: Launch) -> z3.ArithRef:
