@@ -46,11 +46,16 @@ def _stub_torchvision() -> None:
     sys.modules.update({m.__name__: m for m in (root, transforms, functional)})
 
 
+ENV = {"TRITON_INTERPRET": "1"}
+"""What SGLang's kernels need on a CPU (``ENGINE.env``), set unless the user set it, before Triton is imported."""
+
+
 @cache
 def sglang() -> SimpleNamespace:
     """The SGLang modules kvtable drives (memory pools, allocators, their Triton kernels), imported with the
     shims in place; ``ImportError`` if SGLang is not installed here."""
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+    for name, value in ENV.items():
+        os.environ.setdefault(name, value)
     _stub_torchvision()
     with warnings.catch_warnings():  # "Only CUDA ... support AWQ / GGUF": nothing here quantizes
         warnings.simplefilter("ignore", UserWarning)

@@ -32,7 +32,7 @@ from kvtable.engines._sglang_faults import (
     patched,
 )
 from kvtable.engines._sglang_locs import gather
-from kvtable.engines._shims_sglang import sglang
+from kvtable.engines._shims_sglang import ENV, sglang
 from kvtable.engines.base import EngineInfo, EngineUnavailable, RunSummary
 from kvtable.errors import ContractViolation, Unsupported
 
@@ -44,7 +44,7 @@ ENGINE = EngineInfo(
                   "starlette", "msgspec", "pydantic", "pyzmq", "tqdm", "IPython", "aiohttp", "transformers", "dill",
                   "apache-tvm-ffi==0.1.11", "sentencepiece", "compressed-tensors", "gguf", "openai==2.8.0",
                   "partial_json_parser"),
-    env={"TRITON_INTERPRET": "1"})
+    env=ENV)
 
 BUILT_POOL_PAGES = 1 << 20
 """SGLang builds a free list of every page (``arange``) at construction; kvtable lays its own free list in, so a
