@@ -27,6 +27,7 @@ from typing import Any
 
 import z3
 
+from kvtable.prover.bindings.assumptions import check_assumption
 from kvtable.prover.symexec.tl import Trace
 from kvtable.prover.symexec.values import DTYPES, INT32, INT64, IntType, KernelNotSupported, Parts, Pointer, Sym
 
@@ -441,7 +442,5 @@ def check_binding(binding: Binding, arguments: list[str], defaulted: Collection[
     for role, value in binding.roles.items():
         if value.isidentifier() and value not in known:
             raise ValueError(f"roles.{role} = {value!r}: neither a tensor of the binding nor one of its parameters")
-    from kvtable.prover.bindings.assumptions import check_assumption
-
     for text in binding.assumes:
         check_assumption(launch, text)
