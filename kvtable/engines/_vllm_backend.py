@@ -22,7 +22,9 @@ from typing import Any
 
 import torch
 
+from kvtable.alloc_contract import Allocation, AllocState
 from kvtable.backends import NoDebugMode
+from kvtable.engines._vllm_alloc import allocate
 from kvtable.errors import Unsupported
 
 CPU = torch.device("cpu")
@@ -118,6 +120,19 @@ class VllmBackend:
         slots = self._slot_mappings([tables[s.group_id] for s in present], [s.block_granularity for s in present],
                                     counts, positions, total)
         return dict(sorted((s.group_id, loc) for s, loc in zip(present, slots, strict=True)))
+
+    # -- the allocator route: the scheduler's KVCacheManager --------------------------------------
+    def alloc_decode(self, state: AllocState) -> Allocation:
+        """One token per request: ``KVCacheManager.allocate_slots(request, 1)``."""
+        return allocate(state, self._slot_mappings)
+
+    def alloc_verify(self, state: AllocState) -> Allocation:
+        """The verify tokens of each request (``1 + drafts`` scheduled tokens) in one ``allocate_slots``."""
+        return allocate(state, self._slot_mappings)
+
+    def alloc_extend(self, state: AllocState) -> Allocation:
+        """A chunk of each request's prefill: ``allocate_slots(request, seq - prefix)``."""
+        return allocate(state, self._slot_mappings)
 
     # -- kernel-block expansion -----------------------------------------------------------------
     def expand_table(self, table: torch.Tensor, ratio: int, *, max_kernel_pages: int | None = None,
