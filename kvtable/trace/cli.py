@@ -95,7 +95,7 @@ def _record(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     recorder = Recorder(args.out, profile=args.profile, groups=groups, backend=name, steps_per_chunk=16, meta=meta)
     try:
-        outcome = record_isolated(job, recorder, groups, args.timeout)
+        outcome = record_isolated(job, recorder.writer, groups, args.timeout)
     except KeyboardInterrupt:
         interrupts.hold()
         print(f"INTERRUPTED after {recorder.writer.steps} steps: the trace up to them is kept at {args.out} (cut)")
@@ -109,9 +109,7 @@ def _record(args: argparse.Namespace) -> int:
           f"{outcome.injected} with an input fault put there on purpose (--faults {args.faults:g})")
     print(_slots(args, outcome.largest_slot))
     if outcome.verdict is not None:
-        call = f" in {outcome.calling}" if outcome.calling else ""
-        print(f"{outcome.verdict} at step {outcome.steps}{call}: {outcome.why}; the {outcome.steps} steps before it "
-              f"are kept, the trace cut there (kvtable trace check {args.out})")
+        print(outcome.stopped(args.out))
         return EXIT_FAILED
     if not outcome.steps:
         print(f"no step recorded: the backend has none of the {args.route} route's operations, or the pool "
