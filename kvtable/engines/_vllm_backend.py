@@ -1,4 +1,5 @@
-"""vLLM 0.33's own slot mapping and kernel-block expansion behind kvtable's backend protocol (``kvtable conform``).
+"""vLLM 0.33's own slot mapping, kernel-block expansion and block allocation behind kvtable's backend protocol
+(``kvtable conform``).
 
 Every call builds the worker's ``MultiGroupBlockTable`` (vllm/v1/worker/block_table.py) for the tables it is
 handed, fills each row with ``add_row`` and runs ``compute_slot_mapping``, which launches vLLM's Triton
@@ -9,7 +10,8 @@ padded by ``get_block_table_width``) and its scheduler never schedules a positio
 narrower than the batch's positions is a row of vLLM's table whose later columns hold 0: each group's table is
 made at least as wide as the batch reaches, and a spare row follows the batch's (vLLM's kernel has no column
 bound: a table narrower than its positions reads the next row, vLLM #53982; fault ``53982``).
-Expansion is ``AttentionGroup.map_to_kernel_block_table`` (vllm/v1/worker/utils.py).
+Expansion is ``AttentionGroup.map_to_kernel_block_table`` (vllm/v1/worker/utils.py); the allocator route is
+the scheduler's ``KVCacheManager`` (``kvtable.engines._vllm_alloc``), its slots by this backend's kernel.
 What vLLM does not have is left out: no re-anchor (``Unsupported``), no debug checker, no kvtable-shaped
 CUDA-graph runner, no validation (its scheduler and KV-cache manager keep the invariants).
 """
