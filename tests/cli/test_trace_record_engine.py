@@ -27,8 +27,9 @@ def _record(out: Path, *extra: str) -> int:
 @pytest.mark.parametrize(("fault", "verdict", "why"), [
     ("segfault", "CRASH", "the engine crashing killed the worker process (SIGSEGV)"),
     ("hang", "TIMEOUT", "the engine crashing gave no sign of life for 2 s (killed)"),
+    ("raise", "ERROR", "the engine's run raised RuntimeError: the engine's own assertion"),
 ])
-def test_an_engine_crash_or_hang_is_a_verdict_at_its_step_and_the_trace_before_it_checks_as_cut(
+def test_an_engine_crash_hang_or_error_is_a_verdict_at_its_step_and_the_trace_before_it_checks_as_cut(
         crashing: None, fault: str, verdict: str, why: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     assert _record(tmp_path / "t", "--fault", fault, "--timeout", "2") == EXIT_FAILED

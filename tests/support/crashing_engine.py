@@ -1,9 +1,10 @@
 """An engine integration whose engine step takes its process down, for ``trace record --engine``'s isolation.
 
 Its "engine" decodes one request a step (page size 4, pages 1, 2, ...) and records each step as a real
-integration does; ``--fault segfault`` kills the process (SIGSEGV) in step ``CRASH_AT``, ``--fault hang`` never
-returns from it. Loaded in place of a real integration by monkeypatching ``kvtable.engines.record.load_engine``;
-the worker imports it by its module name (``tests/support`` is on the path).
+integration does; in step ``CRASH_AT``, ``--fault segfault`` kills the process (SIGSEGV), ``--fault hang`` never
+returns and ``--fault raise`` raises. Loaded in place of a real integration by monkeypatching
+``kvtable.engines.record.load_engine``; the worker imports it by its module name (``tests/support`` is on the
+path).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from kvtable.trace.recorder import Recorder
 ENGINE = EngineInfo(name="crashing", distribution="kvtable", version=metadata.version("kvtable"), profile="kvtable",
                     no_deps=False)
 FAULTS = {"segfault": "the engine's step dereferences NULL (SIGSEGV) at step CRASH_AT",
-          "hang": "the engine's step never returns at step CRASH_AT"}
+          "hang": "the engine's step never returns at step CRASH_AT",
+          "raise": "the engine's step raises at step CRASH_AT"}
 CRASH_AT = 5
 PAGE = 4
 
@@ -35,6 +37,8 @@ def _engine_step(step: int, fault: str | None) -> tuple[np.ndarray, np.ndarray]:
     if step == CRASH_AT and fault == "hang":
         while True:
             time.sleep(1)
+    if step == CRASH_AT and fault == "raise":
+        raise RuntimeError("the engine's own assertion")
     table = np.arange(1, step // PAGE + 2, dtype=np.int32).reshape(1, -1)
     return table, np.array([table[0, -1] * PAGE + step % PAGE], dtype=np.int32)
 
