@@ -48,8 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     record.add_argument("--debug", action="store_true", help="the backend in debug mode (full contract checks): "
                         "what --level strict judges refusals against")
     record.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help="a backend call silent this long is a TIMEOUT at its step (default "
-                        f"{DEFAULT_TIMEOUT_S:g})")
+                        help="a backend call (with --engine: an engine step, once the engine has "
+                        f"loaded) silent this long is a TIMEOUT at its step (default {DEFAULT_TIMEOUT_S:g})")
     check = sub.add_parser("check", help="judge every step of one or more traces")
     check.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     check.add_argument("--profile", default=None, help="conventions to judge by (default: the trace's own)")
