@@ -136,6 +136,8 @@ class Step:
         return self._recorded()
 
     def _recorded(self) -> Allocation:
+        """Each request's blocks as slots (positions ``0 .. end - 1`` of its row), its new ones as ``out``, and the
+        pool's free queue."""
         ends = [max(s, e) for s, e in zip(self.starts, self.state.seq_lens, strict=True)]
         blocks = [self.manager.get_block_ids(r.request_id)[0] for r in self.requests]
         width = max([len(b) for b in blocks] + [1])
