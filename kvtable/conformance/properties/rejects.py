@@ -105,10 +105,9 @@ Where = frozenset[tuple[str | None, int | None, int | None]]
 
 @dataclass(frozen=True)
 class Edge:
-    """A case on an edge, the clause the reference raises for it (None: valid) and the entry it names."""
+    """A case on an edge and the entry the reference names when it refuses it."""
 
     case: Case
-    clause: str | None
     where: Where = frozenset()
 
 
@@ -131,7 +130,7 @@ def _window_start_mid_page(draw: st.DrawFn) -> Edge:
     spec = GroupSpec("swa0", "sliding", ps, window=window)
     table = [padded_row(col + 1, list(range(10, 10 + end - col - 1)), width)]
     batch = Batch((seq,), mode=mode, n=n)
-    return Edge(Case((spec,), {"swa0": table}, batch), "T5", frozenset({("swa0", 0, col)}))
+    return Edge(Case((spec,), {"swa0": table}, batch), frozenset({("swa0", 0, col)}))
 
 
 def _rejects_window_start(ctx: Context, edge: Edge) -> None:
