@@ -216,9 +216,6 @@ class Profile:
         """Location tensors may come back in the profile's dtype, or int32 for an int64 engine (compared by value)."""
         return str(dtype) in ("torch.int32", f"torch.{self.loc_dtype}")
 
-    def accepts_short_verify(self) -> bool:
-        return self.clamp_short_verify
-
     @property
     def scrubs_dummy_rows(self) -> bool:
         """Whether padded rows must hold page 0 (T2), or may hold anything the engine never reads."""
