@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -19,8 +20,10 @@ from typing import Any
 import numpy as np
 
 from kvtable import interrupts
+from kvtable.contract import GroupSpec
 from kvtable.exitcodes import UsageError
 from kvtable.trace.recorder import Recorder
+from kvtable.trace.store import MemoryWriter
 
 CRASH = "CRASH"
 TIMEOUT = "TIMEOUT"
@@ -55,24 +58,19 @@ class Outcome:
     calling: str = ""
 
 
-class _PipeWriter:
+class _PipeWriter(MemoryWriter):
     """The worker's side of the trace: each step's line and arrays go to the parent, which writes them."""
 
     def __init__(self, conn: Connection) -> None:
+        super().__init__()
         self.conn = conn
 
-    def add(self, line: dict[str, Any], arrays: dict[str, np.ndarray | None],
-            tables: dict[str, np.ndarray] | None = None) -> None:
+    def add(self, line: dict[str, Any], arrays: Mapping[str, np.ndarray | None],
+            tables: Mapping[str, np.ndarray] | None = None) -> None:
         self.conn.send(("step", line, arrays, tables))
 
-    def flush(self) -> None:
-        """The parent writes."""
 
-    def close(self) -> None:
-        """The parent closes."""
-
-
-def _serve(conn: Connection, job: RecordJob, groups: tuple) -> None:
+def _serve(conn: Connection, job: RecordJob, groups: tuple[GroupSpec, ...]) -> None:
     """The worker: load the backend, then simulate ``job.steps`` iterations, announcing each backend call."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     from kvtable.backends import load
@@ -95,7 +93,7 @@ def _serve(conn: Connection, job: RecordJob, groups: tuple) -> None:
     conn.send(("done",))
 
 
-def _simulate(backend: Any, recorder: Recorder, job: RecordJob, groups: tuple) -> None:
+def _simulate(backend: Any, recorder: Recorder, job: RecordJob, groups: tuple[GroupSpec, ...]) -> None:
     from kvtable.trace.allocation import AllocSimulator
     from kvtable.trace.simulate import SimConfig, simulate
 
@@ -118,7 +116,7 @@ def _largest(arrays: dict[str, np.ndarray | None], now: int | None) -> int | Non
     return now
 
 
-def record_isolated(job: RecordJob, recorder: Recorder, groups: tuple, timeout: float) -> Outcome:
+def record_isolated(job: RecordJob, recorder: Recorder, groups: tuple[GroupSpec, ...], timeout: float) -> Outcome:
     """Run ``job`` in a worker, writing its steps through ``recorder`` (closed when the run ends whole; left cut
     when the backend stopped it or on Ctrl-C, which is re-raised once the trace is flushed)."""
     from kvtable.conformance.isolation import worker_context
@@ -178,7 +176,8 @@ def _receive(conn: Connection) -> tuple[Any, ...] | None:
     if conn.closed or not conn.poll(1.0):
         return None
     try:
-        return conn.recv()
+        message: tuple[Any, ...] = conn.recv()
+        return message
     except (EOFError, ConnectionResetError):
         conn.close()
         return None
