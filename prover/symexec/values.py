@@ -22,6 +22,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import count
+from types import FrameType
 
 import z3
 
@@ -367,7 +368,7 @@ def _ring(a: object, b: object, op: Callable, name: str) -> Sym:
 def kernel_site() -> str:
     """``FILE:LINE`` of the innermost frame outside this package: the kernel line running now."""
     here = os.path.dirname(os.path.dirname(__file__))
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(here):
         frame = frame.f_back
     return "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
