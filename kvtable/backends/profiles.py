@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kvtable import reference
 from kvtable.reference import Batch, GroupSpec, ring
-from kvtable.reference.graph import GroupBuffers, ShortRows
-from kvtable.reference.model import Table
+from kvtable.reference.graph import GroupBuffers
+from kvtable.reference.model import ShortRows, Table
 from kvtable.reference.safety import Token, UnsafeWrite, unsafe_writes
 from kvtable.reference.tables import as_table, specs_by_id
 
