@@ -14,19 +14,19 @@ from kvtable.conformance.checks import Mismatch, check_tensor, expect_raises
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.properties.kernels import SENTINEL, missing_kernels
-from kvtable.contract import Batch, GroupSpec
+from kvtable.contract import Batch, GroupSpec, Mode
 from kvtable.errors import ContractViolation, Unsupported
 from kvtable.strategies import ExpandCase, as_tensor, expand_cases
 from kvtable.strategies.draws import between, pick
 
-MODE_CLAUSE = {"decode": "W1", "verify": "W2", "reanchor": "W4", "extend": "W3"}
+MODE_CLAUSE: dict[Mode, str] = {"decode": "W1", "verify": "W2", "reanchor": "W4", "extend": "W3"}
 OUT_KINDS = ("exact", "larger", "strided", "too-small", "wrong-dtype", "aliasing")
 """The ``out=`` buffers drawn: the first three must receive the expansion, the last three be refused (E2)."""
 
 
 @dataclass(frozen=True)
 class EmptyCase:
-    mode: str
+    mode: Mode
     page_sizes: tuple[int, ...]
     widths: tuple[int, ...]
     n: int

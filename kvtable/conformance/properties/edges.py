@@ -10,6 +10,7 @@ kernel checks), with the offending entry named where the clause has one.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy
 from hypothesis import reject
@@ -28,7 +29,7 @@ from kvtable.conformance.properties.kernels import (
     missing_grouped_extend,
     missing_grouped_locs,
 )
-from kvtable.contract import INT32_MAX
+from kvtable.contract import INT32_MAX, Mode
 from kvtable.reference import NULL_PAGE, Batch, GroupSpec
 from kvtable.strategies import Case
 from kvtable.strategies.batches import PAGE_LIMIT, ceil_div
@@ -64,7 +65,7 @@ def _window_start_mid_page(draw: st.DrawFn) -> Edge:
     col = draw(between(0, 2))
     read_start = col * ps + draw(between(1, ps - 1))
     first = read_start + window - 1
-    mode = "decode" if n == 1 else pick(draw, ("verify", "reanchor"))
+    mode: Mode = "decode" if n == 1 else pick(draw, ("verify", "reanchor"))
     seq = first + n
     end = ceil_div(seq, ps)
     width = end + draw(between(0, 2))
@@ -162,7 +163,7 @@ class Mirrors:
 
     case: Case
     prefix: list
-    extend: object
+    extend: Any  # a list, or one bare number: handed over as drawn
 
     @property
     def valid(self) -> bool:
@@ -242,7 +243,7 @@ def _tables_on_two_devices(draw: st.DrawFn) -> TwoDevices:
     """Two full groups (page sizes drawn apart), one request of any mode; either table moves to meta."""
     sizes = [pick(draw, (1, 2, 4)) for _ in range(2)]
     seq, n = draw(between(1, 8)), draw(between(1, 2))
-    mode = pick(draw, ("decode", "verify", "extend") if seq >= n else ("decode", "extend"))
+    mode: Mode = pick(draw, ("decode", "verify", "extend") if seq >= n else ("decode", "extend"))
     if mode == "extend":
         prefix = draw(between(0, seq))
         batch = Batch.extend((prefix,), (seq - prefix,))
@@ -291,7 +292,8 @@ def _rejects_graph_sizes(ctx: Context, arg: tuple[GraphSetup, int]) -> None:
     valid), as the reference does (``GraphHarness.init`` judges it)."""
     setup, size = arg
     for field in _GRAPH_SIZES:
-        GraphHarness(ctx, replace(setup, **{field: size})).init()
+        sizes: dict[str, Any] = {field: size}
+        GraphHarness(ctx, replace(setup, **sizes)).init()
 
 
 def _large_entry(draw: st.DrawFn, ps: int) -> int:
