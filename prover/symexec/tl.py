@@ -291,7 +291,7 @@ class Language:
         """``tl.cast``: as ``value.to(dtype)`` (an integer conversion, or a loaded address taken as a pointer)."""
         if isinstance(value, Pointer | Address):
             return value.to(dtype, bitcast)
-        return as_sym(value).to(dtype, bitcast)  # type: ignore[arg-type]
+        return as_sym(value).to(dtype, bitcast)
 
     @staticmethod
     def multiple_of(value: object, *_: Any) -> object:

@@ -198,7 +198,7 @@ class Sym:
         return Sym(term, dtype, Parts(((name, z3.BitVecVal(1, I64)),), z3.BitVecVal(0, I64)))
 
     # Conversions ------------------------------------------------------------------------------------
-    def to(self, dtype: IntType, bitcast: bool = False) -> Sym:
+    def to(self, dtype: object, bitcast: bool = False) -> Sym:
         """Triton's ``x.to(dtype)``: sign extension, or the low bits; ``!= 0`` for ``int1``."""
         del bitcast
         if isinstance(dtype, PointerType):
@@ -289,13 +289,13 @@ class Sym:
     def __ge__(self, other: object) -> Sym:
         return _compare(self, other, lambda a, b: a >= b)
 
-    def __eq__(self, other: object) -> Sym:  # type: ignore[override]
+    def __eq__(self, other: object) -> Sym:  # type: ignore[override]  # a term, as Triton's == gives
         return _compare(self, other, lambda a, b: a == b)
 
-    def __ne__(self, other: object) -> Sym:  # type: ignore[override]
+    def __ne__(self, other: object) -> Sym:  # type: ignore[override]  # a term, as Triton's != gives
         return _compare(self, other, lambda a, b: a != b)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable: == builds a term, it answers no question
 
     def __and__(self, other: object) -> Sym:
         return _logic(self, other, z3.And, "&")
