@@ -123,8 +123,9 @@ class GroupGraphBuffers:
         """
         captured = set(self.group_ids)
         delivered = {gid for gid in tables or () if gid not in self.state_ids}
-        if tables is None or not captured or delivered != captured:
+        if not captured or delivered != captured:
             raise StaleGraphState("G5", self._stale_groups(bs, captured, delivered, bool(tables)))
+        assert tables is not None  # it delivered the captured groups, and there are some
         live = {gid: tables[gid] for gid in self.group_ids}
         for gid, table in live.items():
             validate.check_table(table, 0, group=gid)
