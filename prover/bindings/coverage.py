@@ -21,7 +21,7 @@ import z3
 
 from kvtable.prover.bindings.assumptions import stated
 from kvtable.prover.bindings.binding import Binding, Launch
-from kvtable.prover.bindings.clause_contract import contract
+from kvtable.prover.bindings.by_clause import contract
 from kvtable.prover.bindings.contracts import signed
 from kvtable.prover.bindings.queries import symbolic_run
 from kvtable.prover.solver.discharge import Query

@@ -1,4 +1,5 @@
-"""The contract a bound kernel's clause names: a location, fill or allocator contract, built on one launch."""
+"""The kernel contract of a clause: a location or fill contract (prover/bindings/contracts.py) or an allocator one
+(prover/bindings/alloc_contracts.py), chosen here so that neither module imports the other back."""
 
 from __future__ import annotations
 
