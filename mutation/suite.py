@@ -10,8 +10,11 @@ strictness tier (the ``rejects/*`` properties), and that is a defect of impl all
     python mutation/suite.py --serve SOCKET &                    # preload torch, hypothesis, the conformance suite
     python mutation/suite.py --via SOCKET                        # the test command: the server forks a child that
                                                                  # imports impl afresh from disk (the mutant)
+    python mutation/suite.py --serve SOCKET --mutating kvtable.reference &   # for mutants of reference/
 
-The server saves each mutant the ~4 s of importing torch and hypothesis; it never imports ``kvtable.impl`` itself.
+The server saves each mutant the ~4 s of importing torch and hypothesis; it never imports the mutated package
+(``--mutating``, ``kvtable.impl`` by default) itself. The conformance suite imports the reference, so a server for
+reference mutants preloads torch and hypothesis only.
 """
 
 from __future__ import annotations
@@ -45,16 +48,17 @@ def run_suite(examples: int, seed: int, level: str = "strict", say: Callable[[st
     return 0
 
 
-def serve(path: str, examples: int, seed: int, level: str) -> None:
+def serve(path: str, examples: int, seed: int, level: str, mutating: str = "kvtable.impl") -> None:
     """Answer each connection with the exit status of one suite run in a forked child."""
     import hypothesis  # noqa: F401  (preloaded for the children)
     import torch  # noqa: F401
 
-    import kvtable.conformance.fuzz  # noqa: F401
-    import kvtable.conformance.properties  # noqa: F401
+    if mutating == "kvtable.impl":
+        import kvtable.conformance.fuzz  # noqa: F401
+        import kvtable.conformance.properties  # noqa: F401
 
-    if any(name.startswith("kvtable.impl") for name in sys.modules):
-        raise RuntimeError("the server imported kvtable.impl; its children would test the unmutated code")
+    if any(name == mutating or name.startswith(mutating + ".") for name in sys.modules):
+        raise RuntimeError(f"the server imported {mutating}; its children would test the unmutated code")
     with socket.socket(socket.AF_UNIX) as server:
         server.bind(path)
         server.listen()
@@ -87,12 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=2000, help="kvtable fuzz's budget (default 2000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", default="strict", help="the verdict tiers that fail a property (default strict)")
+    parser.add_argument("--mutating", default="kvtable.impl", help="the package under mutation, never preloaded")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--serve", metavar="SOCKET", help="preload and serve suite runs on this unix socket")
     mode.add_argument("--via", metavar="SOCKET", help="run the suite on the server at this socket")
     args = parser.parse_args(argv)
     if args.serve:
-        serve(args.serve, args.examples, args.seed, args.level)
+        serve(args.serve, args.examples, args.seed, args.level, args.mutating)
         return 0
     if args.via:
         return via(args.via)
