@@ -10,11 +10,10 @@ strictness tier (the ``rejects/*`` properties), and that is a defect of impl all
     python mutation/suite.py --serve SOCKET &                    # preload torch, hypothesis, the conformance suite
     python mutation/suite.py --via SOCKET                        # the test command: the server forks a child that
                                                                  # imports impl afresh from disk (the mutant)
-    python mutation/suite.py --serve SOCKET --mutating kvtable.reference &   # for mutants of reference/
 
-The server saves each mutant the ~4 s of importing torch and hypothesis; it never imports the mutated package
-(``--mutating``, ``kvtable.impl`` by default) itself. The conformance suite imports the reference, so a server for
-reference mutants preloads torch and hypothesis only.
+The server saves each mutant the ~4 s of importing torch and hypothesis; it never imports the packages under
+mutation (``kvtable.impl`` and ``kvtable.reference``) itself, and so never the conformance suite, which imports both.
+The same server judges mutants of impl/ (mutation/cosmic-ray.toml) and of reference/ (cosmic-ray-reference.toml).
 """
 
 from __future__ import annotations
@@ -29,6 +28,8 @@ from collections.abc import Callable
 
 CHILD_TIMEOUT_S = 600
 """A mutant that hangs the suite this long is killed (and counts as killed, as a cosmic-ray timeout does)."""
+MUTATED = ("kvtable.impl", "kvtable.reference")
+"""The packages cosmic-ray mutates; a child must import them afresh from disk."""
 
 
 def run_suite(examples: int, seed: int, level: str = "strict", say: Callable[[str], object] = print) -> int:
@@ -48,17 +49,14 @@ def run_suite(examples: int, seed: int, level: str = "strict", say: Callable[[st
     return 0
 
 
-def serve(path: str, examples: int, seed: int, level: str, mutating: str = "kvtable.impl") -> None:
+def serve(path: str, examples: int, seed: int, level: str) -> None:
     """Answer each connection with the exit status of one suite run in a forked child."""
     import hypothesis  # noqa: F401  (preloaded for the children)
     import torch  # noqa: F401
 
-    if mutating == "kvtable.impl":
-        import kvtable.conformance.fuzz  # noqa: F401
-        import kvtable.conformance.properties  # noqa: F401
-
-    if any(name == mutating or name.startswith(mutating + ".") for name in sys.modules):
-        raise RuntimeError(f"the server imported {mutating}; its children would test the unmutated code")
+    mutated = [name for name in sys.modules if name.startswith(MUTATED)]
+    if mutated:
+        raise RuntimeError(f"the server imported {mutated[0]}; its children would test the unmutated code")
     with socket.socket(socket.AF_UNIX) as server:
         server.bind(path)
         server.listen()
@@ -91,13 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=2000, help="kvtable fuzz's budget (default 2000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", default="strict", help="the verdict tiers that fail a property (default strict)")
-    parser.add_argument("--mutating", default="kvtable.impl", help="the package under mutation, never preloaded")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--serve", metavar="SOCKET", help="preload and serve suite runs on this unix socket")
     mode.add_argument("--via", metavar="SOCKET", help="run the suite on the server at this socket")
     args = parser.parse_args(argv)
     if args.serve:
-        serve(args.serve, args.examples, args.seed, args.level, args.mutating)
+        serve(args.serve, args.examples, args.seed, args.level)
         return 0
     if args.via:
         return via(args.via)
