@@ -85,7 +85,8 @@ PROPERTIES = (
              "a sentinel, the sink or a slot of the request's own ring (valid and broken rings)", ring_any_cases(),
              _slots_safe, weight=2, tier=SAFETY, needs=_NEEDS),
     Property("ring/rejects", "R1", "debug mode and the reference refuse a ring with page 0 in a used column, a page "
-             "of another ring, or too few columns, naming R1 and the entry", ring_broken_cases(), _rejects, debug=True,
+             "of another ring, too few columns, or a real page past ceil(window / ps) columns, naming R1 and the "
+             "entry", ring_broken_cases(), _rejects, debug=True,
              tier=STRICTNESS, needs=_NEEDS),
     Property("ring/writes", "R2", "ring writes: the last min(q, window) tokens at their R1 slots, earlier ones at the "
              "sink or pad slot", _CASES, _writes, weight=2, needs=_NEEDS),
