@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kvtable.conformance.calls import check_safe, decode_padding, lone_call
-from kvtable.conformance.checks import INT32_POOL, latent
+from kvtable import reference
+from kvtable.conformance.calls import check_safe, decode_padding, lone_call, token_slots
+from kvtable.conformance.checks import INT32_POOL, Mismatch, latent
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import SAFETY
 from kvtable.conformance.properties.applies import LOCS, NeedsAny, calls
 from kvtable.errors import Unsupported
+from kvtable.strategies import Case, cases
 from kvtable.strategies.unsafe import UNSAFE_KINDS, UnsafeCase, unsafe_cases
 
 _ANY_LOCS = NeedsAny(LOCS)
@@ -66,6 +68,26 @@ def _check(clause: str) -> Callable[[Context, UnsafeCase], None]:
     return check
 
 
+def _judge_sees_other_pages(ctx: Context, case: Case) -> None:
+    """The safety oracle itself: the reference's own extend locations pass it, and each token's write moved to the
+    same offset of another real page of its row's table (the lowest and the highest) is flagged, at that token."""
+    tokens = token_slots(case, None)
+    for spec in case.attention:
+        gid, ps, table = spec.group_id, spec.block_granularity, case.tables[spec.group_id]
+        locs = reference.batch_locs(table, case.batch, ps, group=gid)
+        if bad := reference.unsafe_writes(table, locs, tokens, ps, group=gid):
+            raise Mismatch("T4", f"the safety oracle flags the reference's own locations of {gid!r}: {bad[0]}",
+                           tier=SAFETY, kind="oracle flags a correct write")
+        for k, ((row, _), loc) in enumerate(zip(tokens, locs, strict=True)):
+            pages = sorted({p for p in table[row] if p > 0} - {loc // ps})
+            for page in pages[:1] + pages[-1:]:
+                moved = [*locs[:k], page * ps + loc % ps, *locs[k + 1:]]
+                if not any(w.token == k for w in reference.unsafe_writes(table, moved, tokens, ps, group=gid)):
+                    raise Mismatch("T4", f"the safety oracle misses token {k} of {gid!r} (row {row}) written to "
+                                   f"page {page} instead of page {loc // ps}", tier=SAFETY,
+                                   kind="oracle misses another page")
+
+
 _SUMMARY = "non-debug calls on {} write only own slots, the sink or the pad slot (or refuse)"
 PROPERTIES = (
     Property("safety/garbage-dummy-rows", "T2", _SUMMARY.format("garbage in dummy rows"),
@@ -81,4 +103,7 @@ PROPERTIES = (
              f"would wrap to a negative or another page's slot); {INT32_POOL}"), unsafe_cases(UNSAFE_KINDS[4]),
              latent(_check("W5"), INT32_POOL),
              tier=SAFETY, not_applicable=_ANY_LOCS),
+    Property("safety/oracle-sees-other-pages", "W3", "the safety oracle passes the reference's own extend "
+             "locations and flags each token moved to another real page of its row (the lowest, the highest)",
+             cases(modes=("extend",), writes=True), _judge_sees_other_pages, tier=SAFETY),
 )
