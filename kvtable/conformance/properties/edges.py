@@ -29,7 +29,9 @@ from kvtable.conformance.properties.kernels import (
     missing_grouped_locs,
 )
 from kvtable.contract import INT32_MAX
+from kvtable.errors import ContractViolation
 from kvtable.reference import NULL_PAGE, Batch, GroupSpec
+from kvtable.reference.model import check_page_size
 from kvtable.strategies import Case
 from kvtable.strategies.batches import PAGE_LIMIT, ceil_div
 from kvtable.strategies.draws import BOOLEANS, between, pick
@@ -147,7 +149,14 @@ def _page_size_past_2_30(draw: st.DrawFn) -> Case:
 
 
 def _rejects_huge_page_size(ctx: Context, case: Case) -> None:
-    """W5: page 1's slots end at ``2 * ps - 1 > 2^31 - 1``: no real page is addressable; refused in any mode."""
+    """W5: page 1's slots end at ``2 * ps - 1 > 2^31 - 1``: no real page is addressable; refused in any mode.
+    The reference that judges it must accept 2^30 itself, the largest page size W5 allows (its locations at 2^30
+    are the large-page kernel properties' to judge: the reference lists a row's slots, 2^30 per page)."""
+    try:
+        check_page_size(2**30, group="full0")
+    except ContractViolation as err:
+        raise Mismatch("W5", f"the reference refuses page size 2^30, the largest W5 allows: {err}",
+                       kind="reference refuses the W5 edge") from err
     grouped, lone = calls(ctx, case.batch.mode)
     if grouped:
         check_group_locs(ctx, ctx.backend, case, "W5")
@@ -342,7 +351,8 @@ PROPERTIES = (
              "one is refused in debug mode, naming its entry", _w5_edge(), _w5_exact_edge, debug=True,
              tier=STRICTNESS, needs=("group_locs",)),
     Property("rejects/page-size-past-2^30", "W5", "a page size above 2^30 (no real page has int32 slots) is "
-             "refused in any mode", _page_size_past_2_30(), _rejects_huge_page_size, tier=STRICTNESS,
+             "refused in any mode, and the reference accepts 2^30 itself", _page_size_past_2_30(),
+             _rejects_huge_page_size, tier=STRICTNESS,
              not_applicable=NeedsAny(("group_locs", "decode_locs", "extend_locs"))),
     Property("lengths/numpy-ints", "T9", "extend lengths that are numpy integers give the same locations; "
              "a float length, or a bare number for the mirror, is refused", _numpy_lengths(), _numpy_length_mirrors,
