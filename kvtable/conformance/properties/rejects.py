@@ -11,13 +11,14 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from kvtable import reference
 from kvtable.conformance.calls import check_group_locs, lone_call
 from kvtable.conformance.checks import expect_raises, judge
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import STRICTNESS
 from kvtable.conformance.properties.applies import LOCS, LONE, BreachesHeld, NeedsAny, calls
-from kvtable.reference import GroupSpec
+from kvtable.reference import Batch, GroupSpec
 from kvtable.strategies import Broken, Case, CaseOptions, broken_cases, draw_case
 from kvtable.strategies.draws import BOOLEANS, between
 
@@ -119,6 +120,23 @@ def _debug(clause: str) -> st.SearchStrategy[Broken]:
 
 
 _CHEAP = "breaches visible without a device sync are refused in any mode, naming the clause and the entry"
+_COLUMN_ZERO = st.builds(
+    lambda ps, entry, mode: Case((GroupSpec("full0", "full", ps),), {"full0": [[entry, 5]]},
+                                 Batch((ps + 1,)) if mode == "decode" else Batch.extend((0,), (ps + 1,))),
+    st.sampled_from((1, 2, 4)), st.sampled_from((0, -1)), st.sampled_from(("decode", "extend")))
+"""A full group's one live row whose column 0, which its queries read (and at page size 1 write), holds page 0 or
+the tail pad: the first column, the edge a reference whose read window starts one token late misses."""
+
+
+def _rejects_column_zero(ctx: Context, case: Case) -> None:
+    """T4: the reference refuses the row naming T4 at column 0 (else it has a gap), and so does debug mode."""
+    where = frozenset({("full0", 0, 0)})
+    expect_raises("T4", f"the reference's table check on column 0 = {case.tables['full0'][0][0]}",
+                  lambda: reference.check_tables(list(case.specs), dict(case.tables), case.batch), where=where)
+    expect_raises("T4", f"group_locs on column 0 = {case.tables['full0'][0][0]}",
+                  lambda: ctx.debug_backend.group_locs(list(case.specs), case.tensors(), case.batch), where=where)
+
+
 _DEBUG = "debug mode refuses every breach of the clause, naming it and the offending group, row and column"
 PROPERTIES = (
     Property("rejects/n", "W2", "tokens per request < 1 is refused (W2 verify, W4 re-anchor)",
@@ -143,6 +161,9 @@ PROPERTIES = (
              needs=("group_locs",)),
     Property("rejects/T4", "T4", "T4: " + _DEBUG, _debug("T4"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",)),
+    Property("rejects/T4-column-zero", "T4", "debug mode and the reference refuse a full group's row whose "
+             "column 0 holds page 0 or the tail pad (page sizes 1, 2, 4)", _COLUMN_ZERO, _rejects_column_zero,
+             debug=True, tier=STRICTNESS, needs=("group_locs",)),
     Property("rejects/T5", "T5", "T5: " + _DEBUG, _debug("T5"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",)),
     Property("rejects/T7", "T7", "T7: " + _DEBUG, _debug("T7"), _rejects_debug, debug=True, tier=STRICTNESS,
