@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable
 
 import torch
+from hypothesis import strategies as st
 
 from kvtable.alloc_contract import Allocation, AllocState
 from kvtable.conformance.checks import Mismatch
@@ -164,7 +165,9 @@ def _debug_mode(ctx: Context, case: AllocCase) -> None:
 
 PROPERTIES = (
     Property("alloc/debug-mode", "A1", "the debug-mode backend (its allocation checks on) answers valid decode, "
-             "verify and extend steps as the contract asks", alloc_cases("extend", swa=None), _debug_mode,
+             "verify and extend steps as the contract asks (paged SWA steps and declared SWA tails among them)",
+             st.one_of(alloc_cases("extend", swa=None), alloc_cases("extend", swa=True, paged=True),
+                       alloc_cases("extend", swa=True, paged=True, edge="swa-tail")), _debug_mode,
              debug=True, needs=("alloc_extend",)),
     Property("alloc/debug-checker", "A6", "check_allocation refuses each breach of kvtable's own allocation the "
              "reference finds (live slot, other row, wrong record, split page column, lost or re-freed page), "
