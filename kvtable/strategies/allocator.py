@@ -171,7 +171,8 @@ def _step(draw: st.DrawFn, mode: AllocMode, kind: str, swa: bool | None, paged: 
 
 def _swa(table: list[list[int]], rows: list[int], prefixes: list[int], ps: int, pool_pages: int, new: int,
          r: random.Random, evict: float) -> SwaState:
-    """A SWA pool over the batch's live full pages: each mapped to its own SWA page, a front page evicted (0)."""
+    """A SWA pool over the batch's live full pages: each mapped to its own SWA page, a front page evicted (0); a
+    third of the pools hand out only pages past 256 (slot values no small-int cache or 8-bit type holds)."""
     full_pages: list[int] = []
     for row, prefix in zip(rows, prefixes, strict=True):
         for pos in range(0, max(prefix, 0), ps):
@@ -179,7 +180,8 @@ def _swa(table: list[list[int]], rows: list[int], prefixes: list[int], ps: int, 
                 full_pages.append(table[row][pos] // ps)
     last = {table[row][prefix - 1] // ps for row, prefix in zip(rows, prefixes, strict=True) if prefix > 0}
     total = len(full_pages) + new + len(rows) + r.randrange(0, 3)  # room for a tail starting inside a page
-    swa_ids = r.sample(range(1, total + 1), total)
+    base = 256 if r.random() < 1 / 3 else 0
+    swa_ids = [base + page for page in r.sample(range(1, total + 1), total)]
     mapping = [0] * ((pool_pages + 1) * ps) + [-1]
     taken = 0
     for page in full_pages:
@@ -188,7 +190,7 @@ def _swa(table: list[list[int]], rows: list[int], prefixes: list[int], ps: int, 
         for off in range(ps):
             mapping[page * ps + off] = swa_ids[taken] * ps + off
         taken += 1
-    return SwaState(mapping, swa_ids[taken:], total)
+    return SwaState(mapping, swa_ids[taken:], base + total)
 
 
 def alloc_cases(mode: AllocMode, kind: str = "valid", *, swa: bool | None = None, paged: bool = False,
