@@ -105,5 +105,5 @@ PROPERTIES = (
              tier=SAFETY, not_applicable=_ANY_LOCS),
     Property("safety/oracle-sees-other-pages", "W3", "the safety oracle passes the reference's own extend "
              "locations and flags each token moved to another real page of its row (the lowest, the highest)",
-             cases(modes=("extend",), writes=True), _judge_sees_other_pages, tier=SAFETY),
+             cases(modes=("extend",), writes=True), _judge_sees_other_pages, tier=SAFETY, not_applicable=_ANY_LOCS),
 )
