@@ -76,14 +76,14 @@ def _judge_sees_other_pages(ctx: Context, case: Case) -> None:
         gid, ps, table = spec.group_id, spec.block_granularity, case.tables[spec.group_id]
         locs = reference.batch_locs(table, case.batch, ps, group=gid)
         if bad := reference.unsafe_writes(table, locs, tokens, ps, group=gid):
-            raise Mismatch("T4", f"the safety oracle flags the reference's own locations of {gid!r}: {bad[0]}",
+            raise Mismatch("W3", f"the safety oracle flags the reference's own locations of {gid!r}: {bad[0]}",
                            tier=SAFETY, kind="oracle flags a correct write")
         for k, ((row, _), loc) in enumerate(zip(tokens, locs, strict=True)):
             pages = sorted({p for p in table[row] if p > 0} - {loc // ps})
             for page in pages[:1] + pages[-1:]:
                 moved = [*locs[:k], page * ps + loc % ps, *locs[k + 1:]]
                 if not any(w.token == k for w in reference.unsafe_writes(table, moved, tokens, ps, group=gid)):
-                    raise Mismatch("T4", f"the safety oracle misses token {k} of {gid!r} (row {row}) written to "
+                    raise Mismatch("W3", f"the safety oracle misses token {k} of {gid!r} (row {row}) written to "
                                    f"page {page} instead of page {loc // ps}", tier=SAFETY,
                                    kind="oracle misses another page")
 
