@@ -20,7 +20,7 @@ from kvtable.trace.store import TraceReader
 Run = Callable[..., CompletedProcess[str]]
 
 BACKEND = "kvtable.engines.sglang:backend"
-FAULT_PROPERTY = {"prefix-past-length": "alloc/prefix-past-length", "swa-translation-off-by-one": "alloc/swa-decode",
+FAULT_PROPERTY = {"prefix-past-length": "alloc/pool-extend", "swa-translation-off-by-one": "alloc/swa-decode",
                   "free-pages-launch-off-by-one": "alloc/extend"}
 """Each fault and a property that hands SGLang the input it breaks on."""
 

@@ -16,7 +16,7 @@ from kvtable.conformance.checks import expect_raises, judge
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import STRICTNESS
-from kvtable.conformance.properties.applies import LOCS, LONE, BreachesHeld, NeedsAny, calls
+from kvtable.conformance.properties.applies import LONE, BreachesHeld, NeedsAny, calls
 from kvtable.reference import GroupSpec
 from kvtable.strategies import Broken, Case, CaseOptions, broken_cases, draw_case
 from kvtable.strategies.draws import BOOLEANS, between
@@ -130,7 +130,7 @@ PROPERTIES = (
     Property("rejects-cheap/T1", "T1", "T1 " + _CHEAP, _cheap("T1"), _rejects_cheap, tier=STRICTNESS,
              not_applicable=BreachesHeld(("T1",), cheap=True)),
     Property("rejects-cheap/T8", "T8", "T8 " + _CHEAP, _cheap("T8"), _rejects_cheap, tier=STRICTNESS,
-             not_applicable=NeedsAny(LOCS)),
+             not_applicable=BreachesHeld(("T8",), cheap=True)),
     Property("rejects-cheap/T9", "T9", "T9 " + _CHEAP, _cheap("T9"), _rejects_cheap, tier=STRICTNESS,
              not_applicable=BreachesHeld(("T9",), cheap=True)),
     Property("rejects-cheap/W2", "W2", "W2 " + _CHEAP, _cheap("W2"), _rejects_cheap, tier=STRICTNESS,
@@ -148,7 +148,7 @@ PROPERTIES = (
     Property("rejects/T7", "T7", "T7: " + _DEBUG, _debug("T7"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",)),
     Property("rejects/T8", "T8", "T8: " + _DEBUG, _debug("T8"), _rejects_debug, debug=True, tier=STRICTNESS,
-             needs=("group_locs",)),
+             needs=("group_locs",), not_applicable=BreachesHeld(("T8",))),
     Property("rejects/T9", "T9", "T9: " + _DEBUG, _debug("T9"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",), not_applicable=BreachesHeld(("T9",))),
     Property("rejects/W2", "W2", "W2: " + _DEBUG, _debug("W2"), _rejects_debug, debug=True, tier=STRICTNESS,
