@@ -23,7 +23,7 @@ from kvtable.backends.profiles import Profile, get_profile
 from kvtable.contract import GroupSpec
 from kvtable.errors import ContractViolation
 from kvtable.reference.graph import GraphModel
-from kvtable.trace.allocation import judge_allocator_step
+from kvtable.trace.allocation import POOL_FREES, PoolJudge, is_pool_free, judge_allocator_step
 from kvtable.trace.history import GroupHistory
 from kvtable.trace.judge import Violation, dropped, judge_group, judge_strict, step_tokens
 from kvtable.trace.ring import judge_ring
@@ -96,7 +96,8 @@ class Report:
 class TraceJudge:
     """Judges a trace's steps in order, keeping the state the rules across steps need."""
 
-    def __init__(self, profile: Profile, level: str, groups: Sequence[GroupSpec] = ()) -> None:
+    def __init__(self, profile: Profile, level: str, groups: Sequence[GroupSpec] = (), *, pool_frees: bool = False
+                 ) -> None:
         self.profile = profile
         self.tiers = LEVELS[level]
         self.level = level
@@ -105,6 +106,8 @@ class TraceJudge:
         self.rings = {g.group_id: g.window for g in groups if g.layout == "ring"}
         """Ring groups (R1-R3) by id: their window; their steps are judged by ``judge_ring``."""
         self.history: dict[str, GroupHistory] = {}
+        self.pools = PoolJudge(frees_recorded=pool_frees)
+        """A6 across an allocator trace's steps and free events."""
         self.model: GraphModel | None = None
         self.saw_req_ids = False
         self.saw_locations = False
@@ -120,7 +123,7 @@ class TraceJudge:
     def judges(self) -> dict[str, Callable[[Step], list[Violation]]]:
         """Each step kind's judge: the one place a new kind is added (a kind with none is no trace's)."""
         return {**{kind: self._locations for kind in LOCATION_KINDS}, "replay": self._replay,
-                "allocate": judge_allocator_step, "graph": self._graph, "capture": _nothing, "free": self._pages,
+                "allocate": self._allocate, "graph": self._graph, "capture": _nothing, "free": self._pages,
                 "alloc": self._pages, "finish": self._finish}
 
     def feed(self, step: Step) -> list[Violation]:
@@ -143,7 +146,12 @@ class TraceJudge:
                                                   f"graph ({type(err).__name__}: {err})"]) from None
         return []
 
+    def _allocate(self, step: Step) -> list[Violation]:
+        return judge_allocator_step(step) + self.pools.allocate(step)
+
     def _pages(self, step: Step) -> list[Violation]:
+        if is_pool_free(step, set(self.families)):
+            return self.pools.free(step)
         for gid, group in step.groups.items():
             pages = group.pages.astype(np.int64).reshape(-1)
             hist = self._history(gid)
@@ -287,7 +295,7 @@ def _judge_steps(reader: TraceReader, report: Report, profile: str | Profile | N
         level = "correct"
         report.notes.append("recorded without debug mode (meta 'debug'), where a backend refuses only what it sees "
                             "without a device sync: strictness not judged, level correct")
-    judge = TraceJudge(prof, level, header.specs)
+    judge = TraceJudge(prof, level, header.specs, pool_frees=bool(header.meta.get(POOL_FREES)))
     setup: list[Step] = []
     replays: deque[Step] = deque(maxlen=REPLAYS_KEPT)
     for step in reader.steps(shared=True):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kvtable.contract import GroupSpec
-from kvtable.trace.schema import KINDS, LOCATION_KINDS, step_defects
+from kvtable.trace.schema import ALLOC_POOLS, KINDS, LOCATION_KINDS, step_defects
 from kvtable.trace.store import MemoryWriter, TraceWriter
 
 __all__ = ["KINDS", "LOCATION_KINDS", "RecordRefused", "Recorder", "host", "spec_dict"]
@@ -101,7 +101,7 @@ class Recorder:
         self.closed = True
 
     def _emit(self, kind: str, arrays: Mapping[str, Any], *, tables: Mapping[str, Any] | None = None,
-              groups: Mapping[str, int] | None = None, **fields: Any) -> int:
+              groups: Mapping[str, int] | None = None, declare: bool = True, **fields: Any) -> int:
         method = f"Recorder.{METHOD.get(kind, kind)}"
         if kind not in KINDS:
             raise RecordRefused(f"{method}: unknown step kind {kind!r}; expected one of {KINDS}")
@@ -123,7 +123,7 @@ class Recorder:
         if groups is not None:
             line["groups"] = dict(groups)
             new = [gid for gid in groups if gid not in self.declared]
-            if new and kind != "allocate":
+            if new and kind != "allocate" and declare:
                 line["declare"] = new
                 self.declared.update(new)
         self.writer.add(line, host_arrays, host_tables)
@@ -213,6 +213,13 @@ class Recorder:
     def free(self, group: str, pages: Any) -> int:
         """The engine returned these pages of ``group`` to its free list (their contents stay stale)."""
         return self._emit("free", {f"{group}/pages": pages}, groups=self._page_sizes([group], None))
+
+    def pool_free(self, pool: str, pages: Any, *, page_size: int) -> int:
+        """An allocator-driven engine freed these pages of ``pool`` (``ALLOC_POOLS``: ``req_to_token``, the full
+        pool, or ``swa``) between steps, e.g. a finished request's: A6 judges them across steps."""
+        if pool not in ALLOC_POOLS:
+            raise RecordRefused(f"Recorder.pool_free: pool {pool!r}, expected one of {ALLOC_POOLS}")
+        return self._emit("free", {f"{pool}/pages": pages}, groups={pool: page_size}, declare=False)
 
     def alloc(self, group: str, pages: Any) -> int:
         """The engine handed these pages of ``group`` out again."""
