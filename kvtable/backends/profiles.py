@@ -634,14 +634,14 @@ TRANSFORMERS = Profile(
   token table itself (transformers keeps no token table).
 - Validation: none (``validates = "scheduler"``): the allocators index the python block table, so a missing
   block raises ``IndexError``, and nothing checks a ring's pages.
-- Sectors move between the groups, and that is not judged: ``cache_allocators/cache_pool.py`` (``CachePool``) splits
-  the one static cache tensor into sectors, ``allocate_sector`` gives a free sector to one allocator, whose block
-  ``b`` lies in sector ``b // blocks_per_sector`` (``cache_allocator.py``, ``_after_cache_tensor_init``; the full
-  and sliding allocators' ``blocks_per_sector`` differ), and ``try_to_free_sectors`` returns a sector only once all
-  its blocks are free (``RegularTrees.delete_full_trees``). A recorded page is a block id in its own group's units,
-  and the contract keeps one page space per group (T7 judges sharing within a group), so one id in both groups'
-  tables is no aliasing, and two groups' live blocks in one sector would be aliasing that no recorded page shows:
-  which sector a group holds is allocator policy (spec section 0), and the trace records no sector map.""",
+- Sectors move between the groups: ``cache_allocators/cache_pool.py`` (``CachePool``) splits the one static cache
+  tensor into sectors, ``allocate_sector`` gives a free sector to one allocator, whose block ``b`` lies in sector
+  ``b // blocks_per_sector`` (``cache_allocator.py``, ``_after_cache_tensor_init``; the full and sliding
+  allocators' ``blocks_per_sector`` differ), and ``try_to_free_sectors`` returns a sector only once all its blocks
+  are free (``RegularTrees.delete_full_trees``). A recorded page is a block id in its own group's units and the
+  contract keeps one page space per group (T7 judges sharing within a group), so one id in both groups' tables is
+  no aliasing; two groups' live blocks in one sector are. The run records each group's ``blocks_per_sector`` with
+  every step, and ``trace check`` judges that (``trace/shared-sector``, ``kvtable.trace.sectors``).""",
     loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, dummy_rows="unread", validates="scheduler",
     writer="skips-pad", sliding_layout="ring",
     domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,

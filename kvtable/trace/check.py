@@ -28,6 +28,7 @@ from kvtable.trace.history import GroupHistory
 from kvtable.trace.judge import Violation, dropped, judge_group, judge_strict, step_tokens
 from kvtable.trace.ring import judge_ring
 from kvtable.trace.schema import KINDS, LOCATION_KINDS, TraceDamaged
+from kvtable.trace.sectors import judge_sectors
 from kvtable.trace.store import GroupStep, Step, TraceReader
 from kvtable.trace.window_front import unread_front
 
@@ -171,6 +172,9 @@ class TraceJudge:
             g.locs is not None or (step.error is not None and step.error_group in (None, gid)))]
         if "strict" in self.tiers:
             out += judge_strict(self.profile, step, [gid for gid in attention if gid not in self.rings])
+        if step.seq_lens is not None:
+            rows = len(step.seq_lens)
+            out += judge_sectors(step, rows if step.actual_bs is None else min(step.actual_bs, rows), self.families)
         for gid, group in step.groups.items():
             if gid in attention and gid in self.rings:
                 out += judge_ring(self.profile, step, gid, kind, self.rings[gid])
