@@ -108,7 +108,7 @@ class GroupGraphBuffers:
         if lengths is not None:
             self.check_short_rows(lengths[: max(live.values())], tokens_per_req)
             self.check_reach(lengths[:bs], tokens_per_req, live_tables, live)
-        self._fill(bs, live_tables, live)
+        self.fill_tables(bs, live_tables, live)
         self.kernels.stacked_locs(self.table_stack, self._widths, self._page_sizes, seq, self.loc_stack, bs,
                                   tokens_per_req)
 
@@ -198,8 +198,10 @@ class GroupGraphBuffers:
             raise ContractViolation("T4", f"seq_len {lengths[row]} falls on the tail pad past the table's "
                                     f"{filled} kernel columns (stale seq_len?)", group=gid, row=row, col=col)
 
-    def _fill(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
-        """G3 replay-fill: one ``replay_fill`` over the live tables, then zero any group's extra rows.
+    def fill_tables(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
+        """G3 replay-fill: one ``replay_fill`` over the live tables, then zero any group's extra rows. The step of
+        ``replay`` that writes the table buffers, after every check: a runner that fills them its own way (an
+        engine's padding convention, a zoo mutant) overrides this.
 
         When the live tables are row-major views of one storage on the buffers' device (an engine that
         allocates every group's table from one pool), ``replay_fill`` reads them where they lie, through

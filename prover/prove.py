@@ -28,7 +28,8 @@ from typing import Any, TextIO
 from kvtable import interrupts
 from kvtable.argtypes import positive_float, positive_int
 from kvtable.exitcodes import EXIT_FAILED, EXIT_INCONCLUSIVE, EXIT_PASSED, EXIT_TOO_SLOW, UsageError
-from kvtable.prover.bindings.binding import Binding, check_binding, load_binding, load_object
+from kvtable.prover.bindings.binding import Binding, load_binding, load_object
+from kvtable.prover.bindings.check import check_binding
 from kvtable.prover.bindings.coverage import output_stores
 from kvtable.prover.bindings.queries import symbolic_run
 from kvtable.prover.obligations.kernels import KernelObligation, kernel_obligations, kernel_outcome, preload

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from kvtable.alloc_contract import Allocation
-from kvtable.conformance.properties.allocator import EngineBuffers, alloc_outcome
+from kvtable.conformance.alloc_calls import EngineBuffers, alloc_outcome
 from kvtable.engines._sglang_faults import PREFIX_PAST_LENGTH, patched, published_prefixes
 from kvtable.engines._sglang_path import OutOfPool, Pools, Step
 from kvtable.engines._shims_sglang import sglang

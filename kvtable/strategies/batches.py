@@ -37,6 +37,16 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def top_page(page_size: int) -> int:
+    """W5's largest page id at ``page_size``: its last slot is ``2^31 - 1``."""
+    return PAGE_LIMIT // page_size - 1
+
+
+def padded_row(holes: int, pages: list[int], width: int, tail_pad: int = -1) -> list[int]:
+    """A table row of ``width``: ``holes`` holes (page 0), then ``pages``, then the tail pad."""
+    return [NULL_PAGE] * holes + pages + [tail_pad] * (width - holes - len(pages))
+
+
 def as_tensor(table: Table, width: int | None = None) -> torch.Tensor:
     """An int32 ``[rows, width]`` tensor of a plain table (``width`` is needed only when it has no rows), read from
     a flat int32 buffer: half the time of ``torch.tensor`` on nested lists, and every example builds a few."""
@@ -132,7 +142,7 @@ def _lengths(draw: st.DrawFn, mode: Mode, n: int, live: int, limit: int, writes:
 
 def _pages(rand: random.Random, count: int, block: int, big: bool) -> list[int]:
     """``count`` distinct real page ids, small or just under the W5 limit ``2^31 / B``."""
-    top = PAGE_LIMIT // block - 1
+    top = top_page(block)
     if big:
         return rand.sample(range(max(1, top - 4 * count - 64), top + 1), count)
     return rand.sample(range(1, 4 * count + 32), count)
@@ -156,7 +166,7 @@ def draw_entry(draw: st.DrawFn, page_size: int) -> int:
         return pads[value % len(pads)]
     if kind == 1:
         return 1 + value % 64
-    return PAGE_LIMIT // page_size - 1 - value
+    return top_page(page_size) - value
 
 
 def _first_write_col(batch: Batch, row: int, block: int) -> int:

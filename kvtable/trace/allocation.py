@@ -171,7 +171,7 @@ class AllocSimulator:
             self._finish(req)
 
     def _run(self, mode: str, batch: list[dict[str, Any]], counts: list[int]) -> None:
-        from kvtable.conformance.properties.allocator import alloc_outcome, alloc_state
+        from kvtable.conformance.alloc_calls import alloc_outcome, alloc_state
 
         if OPERATION[mode] not in self.ops:
             return

@@ -80,7 +80,7 @@ def snippet(header: Header, step: Step, violation: Violation, graph_steps: Seque
     elif step.kind in CALLS and violation.group in step.groups:
         lines.append(f"locs = {_call(step, violation.group)}")
     elif step.kind == "allocate":
-        lines += ["from kvtable.conformance.properties.allocator import alloc_state, call_allocator",
+        lines += ["from kvtable.conformance.alloc_calls import alloc_state, call_allocator",
                   "from kvtable.reference.allocation import AllocStep, SwaState", "",
                   f"state, arena = alloc_state({alloc_step(step)!r})  # the output buffer between guard cells",
                   "# buffers the engine makes in the call get guard cells too (made)",

@@ -30,8 +30,8 @@ class NonZeroNullRunner(GroupGraphBuffers):
         super().__init__(specs, **kwargs)
         self.table_stack.fill_(self.null_block)
 
-    def _fill(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
-        super()._fill(bs, tables, live)
+    def fill_tables(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
+        super().fill_tables(bs, tables, live)
         for i, gid in enumerate(self.group_ids):
             self.table_stack[i, live[gid]:bs] = self.null_block
 
@@ -76,8 +76,8 @@ class AliasingPaddingRunner(GroupGraphBuffers):
     """TensorRT-LLM PR #13278: padded rows reuse the last live request's entries instead of a sentinel,
     so the padding's writes alias that request's live slots."""
 
-    def _fill(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
-        super()._fill(bs, tables, live)
+    def fill_tables(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
+        super().fill_tables(bs, tables, live)
         for i, gid in enumerate(self.group_ids):
             if 0 < live[gid] < bs:
                 self.table_stack[i, live[gid]:bs] = self.table_stack[i, live[gid] - 1]

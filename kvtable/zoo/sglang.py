@@ -74,11 +74,11 @@ class CachedTranslationRunner(GroupGraphBuffers):
 
     _cached_key: tuple | None = None
 
-    def _fill(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
+    def fill_tables(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
         key = (bs, tuple((gid, tuple(tables[gid].shape), live[gid]) for gid in self.group_ids))
         if key == self._cached_key:
             return
-        super()._fill(bs, tables, live)
+        super().fill_tables(bs, tables, live)
         self._cached_key = key
 
 

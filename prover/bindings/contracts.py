@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import z3
 
@@ -261,22 +260,6 @@ class FillContract(NoTableFacts):
         return Element(in_range, tuple(facts), expected, None, show, layout)
 
 
-
 def request_program(launch: Launch) -> z3.ArithRef:
     """The program id that is the request, for one program per request (role ``program_axis``, default 0)."""
     return signed(launch.pids[int(launch.binding.roles.get("program_axis", "0"))])
-
-
-def contract(clause: str, launch: Launch) -> Any:
-    """The clause's contract: a location, fill or (prover/bindings/alloc_contracts.py) allocator contract."""
-    roles = Roles(launch)
-    if clause in LOCATION_CLAUSES:
-        return LocationContract(clause, roles)
-    if clause in FILL_CLAUSES:
-        return FillContract(clause, roles)
-    if clause in ALLOC_CLAUSES:
-        from kvtable.prover.bindings.alloc_contracts import alloc_contract
-
-        return alloc_contract(clause, roles)
-    raise KernelNotSupported(f"no kernel contract for clause {clause}; kernels implement one of "
-                             f"{LOCATION_CLAUSES + FILL_CLAUSES + ALLOC_CLAUSES}")

@@ -19,7 +19,8 @@ import z3
 
 from kvtable.prover.bindings.assumptions import stated
 from kvtable.prover.bindings.binding import Binding, Launch
-from kvtable.prover.bindings.contracts import FILL_CLAUSES, LOCATION_CLAUSES, contract, request_program, signed
+from kvtable.prover.bindings.by_clause import contract
+from kvtable.prover.bindings.contracts import FILL_CLAUSES, LOCATION_CLAUSES, request_program, signed
 from kvtable.prover.solver import encoding as encoding
 from kvtable.prover.solver.discharge import Query
 from kvtable.prover.solver.intblast import IntBlaster

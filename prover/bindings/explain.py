@@ -11,7 +11,7 @@ import z3
 
 from kvtable.prover.bindings.binding import Binding
 from kvtable.prover.bindings.queries import symbolic_run
-from kvtable.prover.symexec.replay import evaluate
+from kvtable.prover.bindings.replay import evaluate
 
 _VALUE = " value"
 
