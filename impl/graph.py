@@ -9,6 +9,7 @@ recomputes every group's locations in one ``stacked_locs`` call.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -25,7 +26,7 @@ MAX_LAYOUTS = 1024
 """Kept ``replay_fill`` metadata tensors, one per layout of the live tables (offsets, columns)."""
 
 
-def _buffer_device(device: object) -> torch.device:
+def _buffer_device(device: Any) -> torch.device:
     """G1: a torch device this process can allocate on, or a refusal naming it."""
     try:
         found = torch.device(device)
@@ -124,6 +125,7 @@ class GroupGraphBuffers:
         delivered = {gid for gid in tables or () if gid not in self.state_ids}
         if not captured or delivered != captured:
             raise StaleGraphState("G5", self._stale_groups(bs, captured, delivered, bool(tables)))
+        assert tables is not None  # it delivered the captured groups, and there are some
         live = {gid: tables[gid] for gid in self.group_ids}
         for gid, table in live.items():
             validate.check_table(table, 0, group=gid)
@@ -239,7 +241,7 @@ class GroupGraphBuffers:
                     or table.shape[1] != cols or not table[:rows].is_contiguous()
                     or table.untyped_storage().data_ptr() != storage):
                 return None
-            starts.append(table.storage_offset())
+            starts.append(int(table.storage_offset()))
         low = min(starts)
         span = max(start + rows * cols for start, cols in zip(starts, columns, strict=True)) - low
         if span >= INT32_END:

@@ -224,7 +224,8 @@ def kernel_model_text(model: Iterable[tuple[str, int | bool]]) -> list[str]:
     masked-off loads' free values), then one line per access that happens (its mask on): the element it reads or
     writes, its line, and for a store what it stored and what the clause says. ``--show-counterexamples`` prints
     every value as the query has them."""
-    inputs, accesses = [], {}
+    inputs: list[tuple[str, int | bool]] = []
+    accesses: dict[tuple[str, int, str], dict[str, int | bool]] = {}
     for name, value in model:
         found = ACCESS.match(name)
         if found is None:

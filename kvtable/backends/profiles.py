@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kvtable import reference
 from kvtable.reference import Batch, GroupSpec, ring
-from kvtable.reference.graph import GroupBuffers, ShortRows
-from kvtable.reference.model import Table
+from kvtable.reference.graph import GroupBuffers
+from kvtable.reference.model import ShortRows, Table
 from kvtable.reference.safety import Token, UnsafeWrite, unsafe_writes
 from kvtable.reference.tables import as_table, specs_by_id
 
@@ -349,7 +349,7 @@ class Profile:
         """The reference's ``GraphModel`` with this profile's short-row convention (``sizes``: its keywords)."""
         return reference.GraphModel(specs, short_rows=self.short_rows, **sizes)
 
-    def replay(self, model: reference.GraphModel, bs: int, tables: Mapping[str, Table] | None,
+    def replay(self, model: reference.GraphModel, bs: int, tables: Mapping[str, Any] | None,
                seq_lens: Sequence[int], tokens_per_req: int = 1, *, actual_bs: int | None = None) -> None:
         """``model.replay`` under this profile: bs-0 and extra-group conventions first, then ``after_replay``."""
         if bs == 0 and self.replay_bs0 == "noop":

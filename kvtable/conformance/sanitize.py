@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -40,7 +41,7 @@ class OutOfBoundsAccess(AssertionError):
 
 
 def _tensor_arguments(args: Sequence[object], kwargs: dict[str, object]) -> dict[str, torch.Tensor]:
-    named = {f"argument {i}": a for i, a in enumerate(args)} | dict(kwargs)
+    named: dict[str, Any] = {f"argument {i}": a for i, a in enumerate(args)} | dict(kwargs)
     tensors = {name: getattr(t, "base", t) for name, t in named.items() if hasattr(t, "data_ptr")}
     return tensors | _pointees(tensors)
 

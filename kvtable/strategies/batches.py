@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from kvtable.contract import Family
 from kvtable.reference import NULL_PAGE, Batch, GroupSpec
 from kvtable.reference.model import MODES, Mode, Table, first_query
 from kvtable.reference.tables import needed_columns
@@ -95,7 +96,7 @@ class Case:
 
 
 def draw_group_specs(draw: st.DrawFn, kernel_page_size: int, *, max_groups: int = 3, state: bool | None = None,
-                     families: Sequence[str] = ("full", "sliding"), require: str | None = None
+                     families: Sequence[Family] = ("full", "sliding"), require: Family | None = None
                      ) -> tuple[GroupSpec, ...]:
     """1..max_groups attention groups with ``B = r * K`` (r in 1, 2, 4), sliding windows, and a state group
     if ``state`` (None: maybe).
@@ -119,8 +120,8 @@ def draw_group_specs(draw: st.DrawFn, kernel_page_size: int, *, max_groups: int 
     specs = [GroupSpec(f"{_PREFIX[family]}{i}", family, kernel_page_size * ratio,
                        within(window, 1, 4 * kernel_page_size * ratio) if family == "sliding" else None)
              for i, ((family, ratio), window) in enumerate(zip(chosen, windows, strict=True))]
-    if states[state_at] is not None:
-        specs.append(GroupSpec(f"state{count}", "state", states[state_at]))
+    if (state_page := states[state_at]) is not None:
+        specs.append(GroupSpec(f"state{count}", "state", state_page))
     return tuple(specs)
 
 
@@ -254,7 +255,7 @@ class CaseOptions:
     specs: tuple[GroupSpec, ...] | None = None
     kernel_page_size: int | None = None
     kernel_page_sizes: Sequence[int] = KERNEL_PAGE_SIZES
-    require: str | None = None
+    require: Family | None = None
     """A family the drawn groups must include."""
     widths: Mapping[str, int] | None = None
     """Pins each attention group's table width."""

@@ -120,7 +120,7 @@ def _t1_rows(draw: st.DrawFn, case: Case) -> Mutated:
 def _t1_no_columns(draw: st.DrawFn, case: Case) -> Mutated:
     gid = _pick_group(draw, case)
     rows = len(case.tables[gid])
-    tables = {**case.tables, gid: [[] for _ in range(rows)]}
+    tables: dict[str, list[list[int]]] = {**case.tables, gid: [[] for _ in range(rows)]}
     raw = {gid: torch.zeros((rows, 0), dtype=torch.int32)}
     return replace(case, tables=tables, raw=raw), f"table of {gid!r} has no columns", _cells(gid, None, [None])
 
@@ -282,7 +282,8 @@ def _t7_twice_in_row(draw: st.DrawFn, case: Case) -> Mutated:
     first = pick(draw, real_cols(table[row]))
     second = pick(draw, [c for c in real_cols(table[row]) if c != first])
     held = sorted({table[r][c] for r in range(live) if r != row for c in real_cols(table[r])})
-    page = pick(draw, held) if held and draw(BOOLEANS) else table[row][first]
+    other = bool(held) and draw(BOOLEANS)
+    page = pick(draw, held) if other else table[row][first]
     table[row][first] = table[row][second] = page
     whose = "its own" if page not in held else "another row's"
     # every cell holding the page: the row may already hold it (a prefix page it shares), and a refusal may name

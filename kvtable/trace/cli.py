@@ -9,7 +9,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvtable import interrupts
 from kvtable.argtypes import non_negative_int, positive_float, positive_int, share, writable_folder
@@ -222,7 +222,7 @@ def render(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _as_json(report: Report) -> dict:
+def _as_json(report: Report) -> dict[str, Any]:
     v = report.violation
     return {"path": report.path, "status": report.status, "steps": report.steps, "declared": report.declared,
             "cut": report.cut, "damage": report.damage, "notes": report.notes, "injected": report.injected,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 
 from kvtable import interrupts
+from kvtable.contract import GroupSpec
 from kvtable.exitcodes import UsageError
 from kvtable.trace.recorder import Recorder
-from kvtable.trace.store import TraceWriter
+from kvtable.trace.store import MemoryWriter, TraceWriter
 
 CRASH = "CRASH"
 TIMEOUT = "TIMEOUT"
@@ -94,24 +95,19 @@ class Outcome:
                 f"the trace cut there (kvtable trace check {out})")
 
 
-class _PipeWriter:
+class _PipeWriter(MemoryWriter):
     """The worker's side of the trace: each step's line and arrays go to the parent, which writes them."""
 
     def __init__(self, conn: Connection) -> None:
+        super().__init__()
         self.conn = conn
 
-    def add(self, line: dict[str, Any], arrays: dict[str, np.ndarray | None],
-            tables: dict[str, np.ndarray] | None = None) -> None:
+    def add(self, line: dict[str, Any], arrays: Mapping[str, np.ndarray | None],
+            tables: Mapping[str, np.ndarray] | None = None) -> None:
         self.conn.send(("step", line, arrays, tables))
 
-    def flush(self) -> None:
-        """The parent writes."""
 
-    def close(self) -> None:
-        """The parent closes."""
-
-
-def _serve(conn: Connection, job: RecordJob | EngineJob, groups: tuple) -> None:
+def _serve(conn: Connection, job: RecordJob | EngineJob, groups: tuple[GroupSpec, ...]) -> None:
     """The worker: load the backend, then simulate ``job.steps`` iterations, announcing each backend call (or run
     the engine's own ``record``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
@@ -165,7 +161,7 @@ def _serve_engine(conn: Connection, job: EngineJob) -> None:
     conn.send(("done", summary))
 
 
-def _simulate(backend: Any, recorder: Recorder, job: RecordJob, groups: tuple) -> None:
+def _simulate(backend: Any, recorder: Recorder, job: RecordJob, groups: tuple[GroupSpec, ...]) -> None:
     from kvtable.trace.allocation import AllocSimulator
     from kvtable.trace.simulate import SimConfig, simulate
 
@@ -192,7 +188,7 @@ Opener = Callable[[dict[str, Any], int, bool], TraceWriter]
 """Opens the trace of an engine run from its worker's header (the header, steps per chunk, fsync)."""
 
 
-def record_isolated(job: RecordJob | EngineJob, writer: TraceWriter | Opener, groups: tuple,
+def record_isolated(job: RecordJob | EngineJob, writer: TraceWriter | Opener, groups: tuple[GroupSpec, ...],
                     timeout: float) -> Outcome:
     """Run ``job`` in a worker, writing its steps through ``writer`` (or, an engine run, the one ``writer`` opens
     from the header the worker sends): closed when the run ends whole; left cut when the backend or engine
@@ -267,7 +263,8 @@ def _receive(conn: Connection) -> tuple[Any, ...] | None:
     if conn.closed or not conn.poll(1.0):
         return None
     try:
-        return conn.recv()
+        message: tuple[Any, ...] = conn.recv()
+        return message
     except (EOFError, ConnectionResetError):
         conn.close()
         return None

@@ -134,7 +134,7 @@ class Recorder:
             if new and kind != "allocate" and declare:
                 line["declare"] = new
                 self.declared.update(new)
-        self.writer.add(line, host_arrays, host_tables)
+        self.writer.add(line, host_arrays, {gid: t for gid, t in host_tables.items() if t is not None})
         self.steps += 1
         self.injected += fields.get("injected") is not None
         return index

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from kvtable.contract import Specs
+from kvtable.contract import GroupSpec, Specs
 from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.kernels import Kernels
 from kvtable.impl.locs import LONE, extend_group_locs
@@ -55,7 +55,7 @@ class Flashinfer919(ZooBackend):
         super().extend_locs(table, prefix_lens, extend_lens, page_size)
         return self._padded({LONE: table}, {LONE: page_size}, prefix_lens, extend_lens)[LONE]
 
-    def group_locs(self, specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch,
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch,
                    *, tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
         locs = super().group_locs(specs, tables, batch, tail_pad=tail_pad)
         if batch.mode != "extend":

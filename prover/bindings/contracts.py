@@ -59,7 +59,7 @@ class Roles:
 
     def tensor(self, role: str) -> str:
         name = self.roles.get(role)
-        if name not in self.launch.binding.tensors:
+        if name is None or name not in self.launch.binding.tensors:
             raise KernelNotSupported(f"the binding's role {role!r} must name a tensor argument, got {name!r}")
         return name
 
@@ -90,7 +90,8 @@ class LocationContract:
             raise KernelNotSupported(f"the tables {self.named} behind {table} must have the same rows")
         self.grouped = self.named is not None or len(roles.launch.binding.tensors[table].sizes) == 3
         out = roles.roles.get("out")
-        bits = dtype_of(roles.launch.binding, out).bits if out in roles.launch.binding.tensors else 32
+        bits = dtype_of(roles.launch.binding, out).bits if out is not None and out in roles.launch.binding.tensors \
+            else 32
         # W5 at the output's width: every slot of a real page fits it (2^31 for kvtable's int32 locations,
         # 2^63 for vLLM's int64 slots, where an int32 product wraps long before)
         self.pool = 2 ** (bits - 1)

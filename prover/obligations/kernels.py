@@ -20,11 +20,16 @@ from kvtable.prover.obligations.base import Expect, Obligation
 from kvtable.prover.solver.discharge import DEFAULT_RLIMIT, Outcome, Query, discharge
 
 
+def _unbound() -> Binding:
+    """The default binding, there only because ``Obligation.expect`` has a default: every obligation names its own."""
+    raise TypeError("a KernelObligation is built with its binding")
+
+
 @dataclass(frozen=True)
 class KernelObligation(Obligation):
     """An obligation about a kernel's code: its counterexamples are looked for small, and replayed."""
 
-    binding: Callable[[], Binding] = field(default=lambda: None)  # type: ignore[assignment,return-value]
+    binding: Callable[[], Binding] = field(default=_unbound)
 
 
 def _clause(name: str) -> str:

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 
 import numpy as np
 import torch
@@ -142,7 +143,7 @@ _TRITON = os.sep + "triton" + os.sep
 
 def call_site() -> str:
     """``FILE:LINE`` of the innermost frame outside triton and this package: the kernel line being run."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
         if _TRITON not in name and not name.startswith(os.path.dirname(__file__)):

@@ -105,7 +105,8 @@ def _check_dtypes(ctx: Context, case: AllocCase, got: Allocation, what: str) -> 
     conventions = ctx.profile.allocator
     if conventions is None:
         return
-    wanted = [("A1", "locations", got.locs, (conventions.loc_dtype,))]
+    wanted: list[tuple[str, str, torch.Tensor, tuple[str, ...]]] = [
+        ("A1", "locations", got.locs, (conventions.loc_dtype,))]
     if conventions.table_dtype:
         wanted.append(("A1", "the recorded table's entries", got.req_to_token, (conventions.table_dtype,)))
     if case.step.swa is not None and got.swa_locs is not None:
