@@ -90,15 +90,15 @@ class PoolJudge:
         """A recorded allocator step: its free list against what the earlier steps handed out and freed, then what
         it handed out (a refused step hands out nothing)."""
         a, ps = step.arrays, step.groups["req_to_token"].page_size
-        table = step.groups["req_to_token"].table
-        rows, prefix = a["rows"].tolist(), step.prefix_lens.tolist()
+        table = step.need("table", "req_to_token")
+        rows, prefix, seq = a["rows"].tolist(), step.need("prefix_lens").tolist(), step.need("seq_lens").tolist()
         ids = a["req_ids"].tolist() if "req_ids" in a else list(range(len(rows)))
         done = step.error is None and "recorded" in step.groups
         pools = [("req_to_token", step.meta["pool_pages"], None, a["free_pages"], a.get("locs"), a.get("free_after"))]
         if "swa/mapping" in a:
             pools.append(("swa", step.meta["swa_pool_pages"], a["swa/mapping"].tolist(), a["swa/free_pages"],
                           a.get("swa/locs"), a.get("swa/free_after")))
-        out = []
+        out: list[Violation] = []
         for pool, pool_pages, mapping, free, locs, free_after in pools:
             ledger = self._ledger(pool, pool_pages)
             live: dict[int, str] = {}
@@ -110,7 +110,7 @@ class PoolJudge:
                         live.setdefault(slot // ps, f"request {ids[i]} (row {row}, position {pos})")
             out += self._violations(step, pool, ps, ledger.before_step(free.tolist(), live))
             if done and locs is not None:
-                tokens = [i for i, (p, q) in enumerate(zip(prefix, step.seq_lens.tolist(), strict=True))
+                tokens = [i for i, (p, q) in enumerate(zip(prefix, seq, strict=True))
                           for _ in range(max(q - p, 0))]
                 handed = {int(loc) // ps: f"request {ids[tokens[k]] if k < len(tokens) else '?'} (step {step.index})"
                           for k, loc in enumerate(locs.tolist()) if ps <= loc < (pool_pages + 1) * ps}
@@ -119,10 +119,10 @@ class PoolJudge:
 
     def free(self, step: Step) -> list[Violation]:
         """A free event of an allocator pool: every page freed must be held, not free nor freed already."""
-        out = []
+        out: list[Violation] = []
         for pool, group in step.groups.items():
             ledger = self.ledgers.get(pool)
-            pages = group.pages.astype(np.int64).reshape(-1).tolist()
+            pages = step.need("pages", pool).astype(np.int64).reshape(-1).tolist()
             if ledger is not None:
                 out += self._violations(step, pool, group.page_size,
                                         ledger.release(pages, f"the free at step {step.index}"))
