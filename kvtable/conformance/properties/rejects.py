@@ -288,7 +288,7 @@ PROPERTIES = (
     Property("rejects/T7", "T7", "T7: " + _DEBUG, _debug("T7"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",)),
     Property("rejects/T8", "T8", "T8: " + _DEBUG, _debug("T8"), _rejects_debug, debug=True, tier=STRICTNESS,
-             needs=("group_locs",)),
+             needs=("group_locs",), not_applicable=BreachesHeld(("T8",))),
     Property("rejects/T9", "T9", "T9: " + _DEBUG, _debug("T9"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",), not_applicable=BreachesHeld(("T9",))),
     Property("rejects/W2", "W2", "W2: " + _DEBUG, _debug("W2"), _rejects_debug, debug=True, tier=STRICTNESS,

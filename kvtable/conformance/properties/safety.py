@@ -30,6 +30,14 @@ def scrubbed_dummy_rows(ctx: Context) -> str | None:
     return _ANY_LOCS(ctx)
 
 
+def narrow_tables(ctx: Context) -> str | None:
+    """N/A where the profile's engine keeps one table as wide as its context (``Domain.narrow_tables``)."""
+    if not ctx.profile.domain.narrow_tables:
+        return (f"profile {ctx.profile.name!r}: its engine's table is as wide as the context and admission keeps "
+                "every request inside it, so no row reaches past its table (T8)")
+    return _ANY_LOCS(ctx)
+
+
 def _refused(call: Callable[[], Any]) -> tuple[bool, Any]:
     """Run a backend call; any exception but ``Unsupported`` is a refusal (safe)."""
     try:
@@ -98,7 +106,7 @@ PROPERTIES = (
     Property("safety/pad-inside", "T4", _SUMMARY.format("-1 inside the live range (decode, verify, extend)"),
              unsafe_cases(UNSAFE_KINDS[1]), _check("T4"), weight=2, tier=SAFETY, not_applicable=_ANY_LOCS),
     Property("safety/narrow-table", "T8", _SUMMARY.format("a table narrower than its group's sequence"),
-             unsafe_cases(UNSAFE_KINDS[3]), _check("T8"), tier=SAFETY, not_applicable=_ANY_LOCS),
+             unsafe_cases(UNSAFE_KINDS[3]), _check("T8"), tier=SAFETY, not_applicable=narrow_tables),
     Property("safety/int32-wrap", "W5", _SUMMARY.format("a needed page whose slots pass 2^31 - 1 (the int32 store "
              f"would wrap to a negative or another page's slot); {INT32_POOL}"), unsafe_cases(UNSAFE_KINDS[4]),
              latent(_check("W5"), INT32_POOL),
