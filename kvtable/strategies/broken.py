@@ -14,6 +14,7 @@ import torch
 from hypothesis import assume, reject
 from hypothesis import strategies as st
 
+from kvtable.contract import Mode
 from kvtable.reference import NULL_PAGE
 from kvtable.reference.model import Table, write_positions
 from kvtable.reference.tables import needed_columns
@@ -390,7 +391,7 @@ class Variant:
                 and (domain.empty_tables or self.name != "no columns"))
 
 
-_FIXED = ("decode", "verify", "reanchor")
+_FIXED: tuple[Mode, ...] = ("decode", "verify", "reanchor")
 _PADDED = CaseOptions(modes=_FIXED, min_pad=1, padding=True)
 VARIANTS: tuple[Variant, ...] = (
     Variant("T1", "wrong dtype", _t1_dtype, True),

@@ -22,6 +22,7 @@ from kvtable.conformance.graph_harness import GraphHarness
 from kvtable.conformance.levels import STRICTNESS
 from kvtable.conformance.properties.applies import LONE, BreachesHeld, NeedsAny, calls
 from kvtable.conformance.properties.group_locs import check_int32_locs
+from kvtable.contract import Mode
 from kvtable.errors import ContractViolation
 from kvtable.reference import Batch, GroupSpec
 from kvtable.reference.model import check_page_size
@@ -143,7 +144,7 @@ def _window_start_mid_page(draw: st.DrawFn) -> Edge:
     col = draw(between(0, 2))
     read_start = col * ps + draw(between(1, ps - 1))
     first = read_start + window - 1
-    mode = "decode" if n == 1 else pick(draw, ("verify", "reanchor"))
+    mode: Mode = "decode" if n == 1 else pick(draw, ("verify", "reanchor"))
     seq = first + n
     end = ceil_div(seq, ps)
     width = end + draw(between(0, 2))
@@ -225,7 +226,7 @@ def _tables_on_two_devices(draw: st.DrawFn) -> TwoDevices:
     """Two full groups (page sizes drawn apart), one request of any mode; either table moves to meta."""
     sizes = [pick(draw, (1, 2, 4)) for _ in range(2)]
     seq, n = draw(between(1, 8)), draw(between(1, 2))
-    mode = pick(draw, ("decode", "verify", "extend") if seq >= n else ("decode", "extend"))
+    mode: Mode = pick(draw, ("decode", "verify", "extend") if seq >= n else ("decode", "extend"))
     if mode == "extend":
         prefix = draw(between(0, seq))
         batch = Batch.extend((prefix,), (seq - prefix,))
@@ -262,7 +263,8 @@ def _rejects_graph_sizes(ctx: Context, arg: tuple[GraphSetup, int]) -> None:
     valid), as the reference does (``GraphHarness.init`` judges it)."""
     setup, size = arg
     for field in _GRAPH_SIZES:
-        GraphHarness(ctx, replace(setup, **{field: size})).init()
+        sizes: dict[str, Any] = {field: size}
+        GraphHarness(ctx, replace(setup, **sizes)).init()
 
 
 PROPERTIES = (
