@@ -38,6 +38,7 @@ from kvtable.conformance.notes import note_lines
 from kvtable.conformance.properties import PROPERTIES
 from kvtable.conformance.reproduce import Blob, blob_of, verdict_lines
 from kvtable.conformance.sanitize import sanitizing
+from kvtable.conformance.threads import one_thread
 from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
 from kvtable.strategies.domain import drawing
@@ -469,7 +470,7 @@ def _search(prop: Property, ctx: Context, count: _Count, *, examples: int, seed:
         machine_cls = type(base.__name__, (base,), {"__init__": _counting_init(base, count),
                                                     "teardown": _counting_teardown(base, count, deadline)})
         replay(hypothesis_seed(seed)(machine_cls))
-        with drawing(ctx.profile.domain):
+        with drawing(ctx.profile.domain), one_thread():
             run_state_machine_as_test(machine_cls, settings=_settings(examples, database, shrink,
                                                                       stateful_step_count=STEPS_PER_MACHINE))
         return
@@ -492,7 +493,7 @@ def _search(prop: Property, ctx: Context, count: _Count, *, examples: int, seed:
     # settings outside @seed: @seed alone would also switch the example database off
     test = _settings(examples, database, shrink)(replay(hypothesis_seed(seed)(given(prop.strategy)(body))))
     kvtable.internals.set_database_key(test, f"kvtable:{prop.name}".encode())
-    with drawing(ctx.profile.domain):  # the strategies draw what the profile's engine can hold
+    with drawing(ctx.profile.domain), one_thread():  # draws the profile's engine can hold, on one thread
         test()
 
 
