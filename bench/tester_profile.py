@@ -18,6 +18,7 @@ example first, untimed, so what its first use costs once (imports, strategies bu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -58,7 +59,7 @@ class Clock:
         def run(*args: Any, **kwargs: Any) -> Any:
             with self.phase(name):
                 return fn(*args, **kwargs)
-        run.__wrapped__ = fn  # type: ignore[attr-defined]
+        functools.update_wrapper(run, fn, assigned=(), updated=())  # sets run.__wrapped__ alone
         return run
 
 
@@ -110,11 +111,11 @@ def _reference_functions(clock: Clock) -> tuple[dict[int, tuple[Any, Any]], list
 @contextmanager
 def instrumented(clock: Clock, *, guard: bool = True) -> Iterator[None]:
     """The phases timed on ``clock`` for the block (and the index guard off where ``guard`` is False)."""
-    from kvtable.conformance import checks, watch
+    from kvtable.conformance import checks, integrity, watch
 
     inputs_cls, guard_cls, judge = watch.Inputs, watch.IndexGuard, checks.judge
 
-    class TimedInputs(inputs_cls):  # type: ignore[misc, valid-type]
+    class TimedInputs(integrity.Inputs):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             with clock.phase("integrity"):
                 super().__init__(*args, **kwargs)
@@ -166,8 +167,9 @@ def family(name: str) -> str:
 def profile_run(examples: int, seed: int = 0, *, guard: bool = True,
                 properties: Sequence[Any] | None = None) -> dict[str, dict[str, float]]:
     """Per family: examples run and CPU seconds per phase of one ``run_conformance`` on the torch backend."""
+    from kvtable.conformance.context import make_context
+    from kvtable.conformance.execute import run_property
     from kvtable.conformance.properties import PROPERTIES
-    from kvtable.conformance.runner import make_context, run_property
 
     chosen = PROPERTIES if properties is None else properties
     ctx, spec = make_context("torch")

@@ -14,6 +14,7 @@ import operator
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress, repeat
+from typing import Any, TypeGuard
 
 import torch
 
@@ -50,7 +51,7 @@ def debug_enabled(debug: bool | None = None) -> bool:
     return DEBUG_VALUES[value.strip().lower()]
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     """A python or numpy integer, never a bool (an exact int is answered without the slower ABC check)."""
     return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
@@ -143,7 +144,8 @@ def cpu_lengths(seq_lens: torch.Tensor) -> list[int] | None:
 
 
 def host_lengths(values: object, what: str = "lengths", clause: str = "T9") -> tuple[int, ...]:
-    """T9 lengths: CPU mirrors as a tuple of ints (any iterable of ints, read once; no floats)."""
+    """T9 lengths: CPU mirrors as a tuple of Python ints (any iterable of ints, read once; no floats): numpy
+    ints become Python's, so sums of int32 mirrors (an extend's ``prefix + extend``) never wrap."""
     if isinstance(values, torch.Tensor):
         check_seq_tensor(values, clause)
         values = values.tolist()
@@ -151,10 +153,10 @@ def host_lengths(values: object, what: str = "lengths", clause: str = "T9") -> t
         raise ContractViolation(clause, f"{what} are a sequence of ints, got {type(values).__name__}")
     items = tuple(values)
     _check_ints(items, what, clause)
-    return items
+    return tuple(map(int, items))
 
 
-def _check_ints(items: Sequence[object], what: str, clause: str = "T9") -> None:
+def _check_ints(items: Sequence[Any], what: str, clause: str = "T9") -> None:
     """T9: every length is an integer (python or numpy). One C-level ``sum`` proves a tuple of python ints
     (a bool, an int subclass, passes there as the int it is); anything else is looked at type by type."""
     try:

@@ -57,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
     profile = get_profile(config.getoption("--kvtable-profile")).name
     level = config.getoption("--kvtable-level")
     keyed = KeyedDatabase(database, database_prefix(backend, profile, level)) if database else None
-    phases = (Phase.explicit, Phase.reuse) if config.getoption("--kvtable-replay") else settings.default.phases
+    phases = (Phase.explicit, Phase.reuse) if config.getoption("--kvtable-replay") else settings().phases
     # derandomize off: Hypothesis' CI profile (loaded when CI is set) derandomizes, which ignores the shared
     # database and makes HypoFuzz refuse every test
     settings.register_profile("kvtable-database", parent=settings.default, database=keyed, phases=phases,
@@ -108,7 +108,7 @@ def kvtable_backend(kvtable_backend_spec: str) -> Any:
 @pytest.fixture(scope="session")
 def kvtable_context(kvtable_backend: Any, kvtable_backend_spec: str, kvtable_profile: Any) -> Any:
     """A property context over the backend under test (its debug twin is loaded by name when needed)."""
-    from kvtable.conformance.runner import make_context
+    from kvtable.conformance.context import make_context
 
     ctx, _ = make_context(kvtable_backend_spec, kvtable_profile)
     return ctx

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kvtable import reference
 from kvtable.reference import Batch, GroupSpec, ring
-from kvtable.reference.graph import GroupBuffers, ShortRows
-from kvtable.reference.model import Table
+from kvtable.reference.graph import GroupBuffers
+from kvtable.reference.model import ShortRows, Table
 from kvtable.reference.safety import Token, UnsafeWrite, unsafe_writes
 from kvtable.reference.tables import as_table, specs_by_id
 
@@ -75,6 +75,9 @@ class Domain:
     zero_length_rows: bool = True
     """Whether a live row can reach the location code at seq_len 0 (T9); not where every live row holds at least
     its current token and padded rows replay at seq_len 1 (tokenspeed)."""
+    narrow_tables: bool = True
+    """Whether a live row's positions can pass its table's width (T8); not where the table is the engine's whole
+    token table, ``max_context_len`` wide, and admission keeps every request inside it (SGLang)."""
     empty_tables: bool = True
     """Whether a group's table can have no columns (T1); not where a live attention row always holds its current
     page (tokenspeed's graph fill asserts at least one source column)."""
@@ -216,9 +219,6 @@ class Profile:
         """Location tensors may come back in the profile's dtype, or int32 for an int64 engine (compared by value)."""
         return str(dtype) in ("torch.int32", f"torch.{self.loc_dtype}")
 
-    def accepts_short_verify(self) -> bool:
-        return self.clamp_short_verify
-
     @property
     def scrubs_dummy_rows(self) -> bool:
         """Whether padded rows must hold page 0 (T2), or may hold anything the engine never reads."""
@@ -226,7 +226,7 @@ class Profile:
 
     def unread_rows_as_given(self, want: Table, got: Table, live: int | None) -> Table:
         """``want`` with the padded rows (``>= live``) taken from ``got`` where the engine never reads them: they
-        are not judged (vLLM expands and copies only its live rows, ``map_to_kernel_blocks``)."""
+        are not judged (vLLM expands and copies only its live rows, ``map_to_kernel_block_table``)."""
         if self.scrubs_dummy_rows or live is None:
             return want
         return [*want[:live], *got[live:len(want)]]
@@ -349,7 +349,7 @@ class Profile:
         """The reference's ``GraphModel`` with this profile's short-row convention (``sizes``: its keywords)."""
         return reference.GraphModel(specs, short_rows=self.short_rows, **sizes)
 
-    def replay(self, model: reference.GraphModel, bs: int, tables: Mapping[str, Table] | None,
+    def replay(self, model: reference.GraphModel, bs: int, tables: Mapping[str, Any] | None,
                seq_lens: Sequence[int], tokens_per_req: int = 1, *, actual_bs: int | None = None) -> None:
         """``model.replay`` under this profile: bs-0 and extra-group conventions first, then ``after_replay``."""
         if bs == 0 and self.replay_bs0 == "noop":
@@ -425,13 +425,20 @@ VLLM = Profile(
 - Slots: ``vllm/v1/worker/block_table.py`` (``compute_slot_mapping``, ``_compute_slot_mapping_kernel``) turn
   positions into ``block_id * block_size + pos % block_size`` in an int64 buffer (int64 since vLLM #1486);
   one extra program writes ``PAD_SLOT_ID`` (-1) over ``[num_tokens, max_num_tokens)``, so padded tokens and
-  the buffer's tail hold -1. ``map_to_kernel_blocks`` turns block ``b`` into kernel blocks ``b*r .. b*r+r-1``
-  when the attention kernel's block is ``r`` times smaller; ``BlockTable.append_row``
-  (``vllm/v1/worker/block_table.py``) maps only the request's own block ids, so a null block 0 among them
-  becomes ``0 .. r-1`` and the columns after them keep what they held, 0 in a fresh table (a row's block list
-  never ends in the null block: ``own_blocks_only``). In 0.33 ``BlockTable`` expands nothing: the attention
-  metadata's table goes through ``AttentionGroup.map_to_kernel_block_table`` (``vllm/v1/worker/utils.py``),
-  which maps every entry, so a 0 tail becomes ``0 .. r-1`` there; both are accepted.
+  the buffer's tail hold -1. When the attention kernel's block is ``r`` times smaller, block ``b`` becomes
+  kernel blocks ``b*r .. b*r+r-1``: in 0.33 ``BlockTable`` (``vllm/v1/worker/block_table.py``) expands
+  nothing, and the attention metadata's table goes through ``AttentionGroup.map_to_kernel_block_table``
+  (``vllm/v1/worker/utils.py``, ``kernel_block_offsets`` added to every entry of the batch's rows), so a null
+  block 0 and a 0 tail both become ``0 .. r-1``. Earlier versions' ``BlockTable.append_row`` mapped only a
+  request's own block ids, leaving the columns after them 0 (a row's block list never ends in the null block:
+  ``own_blocks_only``); both are accepted.
+- Allocation: ``vllm/v1/core/kv_cache_manager.py`` (``KVCacheManager.allocate_slots``) gives a request the
+  blocks its ``num_computed_tokens + num_new_tokens`` (plus lookahead) need from ``BlockPool``'s free queue
+  (``vllm/v1/core/block_pool.py``, ``get_new_blocks`` pops from its front), block 0 never (the null block);
+  a prefix-cache hit shares full blocks (``get_computed_blocks``). A token's slot is its block's id times the
+  block size plus its offset (the slot-mapping kernel above): the allocator route (A1-A4, A6) judges it with
+  the token table as each request's blocks expanded to slots. vLLM keeps no full-to-SWA slot mapping (its
+  sliding-window groups take blocks from the same pool), so A5 does not apply.
 - Model Runner V2, ``vllm/v1/worker/gpu/block_table.py`` (``BlockTables.compute_slot_mappings``,
   ``_compute_slot_mappings_kernel``): all groups in one launch with a per-group ``block_sizes`` tensor, the
   rest of the int64 buffer padded with -1; ``get_dummy_slot_mappings`` fills the whole buffer with -1. Its
@@ -487,8 +494,21 @@ SGLANG = Profile(
   ``free_slots``: a reused row keeps the previous request's slots past its length (never read below
   ``seq_len``), so "tails read 0" holds only for rows never used (``domain.stale = "earlier-ids"``). The
   pool is allocated once (``[size + 1, max_context_len]``), so no step sees a table of another shape
-  (``domain.malformed_tables = False``). The scheduler keeps ``prefix_lens <= seq_lens`` and allocates a verify
-  step's N slots past the committed length (``domain.broken_lengths = False``).
+  (``domain.malformed_tables = False``).
+- Domain, from SGLang 0.5.23's scheduler (what it never builds is not drawn; ``--domain any`` draws it):
+  ``managers/schedule_batch.py`` (``Req.init_next_round_input``, ``Req._compute_max_prefix_len``) caps the radix
+  match at ``input_len - 1``, and ``managers/schedule_policy.py`` (``PrefillAdder.add_chunked_req``,
+  ``_commit_prefill_admission``) sets ``extend_end = prefix_len + new_len``, ``new_len`` a count of new tokens;
+  ``ScheduleBatch.prepare_for_extend`` hands the allocator ``prefix_lens = [r.prefix_len]`` and ``seq_lens = [r
+  .extend_end]``, token counts, so no prefix is negative or past its length. ``mem_cache/allocation.py``
+  (``alloc_for_spec_decode``) allocates a verify step's drafts from ``kv_allocated_len`` on, past the committed
+  length, so no verify row is shorter than its N (``domain.broken_lengths = False``: T9's and W2's breaches,
+  ``alloc/prefix-past-length`` and ``alloc/short-verify``, are not drawn). ``managers/tp_worker.py``
+  (``get_worker_info``) sets ``max_req_len = context_len - 1`` and ``max_req_input_len = max_req_len - 5``;
+  ``managers/scheduler.py`` (``_handle_generate_request`` with ``validate_input_length``,
+  ``init_req_max_new_tokens``) refuses a longer prompt and caps ``max_new_tokens`` at ``max_req_len - input_len
+  - 1``, so every position stays inside ``req_to_token``'s ``max_context_len`` columns
+  (``domain.narrow_tables = False``: T8's narrow tables are not drawn; the read kernel has no column bound).
 - SWA (``python/sglang/srt/mem_cache/allocator/swa.py``, ``SWATokenToKVPoolAllocator``):
   ``full_to_swa_index_mapping`` is int64 with one extra entry, the sentinel -1, so that translating
   ``last_loc = -1`` gives -1; evicted or absent slots map to 0. ``translate_loc_from_full_to_swa`` cast the
@@ -507,7 +527,7 @@ SGLANG = Profile(
     validates="scheduler",
     allocator=Allocator(swa_loc_dtypes=("int32", "int64"), debug_env="SGLANG_DEBUG_MEMORY_POOL", table_dtype="int32"),
     domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,
-                  broken_lengths=False),
+                  broken_lengths=False, narrow_tables=False),
 )
 
 TOKENSPEED = Profile(
@@ -617,7 +637,15 @@ TRANSFORMERS = Profile(
   ``p > 0`` as block ``p + 2 * blocks_per_sector - 1``, past the trash sectors) and writes the chosen slots into the
   token table itself (transformers keeps no token table).
 - Validation: none (``validates = "scheduler"``): the allocators index the python block table, so a missing
-  block raises ``IndexError``, and nothing checks a ring's pages.""",
+  block raises ``IndexError``, and nothing checks a ring's pages.
+- Sectors move between the groups: ``cache_allocators/cache_pool.py`` (``CachePool``) splits the one static cache
+  tensor into sectors, ``allocate_sector`` gives a free sector to one allocator, whose block ``b`` lies in sector
+  ``b // blocks_per_sector`` (``cache_allocator.py``, ``_after_cache_tensor_init``; the full and sliding
+  allocators' ``blocks_per_sector`` differ), and ``try_to_free_sectors`` returns a sector only once all its blocks
+  are free (``RegularTrees.delete_full_trees``). A recorded page is a block id in its own group's units and the
+  contract keeps one page space per group (T7 judges sharing within a group), so one id in both groups' tables is
+  no aliasing; two groups' live blocks in one sector are. The run records each group's ``blocks_per_sector`` with
+  every step, and ``trace check`` judges that (``trace/shared-sector``, ``kvtable.trace.sectors``).""",
     loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, dummy_rows="unread", validates="scheduler",
     writer="skips-pad", sliding_layout="ring",
     domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,

@@ -1,4 +1,5 @@
-"""vLLM 0.33's own slot mapping and kernel-block expansion behind kvtable's backend protocol (``kvtable conform``).
+"""vLLM 0.33's own slot mapping, kernel-block expansion and block allocation behind kvtable's backend protocol
+(``kvtable conform``).
 
 Every call builds the worker's ``MultiGroupBlockTable`` (vllm/v1/worker/block_table.py) for the tables it is
 handed, fills each row with ``add_row`` and runs ``compute_slot_mapping``, which launches vLLM's Triton
@@ -9,7 +10,8 @@ padded by ``get_block_table_width``) and its scheduler never schedules a positio
 narrower than the batch's positions is a row of vLLM's table whose later columns hold 0: each group's table is
 made at least as wide as the batch reaches, and a spare row follows the batch's (vLLM's kernel has no column
 bound: a table narrower than its positions reads the next row, vLLM #53982; fault ``53982``).
-Expansion is ``AttentionGroup.map_to_kernel_block_table`` (vllm/v1/worker/utils.py).
+Expansion is ``AttentionGroup.map_to_kernel_block_table`` (vllm/v1/worker/utils.py); the allocator route is
+the scheduler's ``KVCacheManager`` (``kvtable.engines._vllm_alloc``), its slots by this backend's kernel.
 What vLLM does not have is left out: no re-anchor (``Unsupported``), no debug checker, no kvtable-shaped
 CUDA-graph runner, no validation (its scheduler and KV-cache manager keep the invariants).
 """
@@ -22,7 +24,9 @@ from typing import Any
 
 import torch
 
+from kvtable.alloc_contract import Allocation, AllocState
 from kvtable.backends import NoDebugMode
+from kvtable.engines._vllm_alloc import allocate
 from kvtable.errors import Unsupported
 
 CPU = torch.device("cpu")
@@ -119,6 +123,19 @@ class VllmBackend:
                                     counts, positions, total)
         return dict(sorted((s.group_id, loc) for s, loc in zip(present, slots, strict=True)))
 
+    # -- the allocator route: the scheduler's KVCacheManager --------------------------------------
+    def alloc_decode(self, state: AllocState) -> Allocation:
+        """One token per request: ``KVCacheManager.allocate_slots(request, 1)``."""
+        return allocate(state, self._slot_mappings)
+
+    def alloc_verify(self, state: AllocState) -> Allocation:
+        """The verify tokens of each request (``1 + drafts`` scheduled tokens) in one ``allocate_slots``."""
+        return allocate(state, self._slot_mappings)
+
+    def alloc_extend(self, state: AllocState) -> Allocation:
+        """A chunk of each request's prefill: ``allocate_slots(request, seq - prefix)``."""
+        return allocate(state, self._slot_mappings)
+
     # -- kernel-block expansion -----------------------------------------------------------------
     def expand_table(self, table: torch.Tensor, ratio: int, *, max_kernel_pages: int | None = None,
                      tail_pad: int = 0, actual_bs: int | None = None) -> torch.Tensor:
@@ -150,14 +167,10 @@ class VllmBackend:
         return out
 
 
-def make_backend(*, debug: bool = False, v2: bool = False) -> VllmBackend:
-    """The V1 backend, or Model Runner V2's (``v2``); vLLM has no debug mode (nothing checks a table on these
-    paths), so ``debug=True`` is refused."""
+def make_backend(*, debug: bool = False, kind: type[VllmBackend] | None = None) -> VllmBackend:
+    """The V1 backend, or ``kind`` (Model Runner V2's, ``_vllm_v2.VllmV2Backend``); vLLM has no debug mode (nothing
+    checks a table on these paths), so ``debug=True`` is refused."""
     if debug:
         raise NoDebugMode("vLLM 0.33 has no debug mode on its slot-mapping path: its scheduler and KV-cache "
                           "manager keep the invariants, nothing checks a table")
-    if v2:
-        from kvtable.engines._vllm_v2 import VllmV2Backend
-
-        return VllmV2Backend()
-    return VllmBackend()
+    return (kind or VllmBackend)()

@@ -152,6 +152,8 @@ class _Observer:
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.facts = {"requests finished": 0, "tokens written": 0, "trash writes": 0}
+        self.sectors: dict[str, int] = {}
+        """Each group's blocks per sector of the shared cache (``trace/shared-sector``)."""
 
     @property
     def recording(self) -> bool:
@@ -172,6 +174,7 @@ class _Observer:
                 reads: list[list[int]] | None) -> None:
         """One request's part of the batch: each group's block list, write slots and (a ring's) read slots."""
         per_group = {}
+        self.sectors = {a.layer_type: a.blocks_per_sector for a in cache.cache_allocators.values()}
         for i, a in enumerate(cache.cache_allocators.values()):
             ring_reads = read_slots(reads[i], a) if reads is not None and a.layer_type == SLIDING else None
             per_group[a.layer_type] = (list(a.block_table[request_id]), slots(writes[i], a), ring_reads)
@@ -187,7 +190,7 @@ class _Observer:
         reads = None if any(r is None for r in read) else {SLIDING: np.concatenate(read)}
         seq = np.asarray(pasts) + np.asarray(queries)
         self.recorder.locations("extend", tables, locs, seq, prefix_lens=np.asarray(pasts), req_ids=np.asarray(reqs),
-                                reads=reads)
+                                reads=reads, blocks_per_sector=self.sectors)
         self.facts["tokens written"] += int(sum(queries))
         self.facts["trash writes"] += int(sum((loc == PAD_SLOT_ID).sum() for loc in locs.values()))
         self.batch = []
@@ -220,7 +223,8 @@ def observed(tf: SimpleNamespace, observer: _Observer) -> Iterator[None]:
         read_before = None if read_index is None else [len(r) for r in read_index]
         saved[cache, "extend_read_and_write_indices"](self, request_id, past, query, read_index, write_index)
         writes = [w[b:] for w, b in zip(write_index, before, strict=True)]
-        reads = None if read_index is None else [r[b:] for r, b in zip(read_index, read_before, strict=True)]
+        reads = None if read_index is None or read_before is None \
+            else [r[b:] for r, b in zip(read_index, read_before, strict=True)]
         observer.guarded(lambda: observer.request(self, request_id, past, query, writes, reads))
 
     def prepare(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -302,7 +306,7 @@ def record(out: str | Path, *, steps: int, seed: int, fault: str | None = None) 
             manager.stop(block=True, hard_stop=True)
     if observer.error is not None:
         raise observer.error
-    return RunSummary(str(out), observer.batches, "transformers", meta["version"], fault, observer.facts)
+    return RunSummary(str(out), observer.batches, "transformers", str(meta["version"]), fault, observer.facts)
 
 
 # -- the conform backend -----------------------------------------------------------------------------------------
@@ -452,7 +456,12 @@ class TransformersBackend:
             raise Unsupported(f"transformers' continuous batching has no {batch.mode} step")
         groups = [s for s in specs if not s.is_state]
         seq = list(batch.seq_lens)
-        prefix = list(batch.prefix_lens) if batch.mode == "extend" else [s - 1 for s in seq]
+        if batch.mode != "extend":
+            prefix = [s - 1 for s in seq]
+        elif batch.prefix_lens is None:
+            raise ValueError("an extend batch needs prefix_lens")
+        else:
+            prefix = list(batch.prefix_lens)
         live = len(seq) if batch.mode == "extend" else batch.live_rows
         allocators = [self._for(s, i) for i, s in enumerate(groups)]
         writes = self._writes(allocators, [tables[s.group_id] for s in groups], prefix, seq, live)

@@ -23,11 +23,12 @@ from kvtable.backends.profiles import Profile, get_profile
 from kvtable.contract import GroupSpec
 from kvtable.errors import ContractViolation
 from kvtable.reference.graph import GraphModel
-from kvtable.trace.allocation import judge_allocator_step
+from kvtable.trace.allocation import POOL_FREES, PoolJudge, is_pool_free, judge_allocator_step
 from kvtable.trace.history import GroupHistory
 from kvtable.trace.judge import Violation, dropped, judge_group, judge_strict, step_tokens
 from kvtable.trace.ring import judge_ring
 from kvtable.trace.schema import KINDS, LOCATION_KINDS, TraceDamaged
+from kvtable.trace.sectors import judge_sectors
 from kvtable.trace.store import GroupStep, Step, TraceReader
 from kvtable.trace.window_front import unread_front
 
@@ -96,15 +97,18 @@ class Report:
 class TraceJudge:
     """Judges a trace's steps in order, keeping the state the rules across steps need."""
 
-    def __init__(self, profile: Profile, level: str, groups: Sequence[GroupSpec] = ()) -> None:
+    def __init__(self, profile: Profile, level: str, groups: Sequence[GroupSpec] = (), *, pool_frees: bool = False
+                 ) -> None:
         self.profile = profile
         self.tiers = LEVELS[level]
         self.level = level
         self.families = {g.group_id: g.family for g in groups}
         self.windows = {g.group_id: g.window for g in groups if g.family == "sliding"}
-        self.rings = {g.group_id: g.window for g in groups if g.layout == "ring"}
+        self.rings = {g.group_id: g.window for g in groups if g.layout == "ring" and g.window is not None}
         """Ring groups (R1-R3) by id: their window; their steps are judged by ``judge_ring``."""
         self.history: dict[str, GroupHistory] = {}
+        self.pools = PoolJudge(frees_recorded=pool_frees)
+        """A6 across an allocator trace's steps and free events."""
         self.model: GraphModel | None = None
         self.saw_req_ids = False
         self.saw_locations = False
@@ -120,7 +124,7 @@ class TraceJudge:
     def judges(self) -> dict[str, Callable[[Step], list[Violation]]]:
         """Each step kind's judge: the one place a new kind is added (a kind with none is no trace's)."""
         return {**{kind: self._locations for kind in LOCATION_KINDS}, "replay": self._replay,
-                "allocate": judge_allocator_step, "graph": self._graph, "capture": _nothing, "free": self._pages,
+                "allocate": self._allocate, "graph": self._graph, "capture": _nothing, "free": self._pages,
                 "alloc": self._pages, "finish": self._finish}
 
     def feed(self, step: Step) -> list[Violation]:
@@ -135,7 +139,7 @@ class TraceJudge:
     def _graph(self, step: Step) -> list[Violation]:
         specs = [GroupSpec(**s) for s in step.meta["specs"]]
         self.families.update({s.group_id: s.family for s in specs})
-        self.rings.update({s.group_id: s.window for s in specs if s.layout == "ring"})
+        self.rings.update({s.group_id: s.window for s in specs if s.layout == "ring" and s.window is not None})
         try:
             self.model = self.profile.graph_model(specs, **step.meta["sizes"])
         except (TypeError, ValueError, ContractViolation) as err:  # the recorded event names no graph
@@ -143,16 +147,21 @@ class TraceJudge:
                                                   f"graph ({type(err).__name__}: {err})"]) from None
         return []
 
+    def _allocate(self, step: Step) -> list[Violation]:
+        return judge_allocator_step(step) + self.pools.allocate(step)
+
     def _pages(self, step: Step) -> list[Violation]:
-        for gid, group in step.groups.items():
-            pages = group.pages.astype(np.int64).reshape(-1)
+        if is_pool_free(step, set(self.families)):
+            return self.pools.free(step)
+        for gid in step.groups:
+            pages = step.need("pages", gid).astype(np.int64).reshape(-1)
             hist = self._history(gid)
             hist.free(step.index, pages) if step.kind == "free" else hist.alloc(pages)
         return []
 
     def _finish(self, step: Step) -> list[Violation]:
         for hist in self.history.values():
-            hist.finish(step.req_ids)
+            hist.finish(step.need("req_ids"))
         return []
 
     def _locations(self, step: Step, kind: str | None = None) -> list[Violation]:
@@ -163,6 +172,9 @@ class TraceJudge:
             g.locs is not None or (step.error is not None and step.error_group in (None, gid)))]
         if "strict" in self.tiers:
             out += judge_strict(self.profile, step, [gid for gid in attention if gid not in self.rings])
+        if step.seq_lens is not None:
+            rows = len(step.seq_lens)
+            out += judge_sectors(step, rows if step.actual_bs is None else min(step.actual_bs, rows), self.families)
         for gid, group in step.groups.items():
             if gid in attention and gid in self.rings:
                 out += judge_ring(self.profile, step, gid, kind, self.rings[gid])
@@ -181,12 +193,13 @@ class TraceJudge:
         return self._history(gid).observe(step.index, group.table, step.req_ids, live, group.changed)
 
     def _writes(self, step: Step, gid: str, group: GroupStep, kind: str) -> list[Violation]:
-        tokens = step_tokens(kind, step.seq_lens, step.n, step.prefix_lens, step.actual_bs)
-        locs = group.locs.astype(np.int64).reshape(-1)[: len(tokens.rows)]
+        tokens = step_tokens(kind, step.need("seq_lens"), step.n, step.prefix_lens, step.actual_bs)
+        locs = step.need("locs", gid).astype(np.int64).reshape(-1)[: len(tokens.rows)]
         rows = tokens.rows[: len(locs)]
         real = (rows < tokens.live) & (locs >= group.page_size) & ~dropped(self.profile, locs)
         index = np.flatnonzero(real)
-        return self._history(gid).writes(step.index, locs[index], group.page_size, index, rows[index], step.req_ids)
+        return self._history(gid).writes(step.index, locs[index], group.page_size, index, rows[index],
+                                         step.need("req_ids"))
 
     def _replay(self, step: Step) -> list[Violation]:
         bs = int(step.meta["bs"])
@@ -194,7 +207,7 @@ class TraceJudge:
                       error=step.error)
         live = bs
         for gid, group in step.groups.items():
-            table = group.table
+            table = step.need("table", gid)
             live = min(live, len(table))
             full = np.zeros((bs, table.shape[1]), np.int64)
             full[: min(bs, len(table))] = table[:bs]
@@ -207,9 +220,9 @@ class TraceJudge:
         """G3 and G4 against the reference's buffer model, which carries the buffers from replay to replay."""
         if self.model is None:
             return []
-        tables = {gid: g.table.tolist() for gid, g in step.groups.items()}
+        tables = {gid: step.need("table", gid).tolist() for gid in step.groups}
         try:
-            self.profile.replay(self.model, bs, tables, [int(s) for s in step.seq_lens], step.n,
+            self.profile.replay(self.model, bs, tables, [int(s) for s in step.need("seq_lens")], step.n,
                                 actual_bs=step.actual_bs)
         except ContractViolation as err:
             if step.error is None and self.profile.backend_validates:
@@ -287,7 +300,7 @@ def _judge_steps(reader: TraceReader, report: Report, profile: str | Profile | N
         level = "correct"
         report.notes.append("recorded without debug mode (meta 'debug'), where a backend refuses only what it sees "
                             "without a device sync: strictness not judged, level correct")
-    judge = TraceJudge(prof, level, header.specs)
+    judge = TraceJudge(prof, level, header.specs, pool_frees=bool(header.meta.get(POOL_FREES)))
     setup: list[Step] = []
     replays: deque[Step] = deque(maxlen=REPLAYS_KEPT)
     for step in reader.steps(shared=True):

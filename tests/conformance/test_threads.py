@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from kvtable.conformance.context import make_context
+from kvtable.conformance.execute import run_property
 from kvtable.conformance.properties import select
-from kvtable.conformance.runner import make_context, run_property
 from kvtable.conformance.threads import one_thread
 
 
