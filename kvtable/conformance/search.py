@@ -22,6 +22,7 @@ from kvtable.conformance.budget import BudgetSpent, spent
 from kvtable.conformance.checks import Mismatch
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.counterexample import Blob
+from kvtable.conformance.threads import one_thread
 from kvtable.strategies.domain import drawing
 
 __all__ = ["PHASES", "STEPS_PER_MACHINE", "Count", "search"]
@@ -85,7 +86,7 @@ def search(prop: Property, ctx: Context, count: Count, *, examples: int, seed: i
         factory = replay(hypothesis_seed(seed)(_machines(prop.stateful, ctx, count, deadline)))
         # Hypothesis annotates the factory as a class; it takes (and documents) any callable returning a machine
         machines = cast("type[RuleBasedStateMachine]", factory)
-        with drawing(ctx.profile.domain):
+        with drawing(ctx.profile.domain), one_thread():
             run_state_machine_as_test(machines, settings=_settings(examples, database, shrink,
                                                                    stateful_step_count=STEPS_PER_MACHINE))
         return
@@ -94,7 +95,7 @@ def search(prop: Property, ctx: Context, count: Count, *, examples: int, seed: i
     test = _settings(examples, database, shrink)(replay(hypothesis_seed(seed)(given(prop.strategy)(
         _body(prop, ctx, count, deadline)))))
     kvtable.internals.set_database_key(test, f"kvtable:{prop.name}".encode())
-    with drawing(ctx.profile.domain):  # the strategies draw what the profile's engine can hold
+    with drawing(ctx.profile.domain), one_thread():  # draws the profile's engine can hold, on one thread
         test()
 
 
