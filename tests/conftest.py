@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import kvtable.internals
+import kvtable.impl.triton_kernels  # noqa: F401 (sets TRITON_INTERPRET where CUDA is absent, before any test
+import kvtable.internals  # imports triton: standard's jit helpers such as tl.sum interpret only if it was set first)
 
 SUPPORT = Path(__file__).resolve().parent / "support"
 sys.path.insert(0, str(SUPPORT))
