@@ -60,10 +60,10 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--baseline {python}: not an executable interpreter (another checkout's venv's python)")
     import torch
 
-    from kvtable.bench.harness import Settings, host_info, write_json
+    from kvtable.bench.harness import Settings, Size, host_info, write_json
 
     torch.set_num_threads(args.threads)
-    size = "smoke" if args.smoke else "quick" if args.quick else "full"
+    size: Size = "smoke" if args.smoke else "quick" if args.quick else "full"
     settings = Settings.for_size(size, args.baseline)
     host = host_info()
     print(f"kvtable bench ({size}): torch {host['torch']}, {host['torch_threads']} thread(s) of "

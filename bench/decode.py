@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -29,6 +30,9 @@ from kvtable.bench.harness import (
     require_same,
 )
 from kvtable.bench.workload import Workload, decode_workload, stacked
+
+if TYPE_CHECKING:
+    from kvtable.impl.kernels import Kernels
 
 TARGET_GROUPS = 3
 TARGET_BS = 512
@@ -92,7 +96,7 @@ def run(settings: Settings, case_list: list[Case] | None = None) -> Section:
     return section
 
 
-def _stacked_pass(kernels: object, w: Workload, seq: torch.Tensor, n: int
+def _stacked_pass(kernels: Kernels, w: Workload, seq: torch.Tensor, n: int
                   ) -> Callable[[], dict[str, torch.Tensor]]:
     stack, widths, page_sizes = stacked(w.specs, w.tables)
     out = torch.empty(stack.shape[0], w.batch.bs * n, dtype=torch.int32, device=stack.device)

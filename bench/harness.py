@@ -122,7 +122,7 @@ def measure(candidates: Mapping[str, Callable[[], object]], settings: Settings, 
     if not candidates:
         raise ValueError("nothing to measure")
     threads = torch.get_num_threads()
-    clock = {} if device == "cuda" else {"timer": time.thread_time}
+    clock: dict[str, Any] = {} if device == "cuda" else {"timer": time.thread_time}
     timers = {name: benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, **clock)
               for name, fn in candidates.items()}
     calls = {name: _calls_per_sample(timer, settings) for name, timer in timers.items()}

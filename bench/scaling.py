@@ -3,6 +3,8 @@ token, for impl's ``group_locs`` and the bare formula, timed interleaved."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from kvtable.bench.baselines import bare_decode_locs
@@ -30,8 +32,8 @@ def run(settings: Settings) -> Section:
         for bs in batch_sizes(settings.size):
             w = decode_workload(groups, bs, n=1, seed=400 + bs, max_seq=MAX_SEQ)
             seq = torch.tensor(w.batch.seq_lens, dtype=torch.int32)
-            candidates = {"impl": lambda w=w: group_locs(w.specs, w.tables, w.batch, debug=False),
-                          "bare": lambda w=w, seq=seq: bare_decode_locs(w.specs, w.tables, seq, 1)}
+            candidates = {"impl": partial(group_locs, w.specs, w.tables, w.batch, debug=False),
+                          "bare": partial(bare_decode_locs, w.specs, w.tables, seq, 1)}
             require_same(f"scaling {groups} groups bs {bs}", candidates["impl"](), candidates["bare"]())
             t = timings[bs] = measure(candidates, settings)
             section.add(groups=groups, bs=bs, impl_us=t["impl"].median * 1e6, bare_us=t["bare"].median * 1e6,

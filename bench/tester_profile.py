@@ -18,6 +18,7 @@ example first, untimed, so what its first use costs once (imports, strategies bu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -58,7 +59,7 @@ class Clock:
         def run(*args: Any, **kwargs: Any) -> Any:
             with self.phase(name):
                 return fn(*args, **kwargs)
-        run.__wrapped__ = fn  # type: ignore[attr-defined]
+        functools.update_wrapper(run, fn, assigned=(), updated=())  # sets run.__wrapped__ alone
         return run
 
 
@@ -110,11 +111,11 @@ def _reference_functions(clock: Clock) -> tuple[dict[int, tuple[Any, Any]], list
 @contextmanager
 def instrumented(clock: Clock, *, guard: bool = True) -> Iterator[None]:
     """The phases timed on ``clock`` for the block (and the index guard off where ``guard`` is False)."""
-    from kvtable.conformance import checks, watch
+    from kvtable.conformance import checks, integrity, watch
 
     inputs_cls, guard_cls, judge = watch.Inputs, watch.IndexGuard, checks.judge
 
-    class TimedInputs(inputs_cls):  # type: ignore[misc, valid-type]
+    class TimedInputs(integrity.Inputs):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             with clock.phase("integrity"):
                 super().__init__(*args, **kwargs)

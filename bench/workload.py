@@ -118,5 +118,5 @@ def stacked(specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor]
     stack = torch.full((len(groups), first.shape[0], max(widths)), -1, dtype=torch.int32, device=first.device)
     for g, spec in enumerate(groups):
         stack[g, :, : widths[g]] = tables[spec.group_id]
-    as_i32 = dict(dtype=torch.int32, device=first.device)
-    return stack, torch.tensor(widths, **as_i32), torch.tensor([s.block_granularity for s in groups], **as_i32)
+    return stack, torch.tensor(widths, dtype=torch.int32, device=first.device), \
+        torch.tensor([s.block_granularity for s in groups], dtype=torch.int32, device=first.device)

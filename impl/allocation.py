@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kvtable.alloc_contract import Allocation, AllocState
+from kvtable.alloc_contract import Allocation, AllocState, SwaPool
 from kvtable.errors import ContractViolation
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ def check_allocation(before: torch.Tensor, state: AllocState, allocation: Alloca
     partial = _partial(state, before, None)
     _slots("A3", state, locs, state.free_pages, (state.pool_pages + 1) * state.page_size, partial, live, req, pos)
     if state.swa is not None:
-        _check_swa(state, before, allocation, locs, live, req, pos)
+        _check_swa(state, state.swa, before, allocation, locs, live, req, pos)
     _check_pool(state.page_size, state.pool_pages, state.free_pages, allocation.free_pages,
                 allocation.freed_pages, locs, live, partial, req, pos, rows=state.rows)
 
@@ -217,10 +217,10 @@ def _check_pool(ps: int, pool_pages: int, free_before: torch.Tensor, free_after:
                                 "out, and it is neither free nor freed after it")
 
 
-def _check_swa(state: AllocState, before: torch.Tensor, allocation: Allocation, locs: torch.Tensor,
+def _check_swa(state: AllocState, swa: SwaPool, before: torch.Tensor, allocation: Allocation, locs: torch.Tensor,
                live: torch.Tensor, req: torch.Tensor, pos: torch.Tensor) -> None:
     """A5: the SWA slots by A3's rules in the SWA pool, recorded at the chosen full slots, the sentinel kept."""
-    swa, mapping = state.swa, allocation.swa_mapping
+    mapping = allocation.swa_mapping
     if allocation.swa_locs is None or mapping is None:
         raise ContractViolation("A5", "a SWA pool was handed, but no SWA locations or mapping came back")
     swa_locs, mapping = allocation.swa_locs.reshape(-1).long(), mapping.reshape(-1).long()

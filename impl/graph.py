@@ -9,6 +9,7 @@ recomputes every group's locations in one ``stacked_locs`` call.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -25,7 +26,7 @@ MAX_LAYOUTS = 1024
 """Kept ``replay_fill`` metadata tensors, one per layout of the live tables (offsets, columns)."""
 
 
-def _buffer_device(device: object) -> torch.device:
+def _buffer_device(device: Any) -> torch.device:
     """G1: a torch device this process can allocate on, or a refusal naming it."""
     try:
         found = torch.device(device)
@@ -108,7 +109,7 @@ class GroupGraphBuffers:
         if lengths is not None:
             self.check_short_rows(lengths[: max(live.values())], tokens_per_req)
             self.check_reach(lengths[:bs], tokens_per_req, live_tables, live)
-        self._fill(bs, live_tables, live)
+        self.fill_tables(bs, live_tables, live)
         self.kernels.stacked_locs(self.table_stack, self._widths, self._page_sizes, seq, self.loc_stack, bs,
                                   tokens_per_req)
 
@@ -124,6 +125,7 @@ class GroupGraphBuffers:
         delivered = {gid for gid in tables or () if gid not in self.state_ids}
         if not captured or delivered != captured:
             raise StaleGraphState("G5", self._stale_groups(bs, captured, delivered, bool(tables)))
+        assert tables is not None  # it delivered the captured groups, and there are some
         live = {gid: tables[gid] for gid in self.group_ids}
         for gid, table in live.items():
             validate.check_table(table, 0, group=gid)
@@ -198,8 +200,10 @@ class GroupGraphBuffers:
             raise ContractViolation("T4", f"seq_len {lengths[row]} falls on the tail pad past the table's "
                                     f"{filled} kernel columns (stale seq_len?)", group=gid, row=row, col=col)
 
-    def _fill(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
-        """G3 replay-fill: one ``replay_fill`` over the live tables, then zero any group's extra rows.
+    def fill_tables(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
+        """G3 replay-fill: one ``replay_fill`` over the live tables, then zero any group's extra rows. The step of
+        ``replay`` that writes the table buffers, after every check: a runner that fills them its own way (an
+        engine's padding convention, a zoo mutant) overrides this.
 
         When the live tables are row-major views of one storage on the buffers' device (an engine that
         allocates every group's table from one pool), ``replay_fill`` reads them where they lie, through
@@ -237,7 +241,7 @@ class GroupGraphBuffers:
                     or table.shape[1] != cols or not table[:rows].is_contiguous()
                     or table.untyped_storage().data_ptr() != storage):
                 return None
-            starts.append(table.storage_offset())
+            starts.append(int(table.storage_offset()))
         low = min(starts)
         span = max(start + rows * cols for start, cols in zip(starts, columns, strict=True)) - low
         if span >= INT32_END:

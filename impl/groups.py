@@ -15,6 +15,7 @@ T = TypeVar("T")
 def specs_by_id(specs: Specs) -> dict[str, GroupSpec]:
     """The declared groups keyed by id, each checked: a known family, E1 for an attention group's block
     granularity (a positive int), a window >= 1 for a sliding group and none for a full-attention one."""
+    by_id: dict[Any, Any]  # what the caller passed, each spec and key checked below
     if isinstance(specs, Mapping):
         by_id = dict(specs)
         wrong = [(key, spec.group_id) for key, spec in by_id.items()
@@ -64,7 +65,7 @@ def _check_layout(gid: Any, spec: GroupSpec) -> None:
 
 
 def _positive_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 1
 
 
 def shed_state_groups(specs: Mapping[str, GroupSpec], tables: Mapping[str, T]) -> dict[str, T]:

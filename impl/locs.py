@@ -79,7 +79,7 @@ def fixed_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str
 
 
 def extend_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[str, int],
-                      prefix_lens: Sequence[int], extend_lens: Sequence[int], *,
+                      prefix_lens: Sequence[int] | np.ndarray, extend_lens: Sequence[int] | np.ndarray, *,
                       kernels: Kernels = TORCH_KERNELS) -> dict[str, torch.Tensor]:
     """W3 for already-validated tables: positions ``[prefix, prefix + extend)`` per request, one kernel call.
 
@@ -95,11 +95,12 @@ def extend_group_locs(tables: Mapping[str, torch.Tensor], page_sizes: Mapping[st
     if grouped is not None:
         prefix, extend = int64_mirror(prefix_lens), int64_mirror(extend_lens)
         total = None if prefix is None or extend is None else _inside_tables(ordered, block_sizes, prefix, extend)
-        if total is not None:
+        if total is not None and prefix is not None and extend is not None:
             out = torch.empty(len(gids), total, dtype=torch.int32, device=ordered[0].device)
-            if not getattr(kernels, "host_bounds", False):
-                prefix, extend = host_ints(prefix), host_ints(extend)
-            grouped(ordered, block_sizes, prefix, extend, out)
+            if getattr(kernels, "host_bounds", False):
+                grouped(ordered, block_sizes, prefix, extend, out)
+            else:
+                grouped(ordered, block_sizes, host_ints(prefix), host_ints(extend), out)
             return dict(zip(gids, out, strict=True))
     prefix_lens, extend_lens = host_ints(prefix_lens), host_ints(extend_lens)
     stack, widths, sizes = stack_tables(ordered, len(extend_lens), block_sizes)
@@ -156,9 +157,9 @@ def group_locs(specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch, *
             validate.check_width(batch, widths, sizes)  # unless every row, live or not, fits every group
     if batch.mode == "extend":
         assert batch.prefix_lens is not None
-        if runs is None:
-            runs = (batch.prefix_lens, list(map(operator.sub, batch.seq_lens, batch.prefix_lens)))
-        locs = extend_group_locs(live, sizes, runs[0], runs[1], kernels=kernels)
+        prefix, extend = (batch.prefix_lens, list(map(operator.sub, batch.seq_lens, batch.prefix_lens))) \
+            if runs is None else runs[:2]
+        locs = extend_group_locs(live, sizes, prefix, extend, kernels=kernels)
     else:
         seq = upload(batch.seq_lens, "cpu", torch.int64) if mirror is None else torch.from_numpy(mirror)
         locs = fixed_group_locs(live, sizes, seq, batch.tokens_per_row, kernels=kernels, longest=longest,
@@ -286,7 +287,7 @@ def _live_tables(specs: Specs, tables: Mapping[str, torch.Tensor], bs: int
     return by_id, live
 
 
-_checked: dict[tuple[int, ...], tuple[object, dict[str, GroupSpec], frozenset[str]]] = {}
+_checked: dict[tuple[int, ...] | None, tuple[object, dict[str, GroupSpec], frozenset[str]]] = {}
 SPECS_CACHE_SIZE = 16
 """Checked spec sets remembered (an engine declares its groups once)."""
 

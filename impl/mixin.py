@@ -116,7 +116,7 @@ class CacheGroupsMixin:
     def select_out_cache_loc(self, group_id: str | None, caller: T) -> T | torch.Tensor:
         """S2 loc-select: draft chains and steps without per-group locations keep the caller's locations."""
         md = self.forward_metadata
-        per_group = None if md is None else md.out_cache_locs
+        per_group: Mapping[str, T | torch.Tensor] | None = None if md is None else md.out_cache_locs
         return select_locs(per_group, group_id, caller, prefer_caller=self.is_draft)
 
     # Eager metadata -----------------------------------------------------------------------------------

@@ -172,9 +172,10 @@ def _spans(tables: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[int
     valid while the tables do."""
     storage = tables[0].untyped_storage().data_ptr()
     if all(t.untyped_storage().data_ptr() == storage for t in tables[1:]):
-        first = min(t.storage_offset() for t in tables)
-        end = max(t.storage_offset() + flat(t).numel() for t in tables)
-        return [tables[0].as_strided((end - first,), (1,), first)], [t.storage_offset() - first for t in tables]
+        offsets = [int(t.storage_offset()) for t in tables]
+        first = min(offsets)
+        end = max(offset + flat(t).numel() for offset, t in zip(offsets, tables, strict=True))
+        return [tables[0].as_strided((end - first,), (1,), first)], [offset - first for offset in offsets]
     return [flat(t) for t in tables], [0] * len(tables)
 
 

@@ -11,7 +11,7 @@ import torch
 
 from kvtable.contract import Batch
 
-_PACKED = {torch.int32: ("i", np.int32), torch.int64: ("q", np.int64)}
+_PACKED: dict[torch.dtype, tuple[str, type[np.integer]]] = {torch.int32: ("i", np.int32), torch.int64: ("q", np.int64)}
 """``struct`` codes and numpy dtypes of the integer dtypes ``_mirror`` packs host ints into."""
 
 
@@ -44,7 +44,7 @@ def int64_mirror(values: Sequence[int] | np.ndarray) -> np.ndarray | None:
     return _mirror(values, *_PACKED[torch.int64])
 
 
-def _mirror(values: Sequence[int], code: str, dtype: type[np.integer]) -> np.ndarray | None:
+def _mirror(values: Sequence[int] | np.ndarray, code: str, dtype: type[np.integer]) -> np.ndarray | None:
     """``struct`` packs each value through ``__index__`` and range-checks it (nothing wraps, no float passes),
     several times faster than ``array.array`` on a tuple of python ints."""
     host = bytearray(len(values) * np.dtype(dtype).itemsize)  # writable: torch may read it in place

@@ -14,6 +14,7 @@ import operator
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress, repeat
+from typing import Any, TypeGuard
 
 import torch
 
@@ -50,7 +51,7 @@ def debug_enabled(debug: bool | None = None) -> bool:
     return DEBUG_VALUES[value.strip().lower()]
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     """A python or numpy integer, never a bool (an exact int is answered without the slower ABC check)."""
     return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
@@ -154,7 +155,7 @@ def host_lengths(values: object, what: str = "lengths", clause: str = "T9") -> t
     return items
 
 
-def _check_ints(items: Sequence[object], what: str, clause: str = "T9") -> None:
+def _check_ints(items: Sequence[Any], what: str, clause: str = "T9") -> None:
     """T9: every length is an integer (python or numpy). One C-level ``sum`` proves a tuple of python ints
     (a bool, an int subclass, passes there as the int it is); anything else is looked at type by type."""
     try:

@@ -80,7 +80,8 @@ def group_view(table: torch.Tensor, spec: GroupSpec, s: Spans, tail_pad: int) ->
     rows = whole[: s.seq.shape[0]]
     col = torch.arange(rows.shape[1], device=rows.device)
     end = (-(-s.seq // ps)).unsqueeze(1)
-    start = (s.first - spec.window + 1).clamp_min(0) // ps if spec.family == "sliding" else torch.zeros_like(s.first)
+    window = spec.window if spec.family == "sliding" else None
+    start = (s.first - window + 1).clamp_min(0) // ps if window is not None else torch.zeros_like(s.first)
     needed = (s.live & s.writes).unsqueeze(1) & (col >= start.unsqueeze(1)) & (col < end)
     return GroupView(spec, tail_pad, whole, rows, s, end, needed)
 
@@ -279,7 +280,7 @@ GROUP_CHECKS: tuple[Callable[[GroupView], Finding], ...] = (
 def table_findings(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tensor], s: Spans,
                    tail_pad: int) -> list[Finding]:
     """Every group's table checks (groups in id order), none read back yet."""
-    findings = []
+    findings: list[Finding] = []
     for gid in sorted(tables):
         view = group_view(tables[gid], specs[gid], s, tail_pad)
         findings.extend(check(view) for check in GROUP_CHECKS)

@@ -10,7 +10,7 @@ rounded up to a page), give SWA slots to a tail only, and hands back its free li
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def _source(obj: object) -> str:
     """Python source that rebuilds an allocator state (tensors as ``torch.tensor(...)``): replayable transcripts."""
     if hasattr(obj, "tolist") and hasattr(obj, "dtype"):
         return f"torch.tensor({obj.tolist()}, dtype={obj.dtype})"
-    if hasattr(obj, "__dataclass_fields__"):
+    if is_dataclass(obj):
         return f"{type(obj).__name__}({', '.join(f'{f.name}={_source(getattr(obj, f.name))}' for f in fields(obj))})"
     return repr(obj)
 

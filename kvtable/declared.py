@@ -17,8 +17,7 @@ def declared(package: str, call: str, fields: int = 1) -> list[tuple[str, ...]]:
     for path in sorted(Path(spec.submodule_search_locations[0]).glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == call:
-                head = node.args[:fields]
-                if len(head) == fields and all(isinstance(a, ast.Constant) and isinstance(a.value, str)
-                                               for a in head):
-                    found.append(tuple(a.value for a in head))  # type: ignore[attr-defined]
+                head = [a.value for a in node.args[:fields] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                if len(head) == fields:  # each of the first ``fields`` arguments a string literal
+                    found.append(tuple(head))
     return found

@@ -57,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
     profile = get_profile(config.getoption("--kvtable-profile")).name
     level = config.getoption("--kvtable-level")
     keyed = KeyedDatabase(database, database_prefix(backend, profile, level)) if database else None
-    phases = (Phase.explicit, Phase.reuse) if config.getoption("--kvtable-replay") else settings.default.phases
+    phases = (Phase.explicit, Phase.reuse) if config.getoption("--kvtable-replay") else settings().phases
     # derandomize off: Hypothesis' CI profile (loaded when CI is set) derandomizes, which ignores the shared
     # database and makes HypoFuzz refuse every test
     settings.register_profile("kvtable-database", parent=settings.default, database=keyed, phases=phases,

@@ -28,7 +28,8 @@ from typing import Any, TextIO
 from kvtable import interrupts
 from kvtable.argtypes import positive_float, positive_int
 from kvtable.exitcodes import EXIT_FAILED, EXIT_INCONCLUSIVE, EXIT_PASSED, EXIT_TOO_SLOW, UsageError
-from kvtable.prover.bindings.binding import Binding, check_binding, load_binding, load_object
+from kvtable.prover.bindings.binding import Binding, load_binding, load_object
+from kvtable.prover.bindings.check import check_binding
 from kvtable.prover.bindings.coverage import output_stores
 from kvtable.prover.bindings.queries import symbolic_run
 from kvtable.prover.obligations.kernels import KernelObligation, kernel_obligations, kernel_outcome, preload
@@ -223,7 +224,8 @@ def kernel_model_text(model: Iterable[tuple[str, int | bool]]) -> list[str]:
     masked-off loads' free values), then one line per access that happens (its mask on): the element it reads or
     writes, its line, and for a store what it stored and what the clause says. ``--show-counterexamples`` prints
     every value as the query has them."""
-    inputs, accesses = [], {}
+    inputs: list[tuple[str, int | bool]] = []
+    accesses: dict[tuple[str, int, str], dict[str, int | bool]] = {}
     for name, value in model:
         found = ACCESS.match(name)
         if found is None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvtable.contract import Specs
 from kvtable.errors import ContractViolation, StaleGraphState
 from kvtable.reference.expand import expand_entry, page_ratio
 from kvtable.reference.model import (
@@ -26,7 +27,7 @@ from kvtable.reference.model import (
     unclamped_positions,
 )
 from kvtable.reference.slots import row_slots
-from kvtable.reference.tables import Specs, as_table, specs_by_id
+from kvtable.reference.tables import as_table, specs_by_id
 
 
 @dataclass(frozen=True)

@@ -184,7 +184,7 @@ def load(spec: str | None = None, *, debug: bool | None = None) -> Backend:
     ``NoDebugMode`` for ``debug=True`` on a backend without a debug mode.
     """
     name = spec or default_spec()
-    obj = resolve(spec)
+    obj: Any = resolve(spec)  # a factory (class or function) or a ready instance: told apart here
     if inspect.isclass(obj) or (callable(obj) and not is_backend(obj)):
         if debug is None or (not debug and not _takes_debug(obj)):
             backend = obj()
@@ -211,7 +211,7 @@ def debug_twin(backend: Backend, *, debug: bool = True) -> Backend:
     """
     if getattr(backend, "debug", None) is debug:
         return backend
-    cls = type(backend)
+    cls: Any = type(backend)  # a class with a debug= constructor argument (checked here): the protocol has none
     params = inspect.signature(cls).parameters
     if "debug" not in params:
         raise NoDebugMode(f"{cls.__qualname__} takes no 'debug' argument, so it has no debug mode; pass a "

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kvtable import reference
 from kvtable.reference import Batch, GroupSpec, ring
-from kvtable.reference.graph import GroupBuffers, ShortRows
-from kvtable.reference.model import Table
+from kvtable.reference.graph import GroupBuffers
+from kvtable.reference.model import ShortRows, Table
 from kvtable.reference.safety import Token, UnsafeWrite, unsafe_writes
 from kvtable.reference.tables import as_table, specs_by_id
 
@@ -219,9 +219,6 @@ class Profile:
         """Location tensors may come back in the profile's dtype, or int32 for an int64 engine (compared by value)."""
         return str(dtype) in ("torch.int32", f"torch.{self.loc_dtype}")
 
-    def accepts_short_verify(self) -> bool:
-        return self.clamp_short_verify
-
     @property
     def scrubs_dummy_rows(self) -> bool:
         """Whether padded rows must hold page 0 (T2), or may hold anything the engine never reads."""
@@ -229,7 +226,7 @@ class Profile:
 
     def unread_rows_as_given(self, want: Table, got: Table, live: int | None) -> Table:
         """``want`` with the padded rows (``>= live``) taken from ``got`` where the engine never reads them: they
-        are not judged (vLLM expands and copies only its live rows, ``map_to_kernel_blocks``)."""
+        are not judged (vLLM expands and copies only its live rows, ``map_to_kernel_block_table``)."""
         if self.scrubs_dummy_rows or live is None:
             return want
         return [*want[:live], *got[live:len(want)]]
@@ -352,7 +349,7 @@ class Profile:
         """The reference's ``GraphModel`` with this profile's short-row convention (``sizes``: its keywords)."""
         return reference.GraphModel(specs, short_rows=self.short_rows, **sizes)
 
-    def replay(self, model: reference.GraphModel, bs: int, tables: Mapping[str, Table] | None,
+    def replay(self, model: reference.GraphModel, bs: int, tables: Mapping[str, Any] | None,
                seq_lens: Sequence[int], tokens_per_req: int = 1, *, actual_bs: int | None = None) -> None:
         """``model.replay`` under this profile: bs-0 and extra-group conventions first, then ``after_replay``."""
         if bs == 0 and self.replay_bs0 == "noop":
@@ -428,13 +425,20 @@ VLLM = Profile(
 - Slots: ``vllm/v1/worker/block_table.py`` (``compute_slot_mapping``, ``_compute_slot_mapping_kernel``) turn
   positions into ``block_id * block_size + pos % block_size`` in an int64 buffer (int64 since vLLM #1486);
   one extra program writes ``PAD_SLOT_ID`` (-1) over ``[num_tokens, max_num_tokens)``, so padded tokens and
-  the buffer's tail hold -1. ``map_to_kernel_blocks`` turns block ``b`` into kernel blocks ``b*r .. b*r+r-1``
-  when the attention kernel's block is ``r`` times smaller; ``BlockTable.append_row``
-  (``vllm/v1/worker/block_table.py``) maps only the request's own block ids, so a null block 0 among them
-  becomes ``0 .. r-1`` and the columns after them keep what they held, 0 in a fresh table (a row's block list
-  never ends in the null block: ``own_blocks_only``). In 0.33 ``BlockTable`` expands nothing: the attention
-  metadata's table goes through ``AttentionGroup.map_to_kernel_block_table`` (``vllm/v1/worker/utils.py``),
-  which maps every entry, so a 0 tail becomes ``0 .. r-1`` there; both are accepted.
+  the buffer's tail hold -1. When the attention kernel's block is ``r`` times smaller, block ``b`` becomes
+  kernel blocks ``b*r .. b*r+r-1``: in 0.33 ``BlockTable`` (``vllm/v1/worker/block_table.py``) expands
+  nothing, and the attention metadata's table goes through ``AttentionGroup.map_to_kernel_block_table``
+  (``vllm/v1/worker/utils.py``, ``kernel_block_offsets`` added to every entry of the batch's rows), so a null
+  block 0 and a 0 tail both become ``0 .. r-1``. Earlier versions' ``BlockTable.append_row`` mapped only a
+  request's own block ids, leaving the columns after them 0 (a row's block list never ends in the null block:
+  ``own_blocks_only``); both are accepted.
+- Allocation: ``vllm/v1/core/kv_cache_manager.py`` (``KVCacheManager.allocate_slots``) gives a request the
+  blocks its ``num_computed_tokens + num_new_tokens`` (plus lookahead) need from ``BlockPool``'s free queue
+  (``vllm/v1/core/block_pool.py``, ``get_new_blocks`` pops from its front), block 0 never (the null block);
+  a prefix-cache hit shares full blocks (``get_computed_blocks``). A token's slot is its block's id times the
+  block size plus its offset (the slot-mapping kernel above): the allocator route (A1-A4, A6) judges it with
+  the token table as each request's blocks expanded to slots. vLLM keeps no full-to-SWA slot mapping (its
+  sliding-window groups take blocks from the same pool), so A5 does not apply.
 - Model Runner V2, ``vllm/v1/worker/gpu/block_table.py`` (``BlockTables.compute_slot_mappings``,
   ``_compute_slot_mappings_kernel``): all groups in one launch with a per-group ``block_sizes`` tensor, the
   rest of the int64 buffer padded with -1; ``get_dummy_slot_mappings`` fills the whole buffer with -1. Its

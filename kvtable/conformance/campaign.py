@@ -39,7 +39,7 @@ ConjectureResult = private("ConjectureResult")
 if not hasattr(ConjectureResult, "slice_comments"):
     # HypoFuzz (25.11.1) copies the explain phase's comments off the shrunk failure as it reports it; Hypothesis
     # 6.170 no longer keeps them there, so without this the fuzz worker dies on the very failure it found.
-    ConjectureResult.slice_comments = {}  # type: ignore[attr-defined]
+    ConjectureResult.slice_comments = {}
 
 CAMPAIGN_PROPERTIES = tuple(p for p in PROPERTIES if p.stateful is None)
 """Every property with a strategy (the stateful graph protocol runs under ``kvtable fuzz``)."""

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from kvtable.conformance.options import database_target
 from kvtable.exitcodes import UsageError
+
+if TYPE_CHECKING:
+    from hypothesis.database import ListenerEventT
 
 __all__ = ["DatabaseFailed", "KeyedDatabase", "database_prefix", "open_database"]
 
@@ -90,11 +93,15 @@ class KeyedDatabase(ExampleDatabase):
     def _stop_listening(self) -> None:
         self.inner.remove_listener(self._forward)
 
-    def _forward(self, event: tuple[str, tuple[bytes, bytes]]) -> None:
+    def _forward(self, event: ListenerEventT) -> None:
         """Pass on the inner database's changes under this prefix, with the prefix taken off (HypoFuzz listens)."""
         kind, (key, value) = event
-        if key.startswith(self.prefix):
-            self._broadcast_change((kind, (key[len(self.prefix):], value)))  # type: ignore[arg-type]
+        if not key.startswith(self.prefix):
+            return
+        if kind == "save" and value is not None:
+            self._broadcast_change(("save", (key[len(self.prefix):], value)))
+        else:
+            self._broadcast_change(("delete", (key[len(self.prefix):], value)))
 
     def _guard(self, call: Callable[[], T]) -> T:
         try:
@@ -112,7 +119,7 @@ def _named(database: ExampleDatabase) -> str:
     """A database in a few words: its folder, its Redis server's URL, or its class (never a client's long repr)."""
     if isinstance(database, DirectoryBasedExampleDatabase):
         return str(database.path)
-    if _is_redis(database):
-        where = database.redis.connection_pool.connection_kwargs
+    if (client := getattr(database, "redis", None)) is not None:
+        where = client.connection_pool.connection_kwargs
         return f"redis://{where.get('host')}:{where.get('port')}/{where.get('db', 0)}"
     return type(database).__name__

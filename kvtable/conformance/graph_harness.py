@@ -13,7 +13,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from enum import Enum
+from typing import Any, Final
 
 import torch
 
@@ -33,7 +34,11 @@ STALE_KINDS = ("none", "empty dict", "missing group", "extra group", "empty tabl
 BAD_STEPS = ("capture bs 0", "capture bs > max_bs", "capture N > spec_n", "capture unknown group", "replay bs 0",
              "replay bs > max_bs", "replay N > spec_n", "replay short seq_lens")
 """G2-G4: capture and replay sizes outside what the buffers were allocated for, and unknown groups."""
-OWN_TABLES = object()
+class _Delivery(Enum):
+    OWN_TABLES = "own tables"
+
+
+OWN_TABLES: Final = _Delivery.OWN_TABLES
 """``GraphHarness.replay``'s default delivery: the step's own tables (None is the stale delivery of no tables)."""
 ACCEPTED = "accepted broken input"
 """The kind ``checks.judge`` gives a backend that accepts what the reference refuses."""
@@ -208,7 +213,7 @@ class GraphHarness:
         return before if len(self.views) > before else None
 
     # -- G3-G5 ------------------------------------------------------------------------------------
-    def replay(self, step: Replay, tables: Mapping[str, Any] | None | object = OWN_TABLES, *,
+    def replay(self, step: Replay, tables: Mapping[str, Any] | None | _Delivery = OWN_TABLES, *,
                clause: str = "G3") -> None:
         """Replay on both sides (``tables`` overrides the step's, None included, for stale deliveries) and compare."""
         assert self.model is not None
@@ -260,9 +265,10 @@ class GraphHarness:
         """The first location of ``[:bs*N]`` a captured graph would write outside the step's own slots, judged
         against the step's true tables as the model fills them (a step the model refuses: the runner's own)."""
         assert self.model is not None
-        truth = copy.deepcopy(self.model)
+        filled = copy.deepcopy(self.model)
+        truth: GraphModel | None = filled
         try:
-            self.ctx.profile.replay(truth, step.bs, step.tensors(), list(step.seq_lens), step.tokens_per_req,
+            self.ctx.profile.replay(filled, step.bs, step.tensors(), list(step.seq_lens), step.tokens_per_req,
                                     actual_bs=step.actual_bs)
         except ContractViolation:
             truth = None

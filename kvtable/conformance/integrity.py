@@ -101,7 +101,7 @@ class Inputs:
     def changed(self) -> InputChanged | None:
         """The first input that is no longer as it was, or None."""
         for name, now, before in self.copies:
-            if isinstance(now, list):
+            if isinstance(now, list) or isinstance(before, list):  # both or neither: ``before`` copies ``now``
                 if now != before:
                     where = next((f"entry {i}" for i, (a, b) in enumerate(zip(before, now)) if a != b),  # noqa: B905
                                  "its length")

@@ -26,7 +26,9 @@ def sink_loc(row: Sequence[int], width: int, page_size: int, pos: int) -> int:
     """
     col, offset = divmod(pos, page_size)
     page = row[col] if col < min(width, len(row)) else -1  # past the width: no slot, as a pad
-    return page_slots(NULL_PAGE if page < 0 else page, page_size)[offset]
+    slot = page_slots(NULL_PAGE if page < 0 else page, page_size)[offset]
+    assert slot is not None  # a page id >= 0 owns real slots
+    return slot
 
 
 def stacked_locs(tables: Sequence[Rows], widths: Sequence[int], page_sizes: Sequence[int],

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
 
-from kvtable.conformance.integrity import Inputs
-from kvtable.conformance.oob import IndexGuard
+from kvtable.conformance import integrity, oob
 
 __all__ = ["FOUND", "watched"]
+
+Inputs: type[integrity.Inputs] = integrity.Inputs
+IndexGuard: Callable[[Callable[[oob.OutOfBoundsIndex], None]], AbstractContextManager[Any]] = oob.IndexGuard
+"""The input check and the index guard ``watched`` runs, looked up at each call (bench/tester_profile.py times
+them by swapping its own in)."""
 
 FOUND: list[Exception] = []
 """What the watched calls (and ``--sanitize``'s Triton guard) found since the example started."""

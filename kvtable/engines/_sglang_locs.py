@@ -51,10 +51,10 @@ def gather(table: torch.Tensor, page_size: int, starts: Sequence[int], ends: Seq
     rows = torch.arange(1, bs + 1)
     if live is not None:
         rows[live:] = 0
-    start, end = torch.tensor(list(starts), dtype=torch.int64), torch.tensor(list(ends), dtype=torch.int64)
-    out = torch.empty(int((end - start).clamp_min(0).sum()), dtype=torch.int64)
+    firsts, lasts = torch.tensor(list(starts), dtype=torch.int64), torch.tensor(list(ends), dtype=torch.int64)
+    out = torch.empty(int((lasts - firsts).clamp_min(0).sum()), dtype=torch.int64)
     if bs and out.numel():
-        tokens = token_table(table, page_size, max(columns, int(end.max())))  # padded reads stay in row 0
-        sg.cache_locs.assign_extend_cache_locs[(bs,)](rows, tokens, start, end, out, tokens.shape[1],
+        tokens = token_table(table, page_size, max(columns, int(lasts.max())))  # padded reads stay in row 0
+        sg.cache_locs.assign_extend_cache_locs[(bs,)](rows, tokens, firsts, lasts, out, tokens.shape[1],
                                                       sg.utils.next_power_of_2(bs))
     return out

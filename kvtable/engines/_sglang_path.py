@@ -55,7 +55,7 @@ class Pools:
         self.req_to_token_pool = sg.memory_pool.ReqToTokenPool(size=rows - 1, max_context_len=width, device="cpu",
                                                                enable_memory_saver=False)
         size = pool_pages * page_size
-        self.kv_pool = None
+        self.kv_pool: Any = None  # SGLang's SWA pool, where there is one
         if swa_pool_pages is not None:
             self.kv_pool = sg.swa_memory_pool.SWAKVPool(
                 size=size, size_swa=swa_pool_pages * page_size, page_size=page_size, dtype=KV_DTYPE, head_num=1,

@@ -15,6 +15,7 @@ cached prefix one token past its chunk's end; the step is recorded with the leng
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from kvtable.alloc_contract import Allocation
-from kvtable.conformance.properties.allocator import EngineBuffers, alloc_outcome
+from kvtable.conformance.alloc_calls import EngineBuffers, alloc_outcome
 from kvtable.engines._sglang_faults import PREFIX_PAST_LENGTH, patched
 from kvtable.engines._sglang_path import OutOfPool, Pools, Step
 from kvtable.engines._shims_sglang import sglang
@@ -142,11 +143,15 @@ class ServingLoop:
         pools = self.pools
         rows = [r.kv.req_pool_idx for r in batch]
         table, free = pools.req_to_token.clone(), pools.full.free_pages.clone()
-        swa_free, mapping = pools.allocator.swa_attn_allocator.free_pages.clone(), pools.mapping.clone()
+        allocator = pools.allocator  # this run's pools have SWA: pools.mapping is the allocator's
+        swa_free = allocator.swa_attn_allocator.free_pages.clone()
+        mapping = allocator.full_to_swa_index_mapping.clone()
         buffers, step, error = EngineBuffers(), None, None
         try:
             with patched(self.fault), buffers:
-                call = {"extend": pools.extend, "decode": pools.decode, "verify": pools.verify}[mode]
+                calls: dict[str, Callable[..., Step]] = {"extend": pools.extend, "decode": pools.decode,
+                                                         "verify": pools.verify}
+                call = calls[mode]
                 step = call(rows, prefix, seq) if mode != "decode" else call(rows, prefix)
         except (OutOfPool, AssertionError, RuntimeError) as err:
             error = f"{type(err).__name__}: {err}"

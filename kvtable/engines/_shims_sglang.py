@@ -40,9 +40,9 @@ def _stub_torchvision() -> None:
     import_utils.is_torchvision_available()  # decided (False) before the stub exists
     root, transforms, functional = (ModuleType(n) for n in ("torchvision", "torchvision.transforms",
                                                             "torchvision.transforms.functional"))
-    transforms.InterpolationMode = functional.InterpolationMode = _InterpolationMode
-    transforms.functional = functional
-    root.transforms = transforms
+    functional.__dict__.update(InterpolationMode=_InterpolationMode)  # the stub modules' namespaces
+    transforms.__dict__.update(InterpolationMode=_InterpolationMode, functional=functional)
+    root.__dict__.update(transforms=transforms)
     sys.modules.update({m.__name__: m for m in (root, transforms, functional)})
 
 

@@ -1,4 +1,5 @@
-"""vLLM 0.33's own slot mapping and kernel-block expansion behind kvtable's backend protocol (``kvtable conform``).
+"""vLLM 0.33's own slot mapping, kernel-block expansion and block allocation behind kvtable's backend protocol
+(``kvtable conform``).
 
 Every call builds the worker's ``MultiGroupBlockTable`` (vllm/v1/worker/block_table.py) for the tables it is
 handed, fills each row with ``add_row`` and runs ``compute_slot_mapping``, which launches vLLM's Triton
@@ -9,7 +10,8 @@ padded by ``get_block_table_width``) and its scheduler never schedules a positio
 narrower than the batch's positions is a row of vLLM's table whose later columns hold 0: each group's table is
 made at least as wide as the batch reaches, and a spare row follows the batch's (vLLM's kernel has no column
 bound: a table narrower than its positions reads the next row, vLLM #53982; fault ``53982``).
-Expansion is ``AttentionGroup.map_to_kernel_block_table`` (vllm/v1/worker/utils.py).
+Expansion is ``AttentionGroup.map_to_kernel_block_table`` (vllm/v1/worker/utils.py); the allocator route is
+the scheduler's ``KVCacheManager`` (``kvtable.engines._vllm_alloc``), its slots by this backend's kernel.
 What vLLM does not have is left out: no re-anchor (``Unsupported``), no debug checker, no kvtable-shaped
 CUDA-graph runner, no validation (its scheduler and KV-cache manager keep the invariants).
 """
@@ -22,7 +24,9 @@ from typing import Any
 
 import torch
 
+from kvtable.alloc_contract import Allocation, AllocState
 from kvtable.backends import NoDebugMode
+from kvtable.engines._vllm_alloc import allocate
 from kvtable.errors import Unsupported
 
 CPU = torch.device("cpu")
@@ -118,6 +122,19 @@ class VllmBackend:
         slots = self._slot_mappings([tables[s.group_id] for s in present], [s.block_granularity for s in present],
                                     counts, positions, total)
         return dict(sorted((s.group_id, loc) for s, loc in zip(present, slots, strict=True)))
+
+    # -- the allocator route: the scheduler's KVCacheManager --------------------------------------
+    def alloc_decode(self, state: AllocState) -> Allocation:
+        """One token per request: ``KVCacheManager.allocate_slots(request, 1)``."""
+        return allocate(state, self._slot_mappings)
+
+    def alloc_verify(self, state: AllocState) -> Allocation:
+        """The verify tokens of each request (``1 + drafts`` scheduled tokens) in one ``allocate_slots``."""
+        return allocate(state, self._slot_mappings)
+
+    def alloc_extend(self, state: AllocState) -> Allocation:
+        """A chunk of each request's prefill: ``allocate_slots(request, seq - prefix)``."""
+        return allocate(state, self._slot_mappings)
 
     # -- kernel-block expansion -----------------------------------------------------------------
     def expand_table(self, table: torch.Tensor, ratio: int, *, max_kernel_pages: int | None = None,

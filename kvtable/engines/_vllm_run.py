@@ -96,7 +96,7 @@ class Driver:
         from vllm.v1.outputs import ModelRunnerOutput
 
         ids = list(out.num_scheduled_tokens)
-        sampled = []
+        sampled: list[list[int]] = []
         for req_id in ids:
             request = self.scheduler.requests[req_id]
             drafts = out.scheduled_spec_decode_tokens.get(req_id, [])

@@ -104,8 +104,8 @@ class WorkerTables:
             elif new_ids is not None:
                 self.tables.append_row(new_ids, self.rows.index(req_id))
         self._condense()
-        ids = [r for r in self.rows if r is not None]
-        return Step(ids, [out.num_scheduled_tokens[r] for r in ids], [starts[r] for r in ids], left)
+        live = [r for r in self.rows if r is not None]
+        return Step(live, [out.num_scheduled_tokens[r] for r in live], [starts[r] for r in live], left)
 
     def slot_mappings(self, step: Step) -> list[np.ndarray]:
         """Each group's slots for the step, by vLLM's kernel, and the tables it read (rows of the batch)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -62,7 +63,7 @@ class RunSummary:
     engine: str
     version: str
     fault: str | None
-    facts: dict[str, object] = field(default_factory=dict)
+    facts: Mapping[str, object] = field(default_factory=dict)
     """Counts worth printing (requests finished, tokens written, largest slot, ...), engine by engine."""
 
     def line(self) -> str:

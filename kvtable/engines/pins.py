@@ -9,18 +9,16 @@ from __future__ import annotations
 import sys
 from importlib import metadata
 
-from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 
 def pinned(distribution: str, names: list[str]) -> list[str]:
     """Each of ``names`` (a bare name, or already a requirement) with the specifier ``distribution`` states."""
-    environment = default_environment()
     stated = {}
     for line in metadata.requires(distribution) or ():
         requirement = Requirement(line)
-        if requirement.marker is None or requirement.marker.evaluate({**environment, "extra": ""}):
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
             stated[canonicalize_name(requirement.name)] = requirement
     out = []
     for name in names:

@@ -220,7 +220,8 @@ def observed(tf: SimpleNamespace, observer: _Observer) -> Iterator[None]:
         read_before = None if read_index is None else [len(r) for r in read_index]
         saved[cache, "extend_read_and_write_indices"](self, request_id, past, query, read_index, write_index)
         writes = [w[b:] for w, b in zip(write_index, before, strict=True)]
-        reads = None if read_index is None else [r[b:] for r, b in zip(read_index, read_before, strict=True)]
+        reads = None if read_index is None or read_before is None \
+            else [r[b:] for r, b in zip(read_index, read_before, strict=True)]
         observer.guarded(lambda: observer.request(self, request_id, past, query, writes, reads))
 
     def prepare(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -302,7 +303,7 @@ def record(out: str | Path, *, steps: int, seed: int, fault: str | None = None) 
             manager.stop(block=True, hard_stop=True)
     if observer.error is not None:
         raise observer.error
-    return RunSummary(str(out), observer.batches, "transformers", meta["version"], fault, observer.facts)
+    return RunSummary(str(out), observer.batches, "transformers", str(meta["version"]), fault, observer.facts)
 
 
 # -- the conform backend -----------------------------------------------------------------------------------------
@@ -452,7 +453,12 @@ class TransformersBackend:
             raise Unsupported(f"transformers' continuous batching has no {batch.mode} step")
         groups = [s for s in specs if not s.is_state]
         seq = list(batch.seq_lens)
-        prefix = list(batch.prefix_lens) if batch.mode == "extend" else [s - 1 for s in seq]
+        if batch.mode != "extend":
+            prefix = [s - 1 for s in seq]
+        elif batch.prefix_lens is None:
+            raise ValueError("an extend batch needs prefix_lens")
+        else:
+            prefix = list(batch.prefix_lens)
         live = len(seq) if batch.mode == "extend" else batch.live_rows
         allocators = [self._for(s, i) for i, s in enumerate(groups)]
         writes = self._writes(allocators, [tables[s.group_id] for s in groups], prefix, seq, live)

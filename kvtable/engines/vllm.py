@@ -2,8 +2,9 @@
 
 ``backend`` (``kvtable conform --backend kvtable.engines.vllm:backend --profile vllm``) exposes what vLLM 0.33
 has: slot mapping for decode, verify, chunked prefill and per group (the worker's ``MultiGroupBlockTable`` and
-its Triton kernel) and kernel-block expansion (``AttentionGroup.map_to_kernel_block_table``); ``backend_v2`` the
-same calls on Model Runner V2's slot-mapping and gather kernels. ``record`` drives the real V1 ``Scheduler``
+its Triton kernel), kernel-block expansion (``AttentionGroup.map_to_kernel_block_table``) and the allocator
+route (the scheduler's ``KVCacheManager.allocate_slots`` over ``BlockPool``); ``backend_v2`` the same calls on
+Model Runner V2's slot-mapping and gather kernels. ``record`` drives the real V1 ``Scheduler``
 (``kvtable trace record --engine vllm``). ``backend_53982`` and ``backend_51031`` are the V1 backend with a
 fault patched in.
 """
@@ -38,7 +39,8 @@ def _load(fault: str | None) -> None:
 
 
 def backend(*, fault: str | None = None, debug: bool = False) -> object:
-    """vLLM's slot mapping and expansion as a kvtable backend (vLLM has no debug mode: ``debug=True`` refused)."""
+    """vLLM's slot mapping, expansion and block allocation as a kvtable backend (vLLM has no debug mode:
+    ``debug=True`` refused)."""
     from kvtable.engines._vllm_backend import make_backend
 
     _load(fault)

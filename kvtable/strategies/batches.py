@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from kvtable.contract import Family
 from kvtable.reference import NULL_PAGE, Batch, GroupSpec
 from kvtable.reference.model import MODES, Mode, Table, first_query
 from kvtable.reference.tables import needed_columns
@@ -35,6 +36,16 @@ _PREFIX = {"full": "full", "sliding": "swa", "state": "state"}
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def top_page(page_size: int) -> int:
+    """W5's largest page id at ``page_size``: its last slot is ``2^31 - 1``."""
+    return PAGE_LIMIT // page_size - 1
+
+
+def padded_row(holes: int, pages: list[int], width: int, tail_pad: int = -1) -> list[int]:
+    """A table row of ``width``: ``holes`` holes (page 0), then ``pages``, then the tail pad."""
+    return [NULL_PAGE] * holes + pages + [tail_pad] * (width - holes - len(pages))
 
 
 def as_tensor(table: Table, width: int | None = None) -> torch.Tensor:
@@ -85,7 +96,7 @@ class Case:
 
 
 def draw_group_specs(draw: st.DrawFn, kernel_page_size: int, *, max_groups: int = 3, state: bool | None = None,
-                     families: Sequence[str] = ("full", "sliding"), require: str | None = None
+                     families: Sequence[Family] = ("full", "sliding"), require: Family | None = None
                      ) -> tuple[GroupSpec, ...]:
     """1..max_groups attention groups with ``B = r * K`` (r in 1, 2, 4), sliding windows, and a state group
     if ``state`` (None: maybe).
@@ -109,8 +120,8 @@ def draw_group_specs(draw: st.DrawFn, kernel_page_size: int, *, max_groups: int 
     specs = [GroupSpec(f"{_PREFIX[family]}{i}", family, kernel_page_size * ratio,
                        within(window, 1, 4 * kernel_page_size * ratio) if family == "sliding" else None)
              for i, ((family, ratio), window) in enumerate(zip(chosen, windows, strict=True))]
-    if states[state_at] is not None:
-        specs.append(GroupSpec(f"state{count}", "state", states[state_at]))
+    if (state_page := states[state_at]) is not None:
+        specs.append(GroupSpec(f"state{count}", "state", state_page))
     return tuple(specs)
 
 
@@ -132,7 +143,7 @@ def _lengths(draw: st.DrawFn, mode: Mode, n: int, live: int, limit: int, writes:
 
 def _pages(rand: random.Random, count: int, block: int, big: bool) -> list[int]:
     """``count`` distinct real page ids, small or just under the W5 limit ``2^31 / B``."""
-    top = PAGE_LIMIT // block - 1
+    top = top_page(block)
     if big:
         return rand.sample(range(max(1, top - 4 * count - 64), top + 1), count)
     return rand.sample(range(1, 4 * count + 32), count)
@@ -156,7 +167,7 @@ def draw_entry(draw: st.DrawFn, page_size: int) -> int:
         return pads[value % len(pads)]
     if kind == 1:
         return 1 + value % 64
-    return PAGE_LIMIT // page_size - 1 - value
+    return top_page(page_size) - value
 
 
 def _first_write_col(batch: Batch, row: int, block: int) -> int:
@@ -244,7 +255,7 @@ class CaseOptions:
     specs: tuple[GroupSpec, ...] | None = None
     kernel_page_size: int | None = None
     kernel_page_sizes: Sequence[int] = KERNEL_PAGE_SIZES
-    require: str | None = None
+    require: Family | None = None
     """A family the drawn groups must include."""
     widths: Mapping[str, int] | None = None
     """Pins each attention group's table width."""

@@ -7,9 +7,8 @@ check that a refusal names the offending entry and not only the clause.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 from hypothesis import assume, reject
@@ -121,7 +120,7 @@ def _t1_rows(draw: st.DrawFn, case: Case) -> Mutated:
 def _t1_no_columns(draw: st.DrawFn, case: Case) -> Mutated:
     gid = _pick_group(draw, case)
     rows = len(case.tables[gid])
-    tables = {**case.tables, gid: [[] for _ in range(rows)]}
+    tables: dict[str, list[list[int]]] = {**case.tables, gid: [[] for _ in range(rows)]}
     raw = {gid: torch.zeros((rows, 0), dtype=torch.int32)}
     return replace(case, tables=tables, raw=raw), f"table of {gid!r} has no columns", _cells(gid, None, [None])
 
@@ -283,7 +282,8 @@ def _t7_twice_in_row(draw: st.DrawFn, case: Case) -> Mutated:
     first = pick(draw, real_cols(table[row]))
     second = pick(draw, [c for c in real_cols(table[row]) if c != first])
     held = sorted({table[r][c] for r in range(live) if r != row for c in real_cols(table[r])})
-    page = pick(draw, held) if held and draw(BOOLEANS) else table[row][first]
+    other = bool(held) and draw(BOOLEANS)
+    page = pick(draw, held) if other else table[row][first]
     table[row][first] = table[row][second] = page
     whose = "its own" if page not in held else "another row's"
     # every cell holding the page: the row may already hold it (a prefix page it shares), and a refusal may name
@@ -369,8 +369,9 @@ class Variant:
     name: str
     mutate: Mutation
     cheap: bool
-    base: Mapping[str, Any] = field(default_factory=dict)
-    """Fields of :class:`CaseOptions` for a base case the mutation can apply to."""
+    base: CaseOptions = CaseOptions()
+    """The base cases the mutation can apply to (one with ``min_pad`` keeps its dummy rows whatever the caller's
+    ``padding``)."""
 
     negative: bool = False
     """It puts a negative entry into a table (which ``Domain.negative_ids`` says whether the engine holds)."""
@@ -389,7 +390,7 @@ class Variant:
 
 
 _FIXED = ("decode", "verify", "reanchor")
-_PADDED = {"modes": _FIXED, "min_pad": 1, "padding": True}
+_PADDED = CaseOptions(modes=_FIXED, min_pad=1, padding=True)
 VARIANTS: tuple[Variant, ...] = (
     Variant("T1", "wrong dtype", _t1_dtype, True),
     Variant("T1", "1-D table", _t1_one_dim, True),
@@ -400,26 +401,28 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("T1", "entry below -1", _t1_below_pad, False, negative=True),
     Variant("T2", "nonzero dummy row", _t2_dummy_entry, False, _PADDED),
     Variant("T2", "dummy row seq_len != 1", _t2_dummy_seq, False, _PADDED),
-    Variant("T3", "real page after the pad", _t3_page_after_pad, False, {"min_live": 1}),
+    Variant("T3", "real page after the pad", _t3_page_after_pad, False, CaseOptions(min_live=1)),
     Variant("T3", "pad value of the other convention", _t3_foreign_pad, False,
-            {"min_live": 1, "require": "full"}, negative=True),
-    Variant("T4", "-1 inside the live length", _t4_pad_inside, False, {"min_live": 1, "tail_pads": (-1,)},
+            CaseOptions(min_live=1, require="full"), negative=True),
+    Variant("T4", "-1 inside the live length", _t4_pad_inside, False, CaseOptions(min_live=1, tail_pads=(-1,)),
             negative=True),
     Variant("T4", "page 0 at col 0 of a full row", _t4_full_front_hole, False,
-            {"min_live": 1, "require": "full"}),
+            CaseOptions(min_live=1, require="full")),
     Variant("T4", "page 0 inside the live length of a 0-padded full row", _t4_full_zero_tail, False,
-            {"min_live": 1, "require": "full", "tail_pads": (0,)}),
-    Variant("T5", "hole over a needed column", _t5_hole_needed, False, {"min_live": 1, "require": "sliding"}),
+            CaseOptions(min_live=1, require="full", tail_pads=(0,))),
+    Variant("T5", "hole over a needed column", _t5_hole_needed, False, CaseOptions(min_live=1, require="sliding")),
     Variant("T5", "hole after a real page", _t5_hole_after_page, False,
-            {"min_live": 1, "require": "sliding", "tail_pads": (-1,)}),
-    Variant("T7", "write page shared by two rows", _t7_shared_write, False, {"min_live": 2}),
-    Variant("T7", "page twice in one row", _t7_twice_in_row, False, {"min_live": 1}),
-    Variant("T8", "table narrower than a row needs", _t8_narrow, True, {"min_live": 1, "max_cols": 6}),
-    Variant("T9", "seq_len 0", _t9_zero_seq, True, {"min_live": 1, "modes": _FIXED}),
-    Variant("T9", "negative prefix or prefix past seq_len", _t9_prefix, True, {"min_live": 1, "modes": ("extend",)}),
+            CaseOptions(min_live=1, require="sliding", tail_pads=(-1,))),
+    Variant("T7", "write page shared by two rows", _t7_shared_write, False, CaseOptions(min_live=2)),
+    Variant("T7", "page twice in one row", _t7_twice_in_row, False, CaseOptions(min_live=1)),
+    Variant("T8", "table narrower than a row needs", _t8_narrow, True, CaseOptions(min_live=1, max_cols=6)),
+    Variant("T9", "seq_len 0", _t9_zero_seq, True, CaseOptions(min_live=1, modes=_FIXED)),
+    Variant("T9", "negative prefix or prefix past seq_len", _t9_prefix, True,
+            CaseOptions(min_live=1, modes=("extend",))),
     Variant("W2", "real verify row with seq_len < N", _w2_short_row, True,
-            {"min_live": 1, "modes": ("verify",), "n": MAX_N}),
-    Variant("W5", "page past the int32 range", _w5_page, False, {"min_live": 1, "kernel_page_sizes": (2, 4, 8)}),
+            CaseOptions(min_live=1, modes=("verify",), n=MAX_N)),
+    Variant("W5", "page past the int32 range", _w5_page, False,
+            CaseOptions(min_live=1, kernel_page_sizes=(2, 4, 8))),
 )
 """Every near-valid construction, by the clause it breaks."""
 
@@ -428,11 +431,10 @@ CHEAP_CLAUSES = tuple(sorted({v.clause for v in VARIANTS if v.cheap}))
 """Clauses with a breach every backend must see without a device sync (shapes, dtypes, CPU lengths)."""
 
 
-def _base_kwargs(variant: Variant, tail_pads: Sequence[int]) -> dict[str, Any]:
-    kwargs = dict(variant.base)
-    pads = tuple(p for p in kwargs.get("tail_pads", tail_pads) if p in tail_pads)
-    kwargs["tail_pads"] = pads
-    return kwargs
+def _base(variant: Variant, tail_pads: Sequence[int], padding: bool = True) -> CaseOptions:
+    """The variant's base cases at the caller's tail pads (those the base allows) and dummy rows."""
+    return replace(variant.base, tail_pads=tuple(p for p in tail_pads if p in variant.base.tail_pads),
+                   padding=padding or variant.base.min_pad > 0)
 
 
 def variants(clauses: Sequence[str] | None = None, *, cheap: bool | None = None,
@@ -440,8 +442,8 @@ def variants(clauses: Sequence[str] | None = None, *, cheap: bool | None = None,
     """The variants breaking one of ``clauses`` (all by default), cheap ones only if ``cheap``;
     ``padding=False`` drops the ones that need dummy rows."""
     chosen = [v for v in VARIANTS if (clauses is None or v.clause in clauses)
-              and (cheap is None or v.cheap == cheap) and _base_kwargs(v, tail_pads)["tail_pads"]
-              and (padding or not v.base.get("min_pad"))]
+              and (cheap is None or v.cheap == cheap) and _base(v, tail_pads).tail_pads
+              and (padding or not v.base.min_pad)]
     if not chosen:
         raise ValueError(f"no near-valid variant for clauses {clauses} (cheap={cheap}, tail_pads={tail_pads})")
     return tuple(chosen)
@@ -450,7 +452,7 @@ def variants(clauses: Sequence[str] | None = None, *, cheap: bool | None = None,
 def draw_broken(draw: st.DrawFn, variant: Variant, *, tail_pads: Sequence[int] = TAIL_PADS,
                 padding: bool = True) -> Broken:
     """A near-valid batch made by ``variant`` inside another draw, labelled with the clause the reference raises."""
-    base = draw_case(draw, CaseOptions(**{"padding": padding, **_base_kwargs(variant, tail_pads)}))
+    base = draw_case(draw, _base(variant, tail_pads, padding))
     case, how, where = variant.mutate(draw, base)
     return Broken(case, variant.clause, f"{variant.name}: {how}", variant.cheap, where)
 

@@ -28,7 +28,7 @@ from kvtable.strategies.draws import BOOLEANS, between, pick
 
 UNSAFE_KINDS = ("stale seq_len on the tail pad", "-1 inside the live range", "garbage dummy rows", "narrow table",
                 "page past int32")
-_FIXED = ("decode", "verify", "reanchor")
+_FIXED: tuple[Mode, ...] = ("decode", "verify", "reanchor")
 
 
 @dataclass(frozen=True)

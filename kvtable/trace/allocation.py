@@ -14,11 +14,12 @@ extend whose cached prefix is past its length, or a verify row shorter than N; i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from kvtable.reference.allocation import AllocOutcome, AllocStep, SwaState, judge_allocation
+from kvtable.reference.allocation import AllocMode, AllocOutcome, AllocStep, SwaState, judge_allocation
 from kvtable.trace.judge import Violation
 from kvtable.trace.recorder import Recorder
 from kvtable.trace.store import Step
@@ -35,8 +36,8 @@ def alloc_step(step: Step) -> AllocStep:
     swa = None
     if "swa/mapping" in a:
         swa = SwaState(a["swa/mapping"].tolist(), a["swa/free_pages"].tolist(), step.meta["swa_pool_pages"])
-    return AllocStep(step.meta["mode"], step.groups["req_to_token"].table.tolist(), a["rows"].tolist(),
-                     step.prefix_lens.tolist(), step.seq_lens.tolist(), a["free_pages"].tolist(),
+    return AllocStep(step.meta["mode"], step.need("table", "req_to_token").tolist(), a["rows"].tolist(),
+                     step.need("prefix_lens").tolist(), step.need("seq_lens").tolist(), a["free_pages"].tolist(),
                      step.groups["req_to_token"].page_size, step.meta["pool_pages"], swa)
 
 
@@ -46,7 +47,7 @@ def judge_allocator_step(step: Step) -> list[Violation]:
         return []
     a = step.arrays
     swa_locs, swa_recorded = a.get("swa/locs"), a.get("swa/recorded")
-    outcome = AllocOutcome(a["locs"].tolist(), step.groups["recorded"].table.tolist(), a["guard_before"].tolist(),
+    outcome = AllocOutcome(a["locs"].tolist(), step.need("table", "recorded").tolist(), a["guard_before"].tolist(),
                            a["guard_after"].tolist(), step.meta["canary"],
                            None if swa_locs is None else swa_locs.tolist(),
                            None if swa_recorded is None else swa_recorded.tolist(),
@@ -97,8 +98,8 @@ class AllocSimulator:
         for req in [r for r in self.live if r["done"] >= r["target"]]:
             self._finish(req)
 
-    def _run(self, mode: str, batch: list[dict[str, Any]], counts: list[int]) -> None:
-        from kvtable.conformance.properties.allocator import alloc_outcome, alloc_state
+    def _run(self, mode: AllocMode, batch: list[dict[str, Any]], counts: list[int]) -> None:
+        from kvtable.conformance.alloc_calls import alloc_outcome, alloc_state
 
         if OPERATION[mode] not in self.ops:
             return
@@ -140,8 +141,8 @@ class AllocSimulator:
             self._advance(mode, batch, counts, outcome.locs[skip:], outcome.req_to_token)
         self.free_pages += cached
 
-    def _advance(self, mode: str, batch: list[dict[str, Any]], counts: list[int], locs: list[int],
-                 recorded: list[list[int]]) -> None:
+    def _advance(self, mode: str, batch: list[dict[str, Any]], counts: list[int], locs: Sequence[int],
+                 recorded: Sequence[Sequence[int]]) -> None:
         """Take the recorded table and the pages the batch's tokens used; accept drafts after a verify."""
         table = np.array(recorded, np.int64)
         if table.shape == self.table.shape:

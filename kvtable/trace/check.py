@@ -102,7 +102,7 @@ class TraceJudge:
         self.level = level
         self.families = {g.group_id: g.family for g in groups}
         self.windows = {g.group_id: g.window for g in groups if g.family == "sliding"}
-        self.rings = {g.group_id: g.window for g in groups if g.layout == "ring"}
+        self.rings = {g.group_id: g.window for g in groups if g.layout == "ring" and g.window is not None}
         """Ring groups (R1-R3) by id: their window; their steps are judged by ``judge_ring``."""
         self.history: dict[str, GroupHistory] = {}
         self.model: GraphModel | None = None
@@ -135,7 +135,7 @@ class TraceJudge:
     def _graph(self, step: Step) -> list[Violation]:
         specs = [GroupSpec(**s) for s in step.meta["specs"]]
         self.families.update({s.group_id: s.family for s in specs})
-        self.rings.update({s.group_id: s.window for s in specs if s.layout == "ring"})
+        self.rings.update({s.group_id: s.window for s in specs if s.layout == "ring" and s.window is not None})
         try:
             self.model = self.profile.graph_model(specs, **step.meta["sizes"])
         except (TypeError, ValueError, ContractViolation) as err:  # the recorded event names no graph
@@ -144,15 +144,15 @@ class TraceJudge:
         return []
 
     def _pages(self, step: Step) -> list[Violation]:
-        for gid, group in step.groups.items():
-            pages = group.pages.astype(np.int64).reshape(-1)
+        for gid in step.groups:
+            pages = step.need("pages", gid).astype(np.int64).reshape(-1)
             hist = self._history(gid)
             hist.free(step.index, pages) if step.kind == "free" else hist.alloc(pages)
         return []
 
     def _finish(self, step: Step) -> list[Violation]:
         for hist in self.history.values():
-            hist.finish(step.req_ids)
+            hist.finish(step.need("req_ids"))
         return []
 
     def _locations(self, step: Step, kind: str | None = None) -> list[Violation]:
@@ -181,12 +181,13 @@ class TraceJudge:
         return self._history(gid).observe(step.index, group.table, step.req_ids, live, group.changed)
 
     def _writes(self, step: Step, gid: str, group: GroupStep, kind: str) -> list[Violation]:
-        tokens = step_tokens(kind, step.seq_lens, step.n, step.prefix_lens, step.actual_bs)
-        locs = group.locs.astype(np.int64).reshape(-1)[: len(tokens.rows)]
+        tokens = step_tokens(kind, step.need("seq_lens"), step.n, step.prefix_lens, step.actual_bs)
+        locs = step.need("locs", gid).astype(np.int64).reshape(-1)[: len(tokens.rows)]
         rows = tokens.rows[: len(locs)]
         real = (rows < tokens.live) & (locs >= group.page_size) & ~dropped(self.profile, locs)
         index = np.flatnonzero(real)
-        return self._history(gid).writes(step.index, locs[index], group.page_size, index, rows[index], step.req_ids)
+        return self._history(gid).writes(step.index, locs[index], group.page_size, index, rows[index],
+                                         step.need("req_ids"))
 
     def _replay(self, step: Step) -> list[Violation]:
         bs = int(step.meta["bs"])
@@ -194,7 +195,7 @@ class TraceJudge:
                       error=step.error)
         live = bs
         for gid, group in step.groups.items():
-            table = group.table
+            table = step.need("table", gid)
             live = min(live, len(table))
             full = np.zeros((bs, table.shape[1]), np.int64)
             full[: min(bs, len(table))] = table[:bs]
@@ -207,9 +208,9 @@ class TraceJudge:
         """G3 and G4 against the reference's buffer model, which carries the buffers from replay to replay."""
         if self.model is None:
             return []
-        tables = {gid: g.table.tolist() for gid, g in step.groups.items()}
+        tables = {gid: step.need("table", gid).tolist() for gid in step.groups}
         try:
-            self.profile.replay(self.model, bs, tables, [int(s) for s in step.seq_lens], step.n,
+            self.profile.replay(self.model, bs, tables, [int(s) for s in step.need("seq_lens")], step.n,
                                 actual_bs=step.actual_bs)
         except ContractViolation as err:
             if step.error is None and self.profile.backend_validates:

@@ -9,7 +9,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvtable import interrupts
 from kvtable.argtypes import non_negative_int, positive_float, positive_int, share, writable_folder
@@ -48,8 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     record.add_argument("--debug", action="store_true", help="the backend in debug mode (full contract checks): "
                         "what --level strict judges refusals against")
     record.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help="a backend call silent this long is a TIMEOUT at its step (default "
-                        f"{DEFAULT_TIMEOUT_S:g})")
+                        help="a backend call (with --engine: an engine step, once the engine has "
+                        f"loaded) silent this long is a TIMEOUT at its step (default {DEFAULT_TIMEOUT_S:g})")
     check = sub.add_parser("check", help="judge every step of one or more traces")
     check.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     check.add_argument("--profile", default=None, help="conventions to judge by (default: the trace's own)")
@@ -95,7 +95,7 @@ def _record(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     recorder = Recorder(args.out, profile=args.profile, groups=groups, backend=name, steps_per_chunk=16, meta=meta)
     try:
-        outcome = record_isolated(job, recorder, groups, args.timeout)
+        outcome = record_isolated(job, recorder.writer, groups, args.timeout)
     except KeyboardInterrupt:
         interrupts.hold()
         print(f"INTERRUPTED after {recorder.writer.steps} steps: the trace up to them is kept at {args.out} (cut)")
@@ -109,9 +109,7 @@ def _record(args: argparse.Namespace) -> int:
           f"{outcome.injected} with an input fault put there on purpose (--faults {args.faults:g})")
     print(_slots(args, outcome.largest_slot))
     if outcome.verdict is not None:
-        call = f" in {outcome.calling}" if outcome.calling else ""
-        print(f"{outcome.verdict} at step {outcome.steps}{call}: {outcome.why}; the {outcome.steps} steps before it "
-              f"are kept, the trace cut there (kvtable trace check {args.out})")
+        print(outcome.stopped(args.out))
         return EXIT_FAILED
     if not outcome.steps:
         print(f"no step recorded: the backend has none of the {args.route} route's operations, or the pool "
@@ -224,7 +222,7 @@ def render(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _as_json(report: Report) -> dict:
+def _as_json(report: Report) -> dict[str, Any]:
     v = report.violation
     return {"path": report.path, "status": report.status, "steps": report.steps, "declared": report.declared,
             "cut": report.cut, "damage": report.damage, "notes": report.notes, "injected": report.injected,

@@ -22,7 +22,7 @@ class PageValues:
     """An integer per page id (0 by default): an array for the ids below ``DENSE_PAGES``, a dict above."""
 
     def __init__(self, dtype: type) -> None:
-        self.dense = np.zeros(1024, dtype)
+        self.dense: np.ndarray = np.zeros(1024, dtype)
         self.far: dict[int, int] = {}
 
     def _near(self, pages: np.ndarray) -> np.ndarray:

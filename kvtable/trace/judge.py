@@ -14,7 +14,7 @@ import numpy as np
 
 from kvtable.backends.profiles import Profile
 from kvtable.errors import ContractViolation
-from kvtable.reference.safety import token_positions
+from kvtable.reference.safety import Token, token_positions
 from kvtable.trace.store import Step
 
 MODE_CLAUSE = {"decode": "W1", "verify": "W2", "extend": "W3", "reanchor": "W4", "replay": "G4"}
@@ -118,7 +118,7 @@ def fast_clear(profile: Profile, table: np.ndarray, locs: np.ndarray, tokens: To
 
 def reference_locs(profile: Profile, kind: str, table: list[list[int]], step: Step, page_size: int) -> list[int]:
     """The profile's expected locations for the step's inputs; raises ContractViolation for invalid input."""
-    seq = [int(s) for s in step.seq_lens]
+    seq = [int(s) for s in step.need("seq_lens")]
     if kind == "extend":
         prefix = [int(p) for p in step.prefix_lens] if step.prefix_lens is not None else [0] * len(seq)
         return profile.extend_locs(table, prefix, [s - p for s, p in zip(seq, prefix, strict=True)], page_size)
@@ -148,9 +148,9 @@ def judge_group(profile: Profile, step: Step, gid: str, kind: str | None = None)
 def _judge_by_reference(profile: Profile, step: Step, gid: str, kind: str, locs: np.ndarray) -> list[Violation]:
     """The reference's verdict on a step the fast path did not clear: safety, then correctness, then D2."""
     group = step.groups[gid]
-    ps, rows = group.page_size, group.table.tolist()
+    ps, rows = group.page_size, step.need("table", gid).tolist()
     mode = "verify" if kind == "replay" else kind
-    seq = [int(s) for s in step.seq_lens]
+    seq = [int(s) for s in step.need("seq_lens")]
     prefix = None if step.prefix_lens is None else [int(p) for p in step.prefix_lens]
     tokens = token_positions(mode, seq, n=step.n, prefix_lens=prefix, actual_bs=step.actual_bs)
     values = locs.tolist()
@@ -173,7 +173,7 @@ def _judge_by_reference(profile: Profile, step: Step, gid: str, kind: str, locs:
     return _duplicate_slots(step, gid, tokens, values, ps)
 
 
-def _duplicate_slots(step: Step, gid: str, tokens: list, values: list[int], page_size: int) -> list[Violation]:
+def _duplicate_slots(step: Step, gid: str, tokens: list[Token], values: list[int], page_size: int) -> list[Violation]:
     """D2 unique-slots: two live tokens of the step writing one real slot."""
     first: dict[int, int] = {}
     for k, ((row, pos), loc) in enumerate(zip(tokens, values, strict=False)):
@@ -189,7 +189,7 @@ def _duplicate_slots(step: Step, gid: str, tokens: list, values: list[int], page
 def _judge_refusal(profile: Profile, step: Step, gid: str, kind: str) -> list[Violation]:
     """A refused step is safe; refusing input the reference reads as valid is a correctness failure."""
     try:
-        reference_locs(profile, "verify" if kind == "replay" else kind, step.groups[gid].table.tolist(), step,
+        reference_locs(profile, "verify" if kind == "replay" else kind, step.need("table", gid).tolist(), step,
                        step.groups[gid].page_size)
     except ContractViolation:
         return []
@@ -206,12 +206,12 @@ def judge_strict(profile: Profile, step: Step, gids: list[str]) -> list[Violatio
     for gid in gids:
         group = step.groups[gid]
         try:
-            reference_locs(profile, step.kind, group.table.tolist(), step, group.page_size)
+            reference_locs(profile, step.kind, step.need("table", gid).tolist(), step, group.page_size)
         except ContractViolation as err:
             refused.append((gid, err))
     if not refused or any(step.error and f"[{err.clause}]" in step.error for _, err in refused):
         return []
-    gid, err = refused[0]
+    first, refusal = refused[0]
     got = f"refused with {step.error}" if step.error else "accepted it"
-    return [Violation(step.index, "strict", err.clause, gid, err.row, None, None, None,
-                      f"the reference refuses this input ({err}); the backend {got}")]
+    return [Violation(step.index, "strict", refusal.clause, first, refusal.row, None, None, None,
+                      f"the reference refuses this input ({refusal}); the backend {got}")]

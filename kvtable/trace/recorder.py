@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -23,6 +23,10 @@ from kvtable.trace.schema import KINDS, LOCATION_KINDS, step_defects
 from kvtable.trace.store import MemoryWriter, TraceWriter
 
 __all__ = ["KINDS", "LOCATION_KINDS", "RecordRefused", "Recorder", "host", "spec_dict"]
+
+sink: Callable[[dict[str, Any], int, bool], Any] | None = None
+"""Set in ``trace record --engine``'s worker: a ``Recorder`` given a path hands its header (with its steps per
+chunk and fsync) here and writes through the writer it gets back; the parent process writes the trace."""
 
 METHOD = {**{kind: "locations" for kind in LOCATION_KINDS}, "allocate": "allocation"}
 """The ``Recorder`` method that records each step kind (the kind's own name where not listed)."""
@@ -77,8 +81,12 @@ class Recorder:
         header = {"profile": profile, "groups": [spec_dict(g) for g in groups], "backend": backend,
                   "backend_problem": problem, "meta": dict(meta or {})}
         self.header = header
-        self.writer: TraceWriter | MemoryWriter = (
-            MemoryWriter() if path is None else TraceWriter(path, header, steps_per_chunk=steps_per_chunk, fsync=fsync))
+        if path is None:
+            self.writer: TraceWriter | MemoryWriter = MemoryWriter()
+        elif sink is not None:
+            self.writer = sink(header, steps_per_chunk, fsync)
+        else:
+            self.writer = TraceWriter(path, header, steps_per_chunk=steps_per_chunk, fsync=fsync)
         self.steps = 0
         self.injected = 0
         """Steps recorded with an input fault put there on purpose (``injected``)."""
@@ -126,7 +134,7 @@ class Recorder:
             if new and kind != "allocate":
                 line["declare"] = new
                 self.declared.update(new)
-        self.writer.add(line, host_arrays, host_tables)
+        self.writer.add(line, host_arrays, {gid: t for gid, t in host_tables.items() if t is not None})
         self.steps += 1
         self.injected += fields.get("injected") is not None
         return index

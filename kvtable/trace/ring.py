@@ -18,7 +18,7 @@ from kvtable.trace.store import Step
 def ring_lengths(step: Step, kind: str) -> tuple[list[int], list[int]]:
     """Each request's cached and new token counts: an extend step writes ``[prefix, seq_len)``, a decode step
     position ``seq_len - 1``, a verify or re-anchor step its last ``n``."""
-    seq = [int(s) for s in step.seq_lens]
+    seq = [int(s) for s in step.need("seq_lens")]
     if kind == "extend":
         prefix = [0] * len(seq) if step.prefix_lens is None else [int(p) for p in step.prefix_lens]
     else:

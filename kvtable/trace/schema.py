@@ -66,6 +66,8 @@ def _spec_defects(spec: Any) -> list[str]:
         return [f"group {spec.get('group_id')!r}: a string group_id and an integer block_granularity"]
     if spec["family"] not in get_args(Family):
         return [f"group {spec['group_id']!r}: family {spec['family']!r}, expected one of {get_args(Family)}"]
+    if spec.get("layout") == "ring" and not _is_int(spec.get("window")):
+        return [f"group {spec['group_id']!r}: a ring group needs an integer window"]
     return []
 
 
@@ -103,10 +105,10 @@ class Header:
     format: str = _f(lambda v: v == FORMAT, f"{FORMAT!r}", required=True)
     version: int = _f(lambda v: v == VERSION, f"{VERSION} (re-record older traces)", required=True)
     profile: str = _f(lambda v: isinstance(v, str), "a profile name", required=True)
-    groups: list = _f(lambda v: isinstance(v, list), "a list of group specs", factory=list)
+    groups: list[dict[str, Any]] = _f(lambda v: isinstance(v, list), "a list of group specs", factory=list)
     backend: str | None = _f(_opt_str, "a backend name or null")
     backend_problem: str | None = _f(_opt_str, "why the backend name did not load when recorded, or null")
-    meta: dict = _f(lambda v: isinstance(v, dict), "an object", factory=dict)
+    meta: dict[str, Any] = _f(lambda v: isinstance(v, dict), "an object", factory=dict)
 
     @classmethod
     def parse(cls, obj: Any) -> Header:
@@ -156,19 +158,19 @@ class StepLine:
     chunk: int = _f(_count, "a chunk number", required=True)
     n: int = _f(lambda v: _is_int(v) and 1 <= v <= MAX_N, f"an integer from 1 to {MAX_N}", 1)
     actual_bs: int | None = _f(lambda v: v is None or _count(v), "an integer >= 0 or null")
-    groups: dict = _f(lambda v: isinstance(v, dict) and all(_is_int(p) and p >= 1 for p in v.values()),
+    groups: dict[str, int] = _f(lambda v: isinstance(v, dict) and all(_is_int(p) and p >= 1 for p in v.values()),
                       "group -> page size (>= 1)", factory=dict)
-    declare: list = _f(lambda v: isinstance(v, list) and all(isinstance(g, str) for g in v),
+    declare: list[str] = _f(lambda v: isinstance(v, list) and all(isinstance(g, str) for g in v),
                        "a list of group ids", factory=list)
-    delta: list = _f(lambda v: isinstance(v, list) and all(isinstance(g, str) for g in v), "a list of group ids",
+    delta: list[str] = _f(lambda v: isinstance(v, list) and all(isinstance(g, str) for g in v), "a list of group ids",
                      factory=list)
-    arrays: dict = _f(lambda v: isinstance(v, dict) and all(_array_ref(r) for r in v.values()),
+    arrays: dict[str, list[Any]] = _f(lambda v: isinstance(v, dict) and all(_array_ref(r) for r in v.values()),
                       "name -> [buffer, offset, shape]", factory=dict)
     error: str | None = _f(_opt_str, "a string or null")
     error_group: str | None = _f(_opt_str, "a string or null")
     unsafe: str | None = _f(_opt_str, "a string or null")
     injected: str | None = _f(_opt_str, "a string or null")
-    meta: dict = _f(lambda v: isinstance(v, dict), "an object", factory=dict)
+    meta: dict[str, Any] = _f(lambda v: isinstance(v, dict), "an object", factory=dict)
 
     @classmethod
     def parse(cls, obj: Any, declared: set[str]) -> tuple[StepLine | None, list[str]]:
@@ -180,7 +182,8 @@ class StepLine:
         line = cls(**obj)
         declared.update(line.declare)
         if line.kind == "graph":
-            declared.update(s.get("group_id") for s in line.meta.get("specs", []) if isinstance(s, dict))
+            declared.update(s["group_id"] for s in line.meta.get("specs", [])
+                            if isinstance(s, dict) and isinstance(s.get("group_id"), str))
         return line, line._defects(declared)
 
     def _defects(self, declared: set[str]) -> list[str]:
@@ -281,7 +284,7 @@ def step_defects(kind: str, arrays: Mapping[str, np.ndarray | None], tables: Map
             out.append(f"table {name!r} is None")
         elif table.ndim != 2:
             out.append(f"table {name!r} has shape {table.shape}, expected (rows, columns)")
-    if kind in LOCATION_KINDS or kind == "replay":
+    if (kind in LOCATION_KINDS or kind == "replay") and seq is not None:
         out += _vector("prefix_lens", arrays.get("prefix_lens"), rows)
         tokens = _tokens(kind, seq, arrays.get("prefix_lens"), n)
         if tokens > MAX_TOKENS:
@@ -295,7 +298,7 @@ def step_defects(kind: str, arrays: Mapping[str, np.ndarray | None], tables: Map
                 want = str(rows) if live == rows else f"{live} to {rows}"
                 out.append(f"req_ids has {len(req_ids)} ids for {want} row(s) (one per live row)")
     elif kind == "allocate":
-        count = len(arrays["rows"]) if arrays.get("rows") is not None and arrays["rows"].ndim == 1 else None
+        count = len(held) if (held := arrays.get("rows")) is not None and held.ndim == 1 else None
         for name in ("rows", "prefix_lens", "free_pages"):
             out += _vector(name, arrays.get(name)) if arrays.get(name) is not None else [f"{name} is None"]
         out += _vector("seq_lens", seq, count) + _vector("prefix_lens", arrays.get("prefix_lens"), count)

@@ -168,7 +168,7 @@ class Simulator:
     def slide(self) -> None:
         """Sliding groups: pages wholly before every position a later step reads become holes and are freed."""
         for g in self.attn:
-            if g.family != "sliding":
+            if g.family != "sliding" or g.window is None:
                 continue
             for req in self.live:
                 keep_from = req.done - g.window - self.cfg.spec_n
@@ -197,6 +197,7 @@ class Simulator:
         """One eager location step over every attention group (``injected``: the input fault put into it on
         purpose, recorded with it); returns whether the backend accepted it."""
         locs: dict[str, Any] = {}
+        args: tuple[Any, ...]
         outcome, failed = Watched(), None
         seq_t = torch.tensor(seq, dtype=torch.int32)
         for g in self.attn:
@@ -221,8 +222,9 @@ class Simulator:
     def _graph(self) -> Any:
         kernel = min(g.block_granularity for g in self.attn)
         pages = max(self.width[g.group_id] * g.block_granularity for g in self.attn) // kernel
-        sizes = {"max_bs": max(self.cfg.capture_sizes), "max_kernel_pages": pages, "kernel_page_size": kernel,
-                 "spec_n": self.cfg.spec_n, "tail_pad": self.profile.tail_pad}
+        sizes: dict[str, Any] = {"max_bs": max(self.cfg.capture_sizes), "max_kernel_pages": pages,
+                                 "kernel_page_size": kernel, "spec_n": self.cfg.spec_n,
+                                 "tail_pad": self.profile.tail_pad}
         runner = self.backend.graph(list(self.cfg.groups), **sizes)
         self.rec.graph(list(self.cfg.groups), **sizes)
         for n in sorted({1, self.cfg.spec_n}):
@@ -235,6 +237,7 @@ class Simulator:
         bs = min(s for s in self.cfg.capture_sizes if s >= len(batch))
         tables = {gid: t for gid, t in self._tables(batch).items() if gid in self.width}
         lengths = torch.tensor(seq + [1] * (bs - len(batch)), dtype=torch.int32)
+        assert self.runner is not None  # _use_graph sends a batch here only when a runner was built
         outcome = call_watched("runner.replay", self.runner.replay, bs, tables, lengths, n, actual_bs=len(batch))
         locs, buffers = replay_buffers(self.runner, bs, n) if outcome.error is None else (None, None)
         self.rec.replay(tables, lengths, bs=bs, locs=locs, buffers=buffers, n=n, actual_bs=len(batch),

@@ -31,9 +31,9 @@ def _load(header: Header) -> list[str]:
 
 def _call(step: Step, gid: str) -> str:
     group = step.groups[gid]
-    table, seq, ps = _tensor(group.table), step.seq_lens.astype(np.int64).tolist(), group.page_size
+    table, seq, ps = _tensor(step.need("table", gid)), step.need("seq_lens").astype(np.int64).tolist(), group.page_size
     if step.kind == "extend":
-        prefix = step.prefix_lens.astype(np.int64).tolist()
+        prefix = step.need("prefix_lens").astype(np.int64).tolist()
         extend = [s - p for s, p in zip(seq, prefix, strict=True)]
         return f"backend.extend_locs({table}, {prefix}, {extend}, {ps})"
     lengths = f"torch.tensor({seq}, dtype=torch.int32)"
@@ -43,13 +43,12 @@ def _call(step: Step, gid: str) -> str:
     return f"backend.{CALLS[step.kind]}({table}, {lengths}, {ps}, {step.n}{extra})"
 
 
-def _ring_call(header: Header, step: Step, violation: Violation) -> str:
+def _ring_call(header: Header, step: Step, gid: str, violation: Violation) -> str:
     """``ring_locs`` on the step's ring group, indexed at the side (writes, or reads for R3 and read breaches)."""
-    gid = violation.group
     window = next(g["window"] for g in header.groups if g["group_id"] == gid)
     prefix, extend = ring_lengths(step, step.kind)
     side = 1 if violation.clause == "R3" or violation.reason.startswith("read") else 0
-    return f"backend.ring_locs({_tensor(step.groups[gid].table)}, {prefix}, {extend}, {step.groups[gid].page_size}, " \
+    return f"backend.ring_locs({_tensor(step.need('table', gid))}, {prefix}, {extend}, {step.groups[gid].page_size}, " \
            f"{window})[{side}]"
 
 
@@ -64,8 +63,8 @@ def _replays(steps: Sequence[Step]) -> list[str]:
         elif step.kind == "capture":
             lines.append(f"runner.capture({step.meta['bs']}, {step.meta['group_ids']!r}, {step.n})")
         else:
-            tables = ", ".join(f"{gid!r}: {_tensor(g.table)}" for gid, g in step.groups.items())
-            seq = step.seq_lens.astype(np.int64).tolist()
+            tables = ", ".join(f"{gid!r}: {_tensor(step.need('table', gid))}" for gid in step.groups)
+            seq = step.need("seq_lens").astype(np.int64).tolist()
             extra = "" if step.actual_bs is None else f", actual_bs={step.actual_bs}"
             lines.append(f"runner.replay({step.meta['bs']}, {{{tables}}}, torch.tensor({seq}, dtype=torch.int32), "
                          f"{step.n}{extra})  # step {step.index}")
@@ -75,12 +74,13 @@ def _replays(steps: Sequence[Step]) -> list[str]:
 def snippet(header: Header, step: Step, violation: Violation, graph_steps: Sequence[Step]) -> str:
     """Python that redoes the failing step with the trace's backend; prints the offending location."""
     lines = [f"# trace step {step.index} ({step.kind}), {violation.clause}, group {violation.group!r}", *_load(header)]
-    if violation.clause in RING_CLAUSES and violation.group in step.groups:
-        lines.append(f"locs = {_ring_call(header, step, violation)}")
-    elif step.kind in CALLS and violation.group in step.groups:
-        lines.append(f"locs = {_call(step, violation.group)}")
+    gid = violation.group if violation.group in step.groups else None
+    if violation.clause in RING_CLAUSES and gid is not None:
+        lines.append(f"locs = {_ring_call(header, step, gid, violation)}")
+    elif step.kind in CALLS and gid is not None:
+        lines.append(f"locs = {_call(step, gid)}")
     elif step.kind == "allocate":
-        lines += ["from kvtable.conformance.properties.allocator import alloc_state, call_allocator",
+        lines += ["from kvtable.conformance.alloc_calls import alloc_state, call_allocator",
                   "from kvtable.reference.allocation import AllocStep, SwaState", "",
                   f"state, arena = alloc_state({alloc_step(step)!r})  # the output buffer between guard cells",
                   "# buffers the engine makes in the call get guard cells too (made)",

@@ -89,6 +89,14 @@ class Step:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     """Allocator steps: their other arrays by name (rows, free_pages, locs, guards, and free_after if recorded)."""
 
+    def need(self, name: str, gid: str | None = None) -> np.ndarray:
+        """The array ``name`` of the step (of its group ``gid``) that its kind requires; ``TraceDamaged`` if absent."""
+        value = getattr(self if gid is None else self.groups[gid], name)
+        if not isinstance(value, np.ndarray):
+            where = "" if gid is None else f" in group {gid!r}"
+            raise TraceDamaged(self.index, None, [f"step {self.index} ({self.kind}) has no {name!r} array{where}"])
+        return value
+
 
 class TraceWriter:
     """Appends steps to a trace folder: ``steps_per_chunk`` steps per npz, each chunk fsynced before its lines."""
@@ -416,17 +424,18 @@ def _step(line: StepLine, get: Callable[[str], np.ndarray | None], tables: dict[
                 error=line.error, error_group=line.error_group, unsafe=line.unsafe, injected=line.injected,
                 meta=line.meta)
     if step.kind == "allocate":
-        step.arrays = {k: get(k) for k in ("rows", "free_pages", "locs", "guard_before", "guard_after")}
-        step.arrays.update({k: v for k in SWA_ARRAYS if (v := get(k)) is not None})
+        step.arrays = {k: v for k in ("rows", "free_pages", "locs", "guard_before", "guard_after", *SWA_ARRAYS)
+                       if (v := get(k)) is not None}
         if (free_after := get("free_after")) is not None:  # the allocator's free list after the step (A6)
             step.arrays["free_after"] = free_after
     versions = {} if versions is None else versions
     delta = set(line.delta)
     for gid, page_size in line.groups.items():
-        changed = None
+        changed: tuple[int, np.ndarray, np.ndarray] | None = None
+        table: np.ndarray | None
         if gid in delta:
-            table, changed = _changed(gid, tables, get(f"{gid}/cells"), get(f"{gid}/values"), owned)
-            changed = None if changed is None else (versions.get(gid, 0) + 1, *changed)
+            table, cells = _changed(gid, tables, get(f"{gid}/cells"), get(f"{gid}/values"), owned)
+            changed = None if cells is None else (versions.get(gid, 0) + 1, *cells)
         else:
             table = get(f"{gid}/table")
             if owned is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,8 +69,9 @@ def _judge_entries(entries: list[Entry], args: argparse.Namespace, baseline: Bas
     from kvtable.zoo.run import judge_entry, judge_seeds
 
     options = {"examples": args.examples, "full": args.full, "shrink": not args.no_shrink, "device": args.device}
-    judge, options = ((judge_entry, {**options, "seed": args.seed}) if args.seeds is None else
-                      (partial(judge_seeds, seeds=args.seeds), options))
+    judge: Callable[..., Verdict] = partial(judge_seeds, seeds=args.seeds)
+    if args.seeds is None:
+        judge, options = judge_entry, {**options, "seed": args.seed}
     if args.workers == 1:
         yield from (judge(entry, baseline=baseline, **options) for entry in entries)
         return

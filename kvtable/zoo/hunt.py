@@ -144,7 +144,7 @@ def hunt(backend: Any, expected: str, *, name: str, properties: Sequence[Propert
     credited = [r for r in failures if baseline(r.property)]
     discredited = [r.property for r in failures if not baseline(r.property)]
     named = [r for r in credited if r.clause_id == expected]
-    caught_by = (named or credited or [None])[0]
+    caught_by = next(iter(named or credited), None)
     catch = Catch(name, expected, caught_by, credited, time.perf_counter() - start, discredited=discredited)
     if caught_by is not None and shrink:
         start = time.perf_counter()

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from kvtable.contract import Specs
+from kvtable.contract import GroupSpec, Specs
 from kvtable.impl.graph import GroupGraphBuffers
 from kvtable.impl.kernels import Kernels
 from kvtable.impl.locs import LONE, extend_group_locs
@@ -30,8 +30,8 @@ class NonZeroNullRunner(GroupGraphBuffers):
         super().__init__(specs, **kwargs)
         self.table_stack.fill_(self.null_block)
 
-    def _fill(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
-        super()._fill(bs, tables, live)
+    def fill_tables(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
+        super().fill_tables(bs, tables, live)
         for i, gid in enumerate(self.group_ids):
             self.table_stack[i, live[gid]:bs] = self.null_block
 
@@ -55,7 +55,7 @@ class Flashinfer919(ZooBackend):
         super().extend_locs(table, prefix_lens, extend_lens, page_size)
         return self._padded({LONE: table}, {LONE: page_size}, prefix_lens, extend_lens)[LONE]
 
-    def group_locs(self, specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch,
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch,
                    *, tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
         locs = super().group_locs(specs, tables, batch, tail_pad=tail_pad)
         if batch.mode != "extend":
@@ -76,8 +76,8 @@ class AliasingPaddingRunner(GroupGraphBuffers):
     """TensorRT-LLM PR #13278: padded rows reuse the last live request's entries instead of a sentinel,
     so the padding's writes alias that request's live slots."""
 
-    def _fill(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
-        super()._fill(bs, tables, live)
+    def fill_tables(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
+        super().fill_tables(bs, tables, live)
         for i, gid in enumerate(self.group_ids):
             if 0 < live[gid] < bs:
                 self.table_stack[i, live[gid]:bs] = self.table_stack[i, live[gid] - 1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kvtable.conformance.levels import LATENT
 from kvtable.zoo.entries import Entry
@@ -71,7 +72,7 @@ def judge_entry(entry: Entry, *, seed: int = 0, examples: int | None = None, ful
     return Verdict(entry.name, entry.clause, catch, z3, seconds=time.perf_counter() - start)
 
 
-def judge_seeds(entry: Entry, seeds: int, **options: object) -> Verdict:
+def judge_seeds(entry: Entry, seeds: int, **options: Any) -> Verdict:
     """``judge_entry`` at seeds ``0 .. seeds-1``: the first seed's verdict (and counterexample), caught only if
     caught as named at every seed; later seeds skip shrinking (only whether they catch it counts)."""
     verdicts = [judge_entry(entry, seed=seed, **{**options, "shrink": options.get("shrink", True) and seed == 0})

@@ -3,11 +3,11 @@ backend (the allocator ones of the torch backend with kvtable's own allocator st
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
-from kvtable.contract import Specs
+from kvtable.contract import GroupSpec, Specs
 from kvtable.impl.allocation import Allocator
 from kvtable.impl.checker import check_write_locs as strong_check
 from kvtable.impl.graph import GroupGraphBuffers
@@ -58,7 +58,7 @@ class Sglang23984(ZooBackend):
 
     name = "sglang-23984"
 
-    def group_locs(self, specs: Specs, tables: Mapping[str, torch.Tensor], batch: Batch,
+    def group_locs(self, specs: Sequence[GroupSpec], tables: Mapping[str, torch.Tensor], batch: Batch,
                    *, tail_pad: int = DEFAULT_TAIL_PAD) -> dict[str, torch.Tensor]:
         locs = super().group_locs(specs, tables, batch, tail_pad=tail_pad)
         by_id = specs_by_id(specs)
@@ -74,11 +74,11 @@ class CachedTranslationRunner(GroupGraphBuffers):
 
     _cached_key: tuple | None = None
 
-    def _fill(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
+    def fill_tables(self, bs: int, tables: Mapping[str, torch.Tensor], live: Mapping[str, int]) -> None:
         key = (bs, tuple((gid, tuple(tables[gid].shape), live[gid]) for gid in self.group_ids))
         if key == self._cached_key:
             return
-        super()._fill(bs, tables, live)
+        super().fill_tables(bs, tables, live)
         self._cached_key = key
 
 

@@ -4,7 +4,7 @@ Each is a ``SourceMutant`` of kvtable/zoo/mutants.py on ``triton_kernels`` (the 
 ``old`` occurs exactly once). ``mutant_kernels`` executes the mutated source as a separate module, so
 its ``@triton.jit`` functions are real (interpretable) kernels and the originals stay untouched; the
 symbolic executor reads the same source (prover/symexec/run.py), and the guarded interpreter replays
-the counterexample on it (prover/symexec/replay.py).
+the counterexample on it (prover/bindings/replay.py).
 """
 
 from __future__ import annotations

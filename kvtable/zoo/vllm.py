@@ -21,8 +21,8 @@ class MutantLocKernels(TorchKernels):
     ``clamp_positions`` is off."""
 
     clamp_positions = True
-    grouped_locs = None
-    grouped_extend_locs = None
+    grouped_locs = None  # type: ignore[assignment]  # no grouped path: impl/locs.py takes the mutated stacked one
+    grouped_extend_locs = None  # type: ignore[assignment]  # as grouped_locs
     """No fast paths: every location goes through the mutated ``locs``."""
 
     @staticmethod
@@ -123,8 +123,9 @@ class Vllm53982(ZooBackend):
     def default_kernels(self) -> Kernels:
         return UnguardedBlockTableKernels()
 
-    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
-        return super().decode_locs(_run_on(table), seq_lens, page_size)
+    def decode_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
+                    *, actual_bs: int | None = None) -> torch.Tensor:
+        return super().decode_locs(_run_on(table), seq_lens, page_size, actual_bs=actual_bs)
 
     def verify_locs(self, table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, n: int,
                     *, actual_bs: int | None = None) -> torch.Tensor:
@@ -143,7 +144,7 @@ class Vllm53982(ZooBackend):
         return super().group_locs(specs, {gid: _run_on(t) for gid, t in tables.items()}, batch, tail_pad=tail_pad)
 
 
-def _run_on(table: object) -> object:
+def _run_on(table: torch.Tensor) -> torch.Tensor:
     """A ``[rows, rows * width]`` view whose row r reads the table row-major from row r on (then zeros): what a
     load without a column mask sees. Anything but a non-empty 2-D tensor is passed on as it is."""
     if not isinstance(table, torch.Tensor) or table.dim() != 2 or table.numel() == 0:

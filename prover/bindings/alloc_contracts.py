@@ -93,10 +93,11 @@ class RecordContract(NoTableFacts):
     def __init__(self, roles: Roles) -> None:
         self.r, self.q = roles, _Requests(roles)
         table = roles.roles.get("prefixes")
-        self.prefixes = roles.launch.binding.pointer_tables.get(table)
-        if self.prefixes is None:
+        prefixes = None if table is None else roles.launch.binding.pointer_tables.get(table)
+        if prefixes is None:
             raise KernelNotSupported("role 'prefixes' must name one of the binding's pointer_tables (the prefix"
                                      " tensors' addresses, one per request)")
+        self.prefixes = prefixes
 
     def element(self, index: tuple[z3.ArithRef, ...], stored: z3.ArithRef, *, safety: bool = False) -> Element:
         del stored, safety

@@ -77,7 +77,8 @@ def _tensor(launch: Launch, name: str, text: str) -> str:
 def _positions_fit(launch: Launch, trace: Trace) -> list[z3.BoolRef]:
     roles = launch.binding.roles
     table, positions = roles.get("table"), roles.get("positions")
-    if table not in launch.binding.tensors or positions not in launch.binding.tensors or "page_sizes" not in roles:
+    if table is None or positions is None or table not in launch.binding.tensors \
+            or positions not in launch.binding.tensors or "page_sizes" not in roles:
         raise KernelNotSupported(f"assumption {POSITIONS_FIT!r} needs the roles table, positions and page_sizes")
     width = _signed(launch.sizes(table)[-1])
     page_size = _signed(launch.expr(roles["page_sizes"]))

@@ -172,7 +172,7 @@ def binding_from_toml(path: str | Path) -> Binding:
         raise ValueError(f"{path}: {exc}") from None
 
 
-def _hinted(unknown: list[str], known: Collection[str]) -> str:
+def hinted(unknown: list[str], known: Collection[str]) -> str:
     """The unknown names, each with the known one it is closest to, where one is close (a likely typo)."""
     return ", ".join(f"{u!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(u, known, 1))
                      else repr(u) for u in unknown)
@@ -183,10 +183,10 @@ def _from_toml(path: str | Path) -> Binding:
     keys = {f.name for f in fields(Binding)}
     unknown = sorted(set(data) - keys)
     if unknown:
-        raise ValueError(f"unknown key(s) {_hinted(unknown, keys)}; a binding has {sorted(keys)}")
+        raise ValueError(f"unknown key(s) {hinted(unknown, keys)}; a binding has {sorted(keys)}")
     for key in LIST_KEYS:
         if key in data and not isinstance(data[key], list):
-            raise ValueError(_not_a_list(key, data[key]))
+            raise ValueError(not_a_list(key, data[key]))
     tensors = {name: TensorSpec(t["dtype"], tuple(t["sizes"]), tuple(t["strides"]))
                for name, t in data.pop("tensors").items()}
     params = {name: (int(lo), int(hi)) for name, (lo, hi) in data.pop("params").items()}
@@ -201,7 +201,7 @@ LIST_KEYS = ("grid", "requires", "assumes")
 """The keys whose value is a list of expressions (one string is refused, not read letter by letter)."""
 
 
-def _not_a_list(key: str, value: object) -> str:
+def not_a_list(key: str, value: object) -> str:
     what = "expressions, one per axis" if key == "grid" else "expressions"
     shown = json.dumps(value) if isinstance(value, str | int | float | list | dict) else repr(value)
     return f"{key} = {shown}: a list of {what} ({key} = [{shown}]), not one {type(value).__name__}"
@@ -365,17 +365,6 @@ class Launch:
         return facts
 
 
-SATISFIABLE_RLIMIT = 2_000_000
-"""z3 resource units for checking that some launch satisfies the binding (unknown counts as satisfiable)."""
-
-
-def _satisfiable(facts: list[z3.BoolRef]) -> bool:
-    solver = z3.Solver()
-    solver.set("rlimit", SATISFIABLE_RLIMIT)
-    solver.add(*facts)
-    return solver.check() != z3.unsat
-
-
 def element_type(dtype: str) -> IntType:
     """The Triton type of a tensor's elements (a table of pointers' uint64 read as int64 bits)."""
     return INT64 if dtype == POINTER_DTYPE else DTYPES[dtype]
@@ -383,65 +372,3 @@ def element_type(dtype: str) -> IntType:
 
 def dtype_of(binding: Binding, tensor: str) -> IntType:
     return element_type(binding.tensors[tensor].dtype)
-
-
-def check_binding(binding: Binding, arguments: list[str], defaulted: Collection[str] = ()) -> None:
-    """Refuse (``ValueError``, one line) a binding no proof could use, before any solving: a clause the spec lacks,
-    a tensor, scalar, constexpr or stride that is not one of the kernel's ``arguments``, an argument left unbound
-    (one with a default, in ``defaulted``, keeps it: SGLang's ``token_mapping=None``),
-    an expression over unknown parameters, or a role naming something the binding does not have."""
-    from kvtable.spec.clauses import clause
-
-    for key in LIST_KEYS:
-        if isinstance(getattr(binding, key), str):
-            raise ValueError(_not_a_list(key, getattr(binding, key)))
-    if not 1 <= len(binding.grid) <= len(GRID_LIMITS):
-        raise ValueError(f"grid = {list(binding.grid)!r}: a launch has one to three axes (grid = [\"B\"])")
-    if binding.masked_loads not in MASKED_LOADS:
-        raise ValueError(f"masked_loads = {binding.masked_loads!r}: one of {list(MASKED_LOADS)}")
-    try:
-        clause(binding.clause)
-    except KeyError as exc:
-        raise ValueError(f"clause = {binding.clause!r}: {exc.args[0]}") from None
-    twice = sorted(binding.strides() & ({*binding.scalars} | {*binding.constexprs}))
-    if twice:  # the run would take the scalar, and the element it reads would not be the tensor's own
-        raise ValueError(f"{twice} bound twice: as a tensor's stride and as a scalar or constexpr; a stride argument "
-                         "is the tensor's stride (say what it equals in requires, e.g. 'out_stride == cap')")
-    named = [*binding.tensors, *binding.scalars, *binding.constexprs, *binding.strides()]
-    behind = {n for entries in binding.pointer_tables.values() for n in entries}  # reached through a table of pointers
-    extra = [n for n in named if n not in arguments and n not in behind]
-    if extra:
-        raise ValueError(f"the binding names {extra}, which the kernel has no argument for (it takes {arguments})")
-    unbound = [a for a in arguments if a not in named and a not in defaulted]
-    if unbound:
-        raise ValueError(f"the kernel's argument(s) {unbound} are bound by none of the binding's tensors, strides,"
-                         " scalars or constexprs")
-    unknown_roles = sorted(set(binding.roles) - ROLES)
-    if unknown_roles:
-        raise ValueError(f"roles: unknown role(s) {_hinted(unknown_roles, ROLES)}; the roles are {sorted(ROLES)}")
-    launch = Launch(binding)
-    texts = [*(("grid", g) for g in binding.grid), *(("requires", r) for r in binding.requires),
-             *((f"scalars.{n}", t) for n, t in binding.scalars.items()),
-             *((f"tensors.{n}.sizes", s) for n, t in binding.tensors.items() for s in t.sizes),
-             *([("pad_programs", binding.pad_programs)] if binding.pad_programs else [])]
-    for where, text in texts:
-        try:
-            value = launch.condition(text) if where in ("requires", "pad_programs") else launch.expr(text)
-        except Exception as exc:  # a name the binding lacks, a syntax error
-            raise ValueError(f"{where}: {text!r}: {type(exc).__name__}: {exc}") from None
-        if where in ("requires", "pad_programs") and not isinstance(value, z3.BoolRef | bool):
-            raise ValueError(f"{where}: {text!r} is not a comparison")
-        if where == "requires" and z3.is_false(z3.simplify(z3.BoolVal(value) if isinstance(value, bool) else value)):
-            raise ValueError(f"requires: {text!r} is always false: no launch satisfies it, so every obligation would"
-                             " hold of nothing")
-    if not _satisfiable(launch.facts()):
-        raise ValueError(f"requires: {list(binding.requires)!r} and the params' ranges contradict each other: no launch"
-                         " satisfies them, so every obligation would hold of nothing")
-    known = {*binding.tensors, *binding.params, *binding.roles, "program"}
-    for role, value in binding.roles.items():
-        if value.isidentifier() and value not in known:
-            raise ValueError(f"roles.{role} = {value!r}: neither a tensor of the binding nor one of its parameters")
-    from kvtable.prover.bindings.assumptions import check_assumption
-
-    for text in binding.assumes:
-        check_assumption(launch, text)

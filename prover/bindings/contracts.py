@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import z3
 
@@ -60,7 +59,7 @@ class Roles:
 
     def tensor(self, role: str) -> str:
         name = self.roles.get(role)
-        if name not in self.launch.binding.tensors:
+        if name is None or name not in self.launch.binding.tensors:
             raise KernelNotSupported(f"the binding's role {role!r} must name a tensor argument, got {name!r}")
         return name
 
@@ -91,7 +90,8 @@ class LocationContract:
             raise KernelNotSupported(f"the tables {self.named} behind {table} must have the same rows")
         self.grouped = self.named is not None or len(roles.launch.binding.tensors[table].sizes) == 3
         out = roles.roles.get("out")
-        bits = dtype_of(roles.launch.binding, out).bits if out in roles.launch.binding.tensors else 32
+        bits = dtype_of(roles.launch.binding, out).bits if out is not None and out in roles.launch.binding.tensors \
+            else 32
         # W5 at the output's width: every slot of a real page fits it (2^31 for kvtable's int32 locations,
         # 2^63 for vLLM's int64 slots, where an int32 product wraps long before)
         self.pool = 2 ** (bits - 1)
@@ -261,22 +261,6 @@ class FillContract(NoTableFacts):
         return Element(in_range, tuple(facts), expected, None, show, layout)
 
 
-
 def request_program(launch: Launch) -> z3.ArithRef:
     """The program id that is the request, for one program per request (role ``program_axis``, default 0)."""
     return signed(launch.pids[int(launch.binding.roles.get("program_axis", "0"))])
-
-
-def contract(clause: str, launch: Launch) -> Any:
-    """The clause's contract: a location, fill or (prover/bindings/alloc_contracts.py) allocator contract."""
-    roles = Roles(launch)
-    if clause in LOCATION_CLAUSES:
-        return LocationContract(clause, roles)
-    if clause in FILL_CLAUSES:
-        return FillContract(clause, roles)
-    if clause in ALLOC_CLAUSES:
-        from kvtable.prover.bindings.alloc_contracts import alloc_contract
-
-        return alloc_contract(clause, roles)
-    raise KernelNotSupported(f"no kernel contract for clause {clause}; kernels implement one of "
-                             f"{LOCATION_CLAUSES + FILL_CLAUSES + ALLOC_CLAUSES}")

@@ -21,7 +21,8 @@ import z3
 
 from kvtable.prover.bindings.assumptions import stated
 from kvtable.prover.bindings.binding import Binding, Launch
-from kvtable.prover.bindings.contracts import contract, signed
+from kvtable.prover.bindings.by_clause import contract
+from kvtable.prover.bindings.contracts import signed
 from kvtable.prover.bindings.queries import symbolic_run
 from kvtable.prover.solver.discharge import Query
 from kvtable.prover.symexec.tl import Access, Trace

@@ -19,7 +19,8 @@ import z3
 
 from kvtable.prover.bindings.assumptions import stated
 from kvtable.prover.bindings.binding import Binding, Launch
-from kvtable.prover.bindings.contracts import FILL_CLAUSES, LOCATION_CLAUSES, contract, request_program, signed
+from kvtable.prover.bindings.by_clause import contract
+from kvtable.prover.bindings.contracts import FILL_CLAUSES, LOCATION_CLAUSES, request_program, signed
 from kvtable.prover.solver import encoding as encoding
 from kvtable.prover.solver.discharge import Query
 from kvtable.prover.solver.intblast import IntBlaster
@@ -92,7 +93,8 @@ def trusted(launch: Launch, trace: Trace) -> list[z3.BoolRef]:
     names = launch.binding.roles.get("trusted", "").split()
     tensors = {launch.binding.roles[r]: r for r in names if r in ("rows", "positions", "row_of_program")}
     table = launch.binding.roles.get("table")
-    table = launch.binding.pointer_tables.get(table, (table,))[0]  # behind a table of pointers, alike in rows
+    if table is not None:  # behind a table of pointers, alike in rows
+        table = launch.binding.pointer_tables.get(table, (table,))[0]
     facts = []
     if "query_start_loc" in names:  # request r's tokens are [qsl[r], qsl[r+1]), inside the live tokens
         qsl, r = launch.binding.roles["query_start_loc"], request_program(launch)
@@ -105,6 +107,8 @@ def trusted(launch: Launch, trace: Trace) -> list[z3.BoolRef]:
         value = signed(launch.read(load.pointer.tensor, load.pointer))
         if role == "positions":
             facts.append(z3.Implies(load.mask, value >= 0))
+        elif table is None:
+            raise KernelNotSupported(f"trusted role {role!r} is a row index, which needs the role 'table'")
         else:
             rows = signed(launch.sizes(table)[-2])
             facts.append(z3.Implies(load.mask, z3.And(value >= 0, value < rows)))

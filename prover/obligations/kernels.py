@@ -20,11 +20,16 @@ from kvtable.prover.obligations.base import Expect, Obligation
 from kvtable.prover.solver.discharge import DEFAULT_RLIMIT, Outcome, Query, discharge
 
 
+def _unbound() -> Binding:
+    """The default binding, there only because ``Obligation.expect`` has a default: every obligation names its own."""
+    raise TypeError("a KernelObligation is built with its binding")
+
+
 @dataclass(frozen=True)
 class KernelObligation(Obligation):
     """An obligation about a kernel's code: its counterexamples are looked for small, and replayed."""
 
-    binding: Callable[[], Binding] = field(default=lambda: None)  # type: ignore[assignment,return-value]
+    binding: Callable[[], Binding] = field(default=_unbound)
 
 
 def _clause(name: str) -> str:
@@ -135,7 +140,7 @@ def preload(obligations: Iterable[Obligation]) -> None:
             ob.binding().kernel_object()
             # the replay's modules too, imported whole before any fork, not by each child half-way (three
             # obligations of one binding raised ImportError for replay and memory's VirtualTensor)
-            import kvtable.prover.symexec.replay  # noqa: F401
+            import kvtable.prover.bindings.replay  # noqa: F401
         elif isinstance(ob, TorchObligation):
             import kvtable.impl.torch_kernels  # noqa: F401
 
@@ -144,8 +149,8 @@ def kernel_outcome(obligation: KernelObligation, guard_ms: int, small: int | Non
                    rlimit: int = DEFAULT_RLIMIT) -> Outcome:
     """Discharge; for a counterexample, look again among launches small enough to replay (small tensors, else a
     small grid), then replay it."""
-    from kvtable.prover.symexec.explain import length_hint, wrap_hint
-    from kvtable.prover.symexec.replay import pad_hint, replay
+    from kvtable.prover.bindings.explain import length_hint, wrap_hint
+    from kvtable.prover.bindings.replay import pad_hint, replay
 
     query = obligation.build()
     expected = small if obligation.expect == "counterexample" else None  # else small ones come from the replay pass

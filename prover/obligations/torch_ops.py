@@ -13,7 +13,7 @@ formula obligations about those lanes hold for the torch code too. SPEC.md secti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import z3
 
@@ -68,8 +68,10 @@ def stacked_locs_is_the_encoding() -> Query:
     (g, b, t) is ``stacked_lane``'s out for row b, length seq_lens[b], token t."""
     import torch
 
-    from kvtable.impl import torch_kernels as tk
+    from kvtable.impl import torch_kernels
     from kvtable.prover.symexec.torch_symbolic import Reads, SymTensor
+
+    tk: Any = torch_kernels  # run on SymTensors, which the kernels' torch annotations do not name
 
     sizes, facts = {}, []
     for name, low in (("G", 1), ("R", 0), ("W", 1), ("Gw", 0), ("Gp", 0), ("bs", 1), ("n", 1)):
@@ -78,7 +80,8 @@ def stacked_locs_is_the_encoding() -> Query:
     facts.append(sizes["R"] >= sizes["bs"])
     reads = Reads()
     tables, widths, page_sizes = _stack(reads, sizes)
-    bs, n = SymTensor.scalar(sizes["bs"]), SymTensor.scalar(sizes["n"])
+    bs: Any = SymTensor.scalar(sizes["bs"])  # torch.arange takes it through __torch_function__
+    n = SymTensor.scalar(sizes["n"])
     # int32 lengths of exactly bs rows; a longer tensor takes the same path (_fixed_positions slices and casts)
     seq_lens = SymTensor.leaf("torch_seq_lens", (bs,), torch.int32, reads)
     positions = tk._fixed_positions(seq_lens, bs, n)
@@ -101,8 +104,10 @@ def extend_locs_is_the_encoding() -> Query:
     validates (a row of the table, a position >= 0: T9)."""
     import torch
 
-    from kvtable.impl import torch_kernels as tk
+    from kvtable.impl import torch_kernels
     from kvtable.prover.symexec.torch_symbolic import Reads, SymTensor
+
+    tk: Any = torch_kernels  # run on SymTensors, which the kernels' torch annotations do not name
 
     sizes, facts = {}, []
     for name, low in (("G", 1), ("R", 0), ("W", 1), ("Gw", 0), ("Gp", 0), ("T", 1)):

@@ -6,17 +6,18 @@ builder methods: each unmasked lane's address is looked up among the registered 
 hits none is recorded as a ``GuardHit`` and masked off before the access, so it never touches host
 memory (a load gets 0 there). The tensors of a replay are carved out of one buffer with poison
 margins around each, checked after the run, so a write the hook could not see (an unhooked path)
-still shows up instead of corrupting a neighbour.
+still shows up instead of corrupting a neighbour. ``kvtable.conformance.sanitize`` runs every launch of a
+``--sanitize`` run under ``guarded()``.
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 
 import numpy as np
 import torch
@@ -142,7 +143,7 @@ _TRITON = os.sep + "triton" + os.sep
 
 def call_site() -> str:
     """``FILE:LINE`` of the innermost frame outside triton and this package: the kernel line being run."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
         if _TRITON not in name and not name.startswith(os.path.dirname(__file__)):
@@ -225,65 +226,3 @@ class GuardBuffer:
         first = self.buffer[: MARGIN_BYTES // 8]
         rest = [self.buffer[a:b] for a, b in self._spans]
         return all(bool((m == POISON).all()) for m in (first, *rest))
-
-
-class OutOfBoundsAccess(AssertionError):
-    """A Triton kernel's load or store outside every tensor it was launched with (blocked, never performed)."""
-
-    def __init__(self, kernel: str, hits: Sequence[GuardHit]) -> None:
-        first = hits[0]
-        super().__init__(f"[safety] {kernel}: {len(hits)} out-of-bounds access(es) blocked; the first a {first.kind}"
-                         f" by program {first.program}, lane {first.lane}, {first.nearest}")
-        self.kernel, self.hits = kernel, list(hits)
-
-
-def _tensor_arguments(args: Sequence[object], kwargs: dict[str, object]) -> dict[str, torch.Tensor]:
-    named = {f"argument {i}": a for i, a in enumerate(args)} | dict(kwargs)
-    tensors = {name: getattr(t, "base", t) for name, t in named.items() if hasattr(t, "data_ptr")}
-    return tensors | _pointees(tensors)
-
-
-def _pointees(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The live tensors a uint64 argument's entries point at (a table of ``data_ptr()`` values, as SGLang's
-    ``write_req_to_token_pool_triton`` takes its prefix tensors): a load through such a pointer is followed
-    into that tensor, not blocked. An entry no live tensor starts at stays unregistered (a dangling pointer)."""
-    wanted = {int(address): f"{name}[{i}]" for name, t in tensors.items()
-              if t.dtype == torch.uint64 and t.device.type == "cpu"
-              for i, address in enumerate(t.reshape(-1).to(torch.int64).tolist())}
-    if not wanted:
-        return {}
-    found: dict[str, torch.Tensor] = {}
-    for obj in gc.get_objects():
-        if not issubclass(type(obj), torch.Tensor) or obj.device.type != "cpu" or not obj.numel():
-            continue  # type(), not isinstance(): a lazy module attribute among the objects warns on __class__
-        entry = wanted.get(obj.data_ptr())
-        if entry is not None:
-            if entry not in found or region_of("", obj).nbytes > region_of("", found[entry]).nbytes:
-                found[entry] = obj  # the widest tensor starting there: a view's base, not the view
-    return {f"{entry} -> tensor": t for entry, t in found.items()}
-
-
-@contextmanager
-def sanitizing(on_hit: Callable[[OutOfBoundsAccess], None] | None = None) -> Iterator[None]:
-    """Every Triton interpreter launch inside is bounds-checked against its own tensor arguments: an access
-    outside all of them is blocked and raises ``OutOfBoundsAccess`` when the launch ends (``--sanitize``);
-    ``on_hit`` sees each such error first (a caller may catch the exception: the record stays)."""
-    GridExecutor = private("GridExecutor")
-
-    launch = GridExecutor.__call__
-
-    def checked(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 (Triton's signature)
-        with guarded(_tensor_arguments(args, kwargs)) as log:
-            result = launch(self, *args, **kwargs)
-        if log.hits:
-            error = OutOfBoundsAccess(getattr(self.fn, "__name__", "a kernel"), log.hits)
-            if on_hit is not None:
-                on_hit(error)
-            raise error
-        return result
-
-    GridExecutor.__call__ = checked
-    try:
-        yield
-    finally:
-        GridExecutor.__call__ = launch

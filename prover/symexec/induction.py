@@ -21,8 +21,8 @@ ADVANCE = "__kvtable_advance__"
 
 def advance(before: object, count: object, amount: object, sign: int) -> object:
     """``before`` advanced ``count`` times by ``sign * amount``, in ``before``'s own type."""
-    if all(isinstance(x, int) for x in (before, count, amount)):
-        return before + sign * count * amount  # type: ignore[operator]
+    if isinstance(before, int) and isinstance(count, int) and isinstance(amount, int):
+        return before + sign * count * amount
     if isinstance(before, Pointer):
         return before + as_sym(count).to(INT64) * amount * sign
     start, step, dtype = promote(before, amount)
@@ -35,13 +35,14 @@ def advance(before: object, count: object, amount: object, sign: int) -> object:
 def _setup(loop: ast.For, steps: dict[str, ast.AugAssign]) -> list[ast.stmt]:
     """The assignments before ``loop`` (start, step, each variable's value before it); puts the per-iteration
     ones at the top of its body."""
-    line, args = loop.lineno, loop.iter.args  # type: ignore[attr-defined]
+    assert isinstance(loop.iter, ast.Call) and isinstance(loop.target, ast.Name)  # induction_steps' loops only
+    line, args = loop.lineno, loop.iter.args
     start = args[0] if len(args) > 1 else ast.Constant(0)
     step = args[2] if len(args) > 2 else ast.Constant(1)
     name = f"__kvtable_{line}"
-    before = [ast.Assign([ast.Name(f"{name}_start", ast.Store())], start),
+    before: list[ast.stmt] = [ast.Assign([ast.Name(f"{name}_start", ast.Store())], start),
               ast.Assign([ast.Name(f"{name}_step", ast.Store())], step)]
-    index = ast.Name(loop.target.id, ast.Load())  # type: ignore[attr-defined]
+    index = ast.Name(loop.target.id, ast.Load())
     offset = ast.BinOp(index, ast.Sub(), ast.Name(f"{name}_start", ast.Load()))
     count = ast.BinOp(offset, ast.FloorDiv(), ast.Name(f"{name}_step", ast.Load()))
     top = []

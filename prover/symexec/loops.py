@@ -74,9 +74,9 @@ def induction_steps(loop: ast.For) -> dict[str, ast.AugAssign]:
     body does not change (``ld_offset += BLOCK``), in a ``for NAME in range(...)`` loop. Iteration ``k`` sees
     the value before the loop plus ``k`` amounts (prover/symexec/induction.py sets it so): nothing carried."""
     call = loop.iter
-    ranged = isinstance(call, ast.Call) and (getattr(call.func, "id", None) == "range"
-                                             or getattr(call.func, "attr", None) == "range")
-    if not (ranged and isinstance(loop.target, ast.Name) and not call.keywords and 1 <= len(call.args) <= 3
+    if not (isinstance(call, ast.Call) and (getattr(call.func, "id", None) == "range"
+                                            or getattr(call.func, "attr", None) == "range")
+            and isinstance(loop.target, ast.Name) and not call.keywords and 1 <= len(call.args) <= 3
             and all(_plain(a) for a in (call.args[::2] if len(call.args) > 1 else ()))):  # start, step: read again
         return {}
     assigned = set().union(*(_names(s, ast.Store) for s in loop.body)) | {loop.target.id}
@@ -98,7 +98,7 @@ def check_independent(code: types.CodeType, line: int) -> None:
     end = loop.end_lineno or loop.lineno
     after = sorted((n.lineno, isinstance(n.ctx, ast.Store), n.id) for n in ast.walk(function)
                     if isinstance(n, ast.Name) and n.lineno > end and n.id in assigned | defined)
-    first = {}
+    first: dict[str, bool] = {}
     for _, store, name in after:  # a load first (on a line, loads count first): the loop's value is read
         first.setdefault(name, store)
     later = [name for name, store in first.items() if not store]

@@ -161,7 +161,8 @@ class _Path:
     other side was possible at all on the path (a branch decided by the ones before it forks nothing)."""
 
     def __init__(self, prefix: list[bool], facts: list[z3.BoolRef]) -> None:
-        self.prefix, self.taken = prefix, []
+        self.prefix = prefix
+        self.taken: list[tuple[z3.BoolRef, bool]] = []
         self.forks: list[bool] = []
         self.facts = facts
         """The launch's facts: a side they rule out (a program id past the grid) is not run."""

@@ -157,7 +157,7 @@ def _unrolled(start: object, end: object, step: object, refused: KernelNotSuppor
     written), while ``i < end`` may hold on the path; refused as ``refused`` past ``MAX_UNROLLED`` iterations."""
     if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
         raise refused
-    i = start
+    i: Any = start  # an int or a symbolic value: both add
     for _ in builtins.range(MAX_UNROLLED + 1):
         if not as_sym(i) < end:  # a Python branch on the symbolic bound: one path per trip count
             return
@@ -245,8 +245,9 @@ class Language:
     # Loops ------------------------------------------------------------------------------------------
     def range(self, *args: object) -> Iterator[object]:
         """``range``/``tl.range``: Python's for int bounds; one symbolic iteration for symbolic bounds."""
-        if all(isinstance(a, int) for a in args):
-            return iter(builtins.range(*args))
+        ints = [a for a in args if isinstance(a, int)]
+        if len(ints) == len(args):
+            return iter(builtins.range(*ints))
         start, end, step = (0, *args, 1)[-3:] if len(args) == 1 else (*args, 1)[:3]
         caller = sys._getframe(1)
         try:
@@ -278,7 +279,7 @@ class Language:
         return Language.full(shape, 0, dtype)
 
     @staticmethod
-    def cdiv(a: object, b: object) -> object:
+    def cdiv(a: Any, b: Any) -> Any:  # ints or symbolic values: both divide
         return (a + b - 1) // b
 
     @staticmethod
@@ -290,7 +291,7 @@ class Language:
         """``tl.cast``: as ``value.to(dtype)`` (an integer conversion, or a loaded address taken as a pointer)."""
         if isinstance(value, Pointer | Address):
             return value.to(dtype, bitcast)
-        return as_sym(value).to(dtype, bitcast)  # type: ignore[arg-type]
+        return as_sym(value).to(dtype, bitcast)
 
     @staticmethod
     def multiple_of(value: object, *_: Any) -> object:

@@ -251,10 +251,10 @@ class SymTensor:
     def __ge__(self, other: Any) -> SymTensor:
         return _map(lambda a, b: a >= b, self, other, result=torch.bool)
 
-    def __eq__(self, other: object) -> SymTensor:  # type: ignore[override]
+    def __eq__(self, other: object) -> SymTensor:  # type: ignore[override]  # elementwise, as torch's == gives
         return _map(lambda a, b: a == b, self, other, result=torch.bool)
 
-    def __ne__(self, other: object) -> SymTensor:  # type: ignore[override]
+    def __ne__(self, other: object) -> SymTensor:  # type: ignore[override]  # elementwise, as torch's != gives
         return _map(lambda a, b: a != b, self, other, result=torch.bool)
 
     __hash__ = object.__hash__  # a key of impl's caches: by identity

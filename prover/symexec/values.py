@@ -22,6 +22,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import count
+from types import FrameType
 
 import z3
 
@@ -197,7 +198,7 @@ class Sym:
         return Sym(term, dtype, Parts(((name, z3.BitVecVal(1, I64)),), z3.BitVecVal(0, I64)))
 
     # Conversions ------------------------------------------------------------------------------------
-    def to(self, dtype: IntType, bitcast: bool = False) -> Sym:
+    def to(self, dtype: object, bitcast: bool = False) -> Sym:
         """Triton's ``x.to(dtype)``: sign extension, or the low bits; ``!= 0`` for ``int1``."""
         del bitcast
         if isinstance(dtype, PointerType):
@@ -288,13 +289,13 @@ class Sym:
     def __ge__(self, other: object) -> Sym:
         return _compare(self, other, lambda a, b: a >= b)
 
-    def __eq__(self, other: object) -> Sym:  # type: ignore[override]
+    def __eq__(self, other: object) -> Sym:  # type: ignore[override]  # a term, as Triton's == gives
         return _compare(self, other, lambda a, b: a == b)
 
-    def __ne__(self, other: object) -> Sym:  # type: ignore[override]
+    def __ne__(self, other: object) -> Sym:  # type: ignore[override]  # a term, as Triton's != gives
         return _compare(self, other, lambda a, b: a != b)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable: == builds a term, it answers no question
 
     def __and__(self, other: object) -> Sym:
         return _logic(self, other, z3.And, "&")
@@ -367,7 +368,7 @@ def _ring(a: object, b: object, op: Callable, name: str) -> Sym:
 def kernel_site() -> str:
     """``FILE:LINE`` of the innermost frame outside this package: the kernel line running now."""
     here = os.path.dirname(os.path.dirname(__file__))
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(here):
         frame = frame.f_back
     return "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"

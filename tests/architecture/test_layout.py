@@ -14,7 +14,9 @@ from hypothesis.strategies._internal.strategies import SearchStrategy
 
 import kvtable.conformance
 import kvtable.strategies
+from kvtable.backends.protocol import OPERATIONS
 from kvtable.conformance.properties import PROPERTIES
+from kvtable.spec.clauses import CLAUSES
 from kvtable.strategies import BROKEN_CLAUSES, CHEAP_CLAUSES, CORRUPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,11 +48,30 @@ def test_every_conformance_and_strategy_module_imports_alone() -> None:
     assert "kvtable.conformance.properties.graph" in MODULES and "kvtable.strategies.broken" in MODULES
 
 
+PROPERTY_MODULES = ROOT / "kvtable" / "conformance" / "properties"
+
+
+def _names_by_module() -> dict[str, list[str]]:
+    """The property names written literally in each module of ``properties/``."""
+    return {path.stem: re.findall(r'Property\(\s*"([^"]+)"', path.read_text())
+            for path in sorted(PROPERTY_MODULES.glob("*.py"))}
+
+
 def test_every_property_name_is_a_literal_in_its_family_module() -> None:
-    source = "\n".join(p.read_text() for p in (ROOT / "kvtable" / "conformance" / "properties").glob("*.py"))
-    literals = set(re.findall(r'Property\(\s*"([^"]+)"', source))
+    literals = {name for names in _names_by_module().values() for name in names}
     assert [p.name for p in PROPERTIES if p.name not in literals] == []
     assert len(literals) == len(PROPERTIES)
+
+
+def test_a_property_prefix_is_its_module() -> None:
+    """``safety/x`` lives in ``properties/safety.py`` (a ``-`` in the prefix is a ``_`` in the module name), so a
+    name in a report leads to its file; a name with no prefix is a backend operation's or a clause's own name."""
+    misplaced = [f"{name} in {module}.py" for module, names in _names_by_module().items() for name in names
+                 if "/" in name and name.split("/", 1)[0].replace("-", "_") != module]
+    assert misplaced == []
+    own_names = set(OPERATIONS) | {c.name for c in CLAUSES}
+    assert [name for names in _names_by_module().values() for name in names
+            if "/" not in name and name not in own_names] == []
 
 
 def test_every_breach_and_corruption_has_its_property() -> None:

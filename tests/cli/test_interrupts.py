@@ -1,5 +1,6 @@
-"""Ctrl-C always wins: SIGINT at random moments to ``fuzz``, ``conform``, ``zoo`` and ``check`` exits 130, with the
-table of what finished printed whole (issue 21: a Ctrl-C landing in Hypothesis' gc callback was lost)."""
+"""Ctrl-C always wins: SIGINT at random moments to ``fuzz``, ``conform``, ``zoo``, ``check``, ``prove`` and
+``trace check`` exits 130, with the table of what finished printed whole (issue 21: a Ctrl-C landing in Hypothesis'
+gc callback was lost; issue 29: every command, every moment)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,11 @@ COMMANDS = {
     "conform": ["conform", "--backend", "torch", "--examples", "200", "--no-progress"],
     "zoo": ["zoo", "vllm-13418", "vllm-1486", "vllm-53982", "sglang-25889", "--quiet", "--no-progress"],
     "check": ["check", "--examples", "400", "--no-progress"],
+    "prove": ["prove"],
+    "trace": ["trace", "check", *["{trace}"] * 6],
 }
+HEADERS = {"zoo": r"bug\s", "prove": r"obligation\s+clause"}
+"""The header of each command's table; the rest print ``clause  property  result`` (trace check: none per step)."""
 RUNS = 5
 """Interrupts per command; the moments (1 to 8 s after kvtable took charge of Ctrl-C) are drawn from a fixed seed."""
 LAUNCH = (
@@ -40,6 +45,16 @@ interpreter itself starts or exits is Python's (a KeyboardInterrupt traceback, o
 moments are counted from when kvtable holds the signal, whatever the machine's load, never from the launch."""
 
 
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 3000-batch torch trace: ``trace check`` of six copies runs well past the latest interrupt."""
+    out = tmp_path_factory.mktemp("interrupts") / "t"
+    done = subprocess.run([sys.executable, "-m", "kvtable.cli", "trace", "record", "--backend", "torch", "--steps",
+                           "3000", "--seed", "0", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
 def _interrupted(argv: list[str], after: float) -> tuple[int, str, str]:
     child = subprocess.Popen([sys.executable, "-c", LAUNCH, *argv], cwd=REPO, text=True, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env={**os.environ, "PYTHONHASHSEED": "0"})
@@ -54,20 +69,21 @@ def _interrupted(argv: list[str], after: float) -> tuple[int, str, str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_ctrl_c_at_any_moment_exits_130_with_the_finished_table(command: str) -> None:
+def test_ctrl_c_at_any_moment_exits_130_with_the_finished_table(command: str, request: pytest.FixtureRequest) -> None:
+    argv = [str(request.getfixturevalue("trace")) if arg == "{trace}" else arg for arg in COMMANDS[command]]
     moments = random.Random(command).sample([1 + 0.5 * i for i in range(15)], RUNS)
     for after in moments:
-        rc, out, err = _interrupted(COMMANDS[command], after)
+        rc, out, err = _interrupted(argv, after)
         where = f"{command} interrupted after {after} s: rc {rc}\n{out[-800:]}\n{err[-1500:]}"
         assert rc == EXIT_INTERRUPTED, where
         assert "Traceback" not in err, where
         assert err.strip().splitlines()[-1] == f"kvtable {command}: interrupted", where
         if command == "check" and "kvtable fuzz:" not in out:  # stopped while proving: nothing fuzzed after it
             continue
-        summary = out.strip().splitlines()[-1]
-        assert "INTERRUPTED after" in summary, where
-        header = r"bug\s" if command == "zoo" else r"clause\s+property\s+result"
-        assert re.search(header, out), where
+        if command != "prove":  # prove's table is its summary: one row per obligation that finished
+            assert "INTERRUPTED after" in out.strip().splitlines()[-1], where
+        if command != "trace":
+            assert re.search(HEADERS.get(command, r"clause\s+property\s+result"), out), where
 
 
 def test_a_ctrl_c_a_callback_swallows_is_recorded_not_printed() -> None:

@@ -17,7 +17,8 @@ from kvtable.conformance.checks import Mismatch  # noqa: E402
 from kvtable.conformance.levels import SAFETY  # noqa: E402
 from kvtable.conformance.properties import select  # noqa: E402
 from kvtable.conformance.runner import make_context, run_conformance  # noqa: E402
-from kvtable.conformance.sanitize import OUT_OF_BOUNDS, sanitizing, unsafe_found  # noqa: E402
+from kvtable.conformance.sanitize import OUT_OF_BOUNDS, OutOfBoundsAccess, sanitizing  # noqa: E402
+from kvtable.conformance.watch import FOUND  # noqa: E402
 from kvtable.zoo.triton_mutants import mutant_kernels  # noqa: E402
 
 
@@ -47,11 +48,16 @@ def test_a_swallowed_out_of_bounds_access_still_fails_the_example_at_the_safety_
 
 
 def test_without_sanitize_nothing_is_recorded() -> None:
-    """The unmasked kernel's stale read goes unguarded without --sanitize: no finding, no failure."""
+    """The unmasked kernel's stale read goes unguarded without --sanitize: no finding, no failure; the same read
+    under --sanitize is recorded."""
     ctx, _ = make_context("torch", "kvtable")
     with ctx.example("G4"):
         stale_read(unmasked().kernels)
-    assert unsafe_found("G4") is None
+        assert list(FOUND) == []  # read before the example's end drains what it found
+    with sanitizing():
+        with pytest.raises(OutOfBoundsAccess):
+            stale_read(unmasked().kernels)
+        assert [type(found) for found in FOUND] == [OutOfBoundsAccess]
 
 
 @pytest.mark.slow

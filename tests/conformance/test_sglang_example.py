@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from kvtable.backends import load
-from kvtable.conformance.properties import allocator, select
+from kvtable.conformance.properties import alloc, select
 from kvtable.conformance.runner import run_conformance
 
 EXAMPLE = "examples/sglang_style.py"
-ALLOC = [p.name for p in allocator.PROPERTIES]
-"""The allocator route's properties (the debug-mode ones, ``alloc_debug``, need a debug checker)."""
+ALLOC = [p.name for p in alloc.PROPERTIES if not p.name.startswith("alloc/debug-")]
+"""The allocator route's properties (the debug-mode ones, ``alloc/debug-*``, need a debug checker)."""
 
 
 def load_example(factory: str, *, debug: bool) -> object:
@@ -104,7 +104,7 @@ def test_a_seeded_bug_passes_the_properties_of_the_other_classes() -> None:
 def test_debug_mode_is_sglangs_memory_pool_asserts() -> None:
     """``debug=True`` (SGLANG_DEBUG_MEMORY_POOL) asserts that last_loc agrees with the prefix length: a row whose
     slot at prefix - 1 sits at the wrong offset of its page is refused; without debug the step goes on."""
-    from kvtable.conformance.properties.allocator import alloc_state
+    from kvtable.conformance.alloc_calls import alloc_state
     from kvtable.reference.allocation import AllocStep
 
     # page size 4, prefix 3: the last prefix slot should be at offset 2 of its page; slot 13 is at offset 1

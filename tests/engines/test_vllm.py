@@ -1,4 +1,5 @@
-"""vLLM 0.33, as installed in its own venv: conform on its slot mapping and expansion, a judged real run, each fault.
+"""vLLM 0.33, as installed in its own venv: conform on its slot mapping, expansion and allocator route, a judged
+real run, each fault.
 
 Budgets are small (``--examples 10``, 200 steps): each call imports vLLM (about 30 s) before any work.
 """
@@ -37,15 +38,19 @@ def _record(kvtable_in: Any, out: Path, *fault: str) -> dict[str, int]:
 
 
 def test_conform_passes(kvtable_in: Any) -> None:
-    """19 properties apply: the rest need what vLLM 0.33 has no code for (re-anchor, a debug mode, a write
-    checker, int32 graph buffers of kvtable's shape) or breaches its scheduler never builds."""
+    """At least 20 properties apply, the allocator route's among them (the scheduler's ``KVCacheManager``); the
+    rest need what vLLM 0.33 has no code for (re-anchor, a debug mode, a write checker, a SWA pool, int32 graph
+    buffers of kvtable's shape) or breaches its scheduler never builds."""
     code, report = _conform(kvtable_in, "backend", "correct")
     ran = [r for r in report["results"] if r["status"] != "not applicable"]
     assert code == 0 and report["passed"], report["failed_clauses"]
-    assert len(ran) >= 19, sorted(r["property"] for r in ran)
+    assert len(ran) >= 20, sorted(r["property"] for r in ran)
     assert {r["status"] for r in ran} == {"passed"}
     assert {"decode_locs", "verify_locs", "extend_locs", "group_locs/verify", "expand_table",
-            "unit-invariance", "safety/narrow-table"} <= {r["property"] for r in ran}
+            "unit-invariance", "safety/narrow-table", "alloc/decode", "alloc/verify", "alloc/extend",
+            "alloc/shared-prefix", "alloc/over-allocated", "alloc/pool-tight"} <= {r["property"] for r in ran}
+    not_run = {r["property"]: r["message"] for r in report["results"] if r["status"] == "not applicable"}
+    assert "SWA pool" in not_run["alloc/swa-decode"] and "BlockPool" in not_run["alloc/int32-slots"]
 
 
 def test_model_runner_v2_passes_with_its_int32_slot_product_latent(kvtable_in: Any) -> None:
@@ -53,10 +58,10 @@ def test_model_runner_v2_passes_with_its_int32_slot_product_latent(kvtable_in: A
     slots pass 2^31 - 1 wraps onto another block (the class of vLLM #1486; V1 casts to int64 first). No pool of
     today reaches that, so it is a latent failure, a note; everything else V2 does passes."""
     code, report = _conform(kvtable_in, "backend_v2", "correct", "W5", "group_locs/verify", "group_locs/extend",
-                            "expand_table")
+                            "expand_table", "alloc/extend")
     by_name = {r["property"]: r for r in report["results"]}
     assert code == 0 and report["passed"], report["failed_clauses"]
-    assert {by_name[p]["status"] for p in ("group_locs/verify", "group_locs/extend", "expand_table",
+    assert {by_name[p]["status"] for p in ("group_locs/verify", "group_locs/extend", "expand_table", "alloc/extend",
                                            "group_locs/int32-edge", "safety/int32-wrap")} == {"passed"}
     [latent] = by_name["safety/int32-wrap"]["failures"]
     assert latent["tier"] == "latent" and latent["kind"] == "unsafe write: another page"
@@ -98,9 +103,10 @@ def _first_location_step(path: Path) -> int:
 ])
 def test_fault_is_caught_at_safety(kvtable_in: Any, tmp_path: Path, fault: str, first_shown: Any,
                                    property_name: str) -> None:
-    code, report = _conform(kvtable_in, f"backend_{fault}", "safety", property_name, "group_locs/extend")
+    code, report = _conform(kvtable_in, f"backend_{fault}", "safety", property_name, "group_locs/extend",
+                            "alloc/extend")
     failed = [r for r in report["results"] if r["status"] == "failed"]
-    assert code == 1 and failed, report["results"]
+    assert code == 1 and {r["property"] for r in failed} == {property_name, "group_locs/extend", "alloc/extend"}
     assert {r["tier"] for r in failed} == {"safety"}
     _record(kvtable_in, tmp_path / fault, "--fault", fault)
     found = check_trace(tmp_path / fault, "vllm", level="safety").violation

@@ -99,7 +99,7 @@ def test_write_req_to_token_through_its_prefix_pointers_is_modelled_and_proved()
 def test_an_int32_table_records_a_wrapped_slot_named_as_such() -> None:
     """Without W5's bound at the table's width (an int64 slot >= 2^31 stored into int32 req_to_token), agreement
     fails, and the counterexample says the value wrapped on its way to 32 bits."""
-    from kvtable.prover.symexec.explain import wrap_hint
+    from kvtable.prover.bindings.explain import wrap_hint
 
     binding = load_object(f"{SGLANG}:WRITE_REQ_TO_TOKEN")
     query = kq.agreement(binding)

@@ -15,9 +15,9 @@ pytest.importorskip("triton")
 from kvtable.prover import prove  # noqa: E402
 from kvtable.prover.bindings import queries as kq  # noqa: E402
 from kvtable.prover.bindings.binding import Binding, TensorSpec, load_binding, load_object  # noqa: E402
+from kvtable.prover.bindings.replay import replay  # noqa: E402
 from kvtable.prover.obligations.kernels import KernelObligation, kernel_obligations, kernel_outcome  # noqa: E402
 from kvtable.prover.solver.discharge import Outcome, Query, discharge  # noqa: E402
-from kvtable.prover.symexec.replay import replay  # noqa: E402
 from kvtable.prover.symexec.values import KernelNotSupported  # noqa: E402
 
 TIMEOUT_MS = 60_000
@@ -236,7 +236,7 @@ def test_three_obligations_of_one_binding_run_together_in_forked_children() -> N
 
     binding = dataclasses.replace(load_binding(V1), kernel=load_object(V1_UNGUARDED))
     results = prove.prove(kernel_obligations(binding), isolate=True)
-    assert "kvtable.prover.symexec.replay" in sys.modules
+    assert "kvtable.prover.bindings.replay" in sys.modules
     assert [r.outcome.status for r in results] == ["counterexample", "proved", "counterexample", "counterexample"]
     for r in (results[0], *results[2:]):  # the covers obligation (proved) replays nothing
         assert "error:" not in r.outcome.detail and "replayed slot_mapping_kernel" in r.outcome.detail

@@ -19,10 +19,10 @@ from kvtable.prover import prove  # noqa: E402
 from kvtable.prover.bindings import builtin as kb  # noqa: E402
 from kvtable.prover.bindings import queries as kq  # noqa: E402
 from kvtable.prover.bindings.binding import Binding, Launch, load_binding, load_object  # noqa: E402
+from kvtable.prover.bindings.replay import Replay, replay  # noqa: E402
 from kvtable.prover.obligations.kernels import kernel_obligations, kernel_outcome  # noqa: E402
 from kvtable.prover.solver.discharge import Outcome, Query, discharge  # noqa: E402
 from kvtable.prover.symexec.guard import GuardBuffer, guarded  # noqa: E402
-from kvtable.prover.symexec.replay import Replay, replay  # noqa: E402
 from kvtable.prover.symexec.values import INT32, INT64, KernelNotSupported, Sym, as_sym  # noqa: E402
 from kvtable.zoo.triton_mutants import KERNEL_MUTANTS, mutant_kernels  # noqa: E402
 
@@ -304,7 +304,7 @@ def test_sanitize_turns_an_out_of_bounds_launch_into_a_safety_failure() -> None:
     import triton
     import triton.language as tl
 
-    from kvtable.prover.symexec.guard import OutOfBoundsAccess, sanitizing
+    from kvtable.conformance.sanitize import OutOfBoundsAccess, checked_launches
 
     @triton.jit
     def overread(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
@@ -312,7 +312,7 @@ def test_sanitize_turns_an_out_of_bounds_launch_into_a_safety_failure() -> None:
         tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n, other=0), mask=offs < 4)
 
     src, dst = torch.arange(4, dtype=torch.int32), torch.zeros(4, dtype=torch.int32)
-    with sanitizing(), pytest.raises(OutOfBoundsAccess, match=r"\[safety\] overread: 2 out-of-bounds") as err:
+    with checked_launches(), pytest.raises(OutOfBoundsAccess, match=r"\[safety\] overread: 2 out-of-bounds") as err:
         overread[(1,)](src, dst, 6, BLOCK=8)  # reads src[4], src[5]
     assert [(h.kind, h.lane) for h in err.value.hits] == [("load", 4), ("load", 5)]
     overread[(1,)](src, dst, 4, BLOCK=8)  # outside the context: no guard (and in bounds anyway)
@@ -331,18 +331,18 @@ def test_conform_sanitize_passes_kvtables_triton_kernels(capsys: pytest.CaptureF
 
 
 def test_sanitize_catches_the_width_mask_mutant_on_a_stale_length() -> None:
-    from kvtable.prover.symexec.guard import OutOfBoundsAccess, sanitizing
+    from kvtable.conformance.sanitize import OutOfBoundsAccess, checked_launches
 
     kernels = mutant_kernels("triton-width-mask-dropped").TritonKernels()
     tables = torch.tensor([[[7], [9]]], dtype=torch.int32)  # one group, two rows, one column
     widths, page_sizes = torch.tensor([1], dtype=torch.int32), torch.tensor([1], dtype=torch.int32)
     seq_lens = torch.tensor([1, 5], dtype=torch.int32)  # row 1 is stale: position 4, column 4
     out = torch.zeros(1, 2, dtype=torch.int32)
-    with sanitizing(), pytest.raises(OutOfBoundsAccess, match="past the end of argument 0") as err:
+    with checked_launches(), pytest.raises(OutOfBoundsAccess, match="past the end of argument 0") as err:
         kernels.stacked_locs(tables, widths, page_sizes, seq_lens, out, bs=2, n=1)
     assert [(h.kind, h.lane) for h in err.value.hits] == [("load", 1)]
     kvtable_kernels = __import__("kvtable.impl.triton_kernels", fromlist=["TritonKernels"]).TritonKernels()
-    with sanitizing():  # the real kernel masks the column: no access outside, row 1 sinks to page 0
+    with checked_launches():  # the real kernel masks the column: no access outside, row 1 sinks to page 0
         kvtable_kernels.stacked_locs(tables, widths, page_sizes, seq_lens, out, bs=2, n=1)
     assert out.tolist() == [[7, 0]]
 

@@ -11,7 +11,7 @@ pytest.importorskip("kvtable.impl.triton_kernels")  # sets TRITON_INTERPRET wher
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
-from kvtable.prover.symexec.guard import OutOfBoundsAccess, sanitizing  # noqa: E402
+from kvtable.conformance.sanitize import OutOfBoundsAccess, checked_launches  # noqa: E402
 
 
 @triton.jit
@@ -30,7 +30,7 @@ def _table(*tensors: torch.Tensor) -> torch.Tensor:
 def test_loads_through_a_pointer_table_are_followed_not_blocked() -> None:
     a, b = torch.arange(10, 14), torch.arange(20, 23)
     out = torch.zeros(8, dtype=torch.int64)
-    with sanitizing():
+    with checked_launches():
         gather_rows[(2,)](_table(a, b), torch.tensor([4, 3]), out, BLOCK=4)
     assert out.tolist() == [10, 11, 12, 13, 20, 21, 22, 0]
 
@@ -38,6 +38,7 @@ def test_loads_through_a_pointer_table_are_followed_not_blocked() -> None:
 def test_a_read_past_a_pointee_is_still_blocked_naming_it() -> None:
     a, b = torch.arange(10, 14), torch.arange(20, 23)
     out = torch.zeros(8, dtype=torch.int64)
-    with sanitizing(), pytest.raises(OutOfBoundsAccess, match=r"past the end of argument 0\[1\] -> tensor") as err:
+    with checked_launches(), pytest.raises(OutOfBoundsAccess,
+                                           match=r"past the end of argument 0\[1\] -> tensor") as err:
         gather_rows[(2,)](_table(a, b), torch.tensor([4, 4]), out, BLOCK=4)  # b has 3 elements
     assert [(h.kind, h.program[0], h.lane) for h in err.value.hits] == [("load", 1, 3)]

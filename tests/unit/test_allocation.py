@@ -10,7 +10,7 @@ from hypothesis import given, settings
 
 from kvtable.backends import load
 from kvtable.backends.profiles import get_profile
-from kvtable.conformance.properties.allocator import alloc_outcome, alloc_state, call_allocator
+from kvtable.conformance.alloc_calls import alloc_outcome, alloc_state, call_allocator
 from kvtable.errors import ContractViolation
 from kvtable.impl.allocation import check_allocation
 from kvtable.reference import GroupSpec

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 
 from kvtable import ContractViolation
 from kvtable.conformance.kernel_model import sink_loc
-from kvtable.conformance.properties import edges
+from kvtable.conformance.properties import debug, group_locs, rejects
 from kvtable.contract import Batch, GroupSpec
 from kvtable.impl import CacheGroupsMixin
 from kvtable.impl import decode_locs as impl_decode_locs
@@ -33,8 +33,8 @@ def _reference_where(case: Case) -> tuple[str, str | None, int | None, int | Non
 
 
 @EDGE
-@given(edges._window_start_mid_page())
-def test_a_window_starting_mid_page_needs_its_first_column(edge: edges.Edge) -> None:
+@given(rejects._window_start_mid_page())
+def test_a_window_starting_mid_page_needs_its_first_column(edge: rejects.Edge) -> None:
     (gid, row, col), = edge.where
     assert _reference_where(edge.case) == ("T5", gid, row, col)
     spec = edge.case.spec(gid)
@@ -43,14 +43,14 @@ def test_a_window_starting_mid_page_needs_its_first_column(edge: edges.Edge) -> 
 
 
 @EDGE
-@given(edges._hole_before_page_one())
+@given(debug._hole_before_page_one())
 def test_a_hole_before_page_one_is_valid(case: Case) -> None:
     check_tables(case.specs, case.tables, case.batch)
     assert case.tables["swa0"][0][0] == 0 and case.tables["swa0"][1][0] == 1
 
 
 @EDGE
-@given(edges._w5_edge())
+@given(rejects._w5_edge())
 def test_the_w5_edge_is_the_last_legal_page(pair: tuple[Case, Case]) -> None:
     legal, over = pair
     check_tables(legal.specs, legal.tables, legal.batch)
@@ -125,8 +125,8 @@ def test_lone_calls_refuse_cpu_lengths_outside_debug_mode() -> None:
 
 
 @EDGE
-@given(edges._tables_on_two_devices())
-def test_the_two_device_case_is_valid_on_one_device(m: edges.TwoDevices) -> None:
+@given(rejects._tables_on_two_devices())
+def test_the_two_device_case_is_valid_on_one_device(m: rejects.TwoDevices) -> None:
     check_tables(m.case.specs, m.case.tables, m.case.batch)
     tensors = m.case.tensors()
     impl_group_locs(list(m.case.specs), tensors, m.case.batch)
@@ -136,7 +136,7 @@ def test_the_two_device_case_is_valid_on_one_device(m: edges.TwoDevices) -> None
 
 
 @EDGE
-@given(edges._idle_row_past_width())
+@given(group_locs._idle_row_past_width())
 def test_the_idle_row_lies_past_a_group_and_the_case_is_valid(case: Case) -> None:
     check_tables(case.specs, case.tables, case.batch)
     idle = case.extend_lens.index(0)
@@ -145,11 +145,11 @@ def test_the_idle_row_lies_past_a_group_and_the_case_is_valid(case: Case) -> Non
 
 
 @EDGE
-@given(edges._graph_sizes_below_one())
+@given(rejects._graph_sizes_below_one())
 def test_graph_sizes_below_one_are_g1_on_both_sides(arg: tuple[GraphSetup, int]) -> None:
     setup, size = arg
     GraphModel(setup.specs, **setup.kwargs())
-    for field in edges._GRAPH_SIZES:
+    for field in rejects._GRAPH_SIZES:
         for build in (GraphModel, GroupGraphBuffers):
             with pytest.raises(ContractViolation, match=r"\[G1"):
                 build(setup.specs, **{**setup.kwargs(), field: size})

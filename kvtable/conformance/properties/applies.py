@@ -87,8 +87,8 @@ def unlocks(properties: tuple[Property, ...]) -> dict[str, list[str]]:
         needs_any = prop.not_applicable
         if isinstance(needs_any, BreachesHeld):
             needs_any = NeedsAny(needs_any.methods)
-        if getattr(needs_any, "__name__", "") in _OTHER:
-            other = _OTHER[needs_any.__name__]  # type: ignore[union-attr]
+        if (name := getattr(needs_any, "__name__", "")) in _OTHER:
+            other = _OTHER[name]
             needs_any = NeedsAny() if other is None else None
             if other is not None:
                 table.setdefault(other, []).append(prop.name)

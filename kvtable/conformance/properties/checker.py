@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from hypothesis.strategies import SearchStrategy
 
 from kvtable.conformance.checks import Outcome, judge
 from kvtable.conformance.core import Context, Property
@@ -23,7 +24,7 @@ def _checker(clause: str) -> Callable[[Context, WriteLocCase], None]:
     return check
 
 
-def _corrupted(how: str) -> Callable[[], object]:
+def _corrupted(how: str) -> SearchStrategy[WriteLocCase]:
     return write_loc_cases(corrupt=True, corruptions=(how,))
 
 

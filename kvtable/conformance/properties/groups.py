@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -156,12 +157,12 @@ def _check_draft(adapter: Any, step: Step, tables: Mapping[str, list[list[int]]]
 def _check_layers(adapter: Any, step: Step, tables: Mapping[str, list[list[int]]],
                   locs: Mapping[str, list[int]]) -> None:
     for gid in (*sorted(tables), *OTHER_IDS):
-        _selected(f"select_page_table({gid!r})", "S1", lambda g=gid: select_group(tables, g),
-                  lambda g=gid: adapter.select_page_table(g),
+        _selected(f"select_page_table({gid!r})", "S1", partial(select_group, tables, gid),
+                  partial(adapter.select_page_table, gid),
                   lambda a, b: isinstance(a, torch.Tensor) and a.tolist() == b)
         _selected(f"select_out_cache_loc({gid!r}) (draft: {step.is_draft})", "S2",
-                  lambda g=gid: select_locs(locs, g, CALLER, prefer_caller=step.is_draft),
-                  lambda g=gid: adapter.select_out_cache_loc(g, CALLER),
+                  partial(select_locs, locs, gid, CALLER, prefer_caller=step.is_draft),
+                  partial(adapter.select_out_cache_loc, gid, CALLER),
                   lambda a, b: a is b if b is CALLER else isinstance(a, torch.Tensor) and a.tolist() == b)
 
 

@@ -13,22 +13,26 @@ The profile applies as everywhere: the replay fill gets the profile's tail pad (
 either pad, so its profile draws both) and its expected rows go through the profile's sub-page
 convention (``Profile.subpages``, as after a graph replay). The location kernels have no convention to
 map: they take no ``actual_bs`` (no pad slot), pads and holes sink into page 0 under every profile,
-and the ``Kernels`` protocol's outputs are int32 whatever the engine's location dtype.
+and the ``Kernels`` protocol's outputs are int32 whatever the engine's location dtype. Edges built on purpose:
+a column-less table (its tokens sink into page 0) and page sizes 2^20-2^30, whose spans pass 2^31.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+from hypothesis import strategies as st
 
 from kvtable.conformance import kernel_model
 from kvtable.conformance.checks import Mismatch, first_difference
 from kvtable.conformance.core import Context, Property
-from kvtable.contract import DEFAULT_TAIL_PAD
+from kvtable.contract import DEFAULT_TAIL_PAD, INT32_MAX, NULL_PAGE
 from kvtable.errors import Unsupported
+from kvtable.strategies.batches import top_page
+from kvtable.strategies.draws import BOOLEANS, between, pick
 from kvtable.strategies.kernels import (
     POISON,
     ExtendCase,
@@ -39,6 +43,7 @@ from kvtable.strategies.kernels import (
     LocsCase,
     Rows,
     Stack,
+    draw_layouts,
     extend_cases,
     fill_cases,
     grouped_cases,
@@ -250,6 +255,55 @@ def check_replay_fill(ctx: Context, case: FillCase) -> None:
                                        case.actual_bs, tail_pad), inputs, dst, expected)
 
 
+_LARGE_PAGE_SIZES = (2**20, 2**24, 2**26, 2**28, 2**30)
+
+
+@st.composite
+def _zero_width_grouped_locs(draw: st.DrawFn) -> GroupedLocsCase:
+    """``grouped_locs`` with one group's table column-less (the Kernels protocol allows it: all its tokens
+    sink into page 0); the other groups as drawn."""
+    case = draw(grouped_locs_cases())
+    empty = draw(between(0, len(case.tables) - 1))
+    return replace(case, tables=[[[] for _ in t] if g == empty else t for g, t in enumerate(case.tables)])
+
+
+def _large_entry(draw: st.DrawFn, ps: int) -> int:
+    """A pad, a hole, or a real page inside W5 at page size ``ps`` (page 1 only, at 2^30)."""
+    kind = draw(between(0, 2))
+    return (-1, NULL_PAGE)[kind] if kind < 2 else draw(between(1, top_page(ps)))
+
+
+@st.composite
+def _large_grouped_extend(draw: st.DrawFn) -> GroupedCase:
+    """``grouped_extend_locs`` at page sizes 2^20-2^30: the spans of later requests pass 2^31."""
+    requests, groups = draw(between(2, 3)), draw(between(1, 2))
+    page_sizes = [pick(draw, _LARGE_PAGE_SIZES) for _ in range(groups)]
+    widths = [draw(between(1, 3)) for _ in range(groups)]
+    tables = [[[_large_entry(draw, ps) for _ in range(w)] for _ in range(requests)]
+              for ps, w in zip(page_sizes, widths, strict=True)]
+    reach = min(w * ps for w, ps in zip(widths, page_sizes, strict=True))
+    extend = [draw(between(0, 3)) for _ in range(requests)]
+    prefix = [reach - e - draw(between(0, 5)) if draw(BOOLEANS) else draw(between(0, 3)) for e in extend]
+    prefix = [max(p, 0) for p in prefix]
+    extend = [min(e, reach - p) for p, e in zip(prefix, extend, strict=True)]
+    cap = sum(extend) + draw(between(0, 2))
+    return GroupedCase(tables, page_sizes, prefix, extend, cap, draw_layouts(draw, [2] * (groups + 1)))
+
+
+@st.composite
+def _large_grouped_locs(draw: st.DrawFn) -> GroupedLocsCase:
+    """``grouped_locs`` at page sizes 2^20-2^30, lengths near the last column and past the width."""
+    bs, n, groups = draw(between(1, 3)), draw(between(1, 3)), draw(between(1, 2))
+    page_sizes = [pick(draw, _LARGE_PAGE_SIZES) for _ in range(groups)]
+    widths = [draw(between(1, 3)) for _ in range(groups)]
+    tables = [[[_large_entry(draw, ps) for _ in range(w)] for _ in range(bs)]
+              for ps, w in zip(page_sizes, widths, strict=True)]
+    top = min(max(w * ps for w, ps in zip(widths, page_sizes, strict=True)) + 2, INT32_MAX)
+    seq = [min(top - draw(between(0, 4)), INT32_MAX) if draw(BOOLEANS) else draw(between(1, 4)) for _ in range(bs)]
+    lay = draw_layouts(draw, [2] * groups + [1, 2])
+    return GroupedLocsCase(tables, page_sizes, seq, bs, n, bs * n, lay)
+
+
 PROPERTIES = (
     Property("kernels/stacked-locs", "G4", "backend.kernels: fixed-count locations on pitched views; stale "
              "lengths and pads sink into page 0, nothing else is written", locs_cases(), check_stacked_locs,
@@ -266,4 +320,13 @@ PROPERTIES = (
     Property("kernels/replay-fill", "G3", "backend.kernels: replay fill on pitched views; rows >= bs and "
              "the buffer around the view untouched", fill_cases(), check_replay_fill,
              not_applicable=missing_kernels),
+    Property("kernels/zero-width", "G4", "backend.kernels' fixed-count fast path with one group's table "
+             "column-less: its tokens sink into page 0", _zero_width_grouped_locs(), check_grouped_locs,
+             not_applicable=missing_grouped_locs),
+    Property("kernels/large-page-extend", "W3", "backend.kernels' extend fast path at page sizes 2^20-2^30 "
+             "(spans past 2^31) equals the stacked kernel", _large_grouped_extend(), check_grouped_extend_locs,
+             not_applicable=missing_grouped_extend),
+    Property("kernels/large-page-locs", "G4", "backend.kernels' fixed-count fast path at page sizes 2^20-2^30, "
+             "lengths near and past the width", _large_grouped_locs(), check_grouped_locs,
+             not_applicable=missing_grouped_locs),
 )

@@ -1,12 +1,14 @@
-"""Near-valid inputs (T1-T9, W2, W5): refused with a ContractViolation naming the clause and the offending entry.
+"""Near-valid inputs (T1-T9, W2, W5, G1): refused by the backend built with ``debug=True`` with a ContractViolation
+naming the clause and the offending entry (the cheap ones in any mode: ``rejects_cheap``).
 
-Cheap breaches (shapes, dtypes, CPU-mirror lengths) must be refused in any mode; breaches that need
-the table contents read back only by the backend built with ``debug=True``.
+Besides the breach strategies' draws, edges built on purpose: a sliding window that starts mid-page, the page
+id one past W5's top, page sizes past 2^30, tables on two devices, graph sizes below 1. Each such strategy
+draws only the free parts of its edge, so every example sits on it.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hypothesis import strategies as st
@@ -15,14 +17,20 @@ from kvtable.conformance.calls import check_group_locs, lone_call
 from kvtable.conformance.checks import expect_raises, judge
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
+from kvtable.conformance.graph_harness import GraphHarness
 from kvtable.conformance.levels import STRICTNESS
-from kvtable.conformance.properties.applies import LOCS, LONE, BreachesHeld, NeedsAny, calls
-from kvtable.reference import GroupSpec
+from kvtable.conformance.properties.applies import LONE, BreachesHeld, NeedsAny, calls
+from kvtable.conformance.properties.group_locs import check_int32_locs
+from kvtable.reference import Batch, GroupSpec
 from kvtable.strategies import Broken, Case, CaseOptions, broken_cases, draw_case
-from kvtable.strategies.draws import BOOLEANS, between
+from kvtable.strategies.batches import ceil_div, padded_row, top_page
+from kvtable.strategies.draws import BOOLEANS, between, pick
+from kvtable.strategies.graph import GraphSetup, graph_setups
 
 
-def _expect_broken(ctx: Context, backend: Any, b: Broken) -> None:
+def expect_broken(ctx: Context, backend: Any, b: Broken) -> None:
+    """``backend.group_locs`` refuses the breach ``b`` naming its clause and entry (a clamping profile: W2's
+    locations instead)."""
     if b.clause == "W2" and ctx.profile.clamp_short_verify:
         check_group_locs(ctx, backend, b.case, "W2")  # this profile clamps instead of raising
         return
@@ -31,33 +39,8 @@ def _expect_broken(ctx: Context, backend: Any, b: Broken) -> None:
                                              tail_pad=b.case.tail_pad), where=b.where)
 
 
-_CHEAP_CLAUSES = frozenset({"T1", "T8", "T9", "W2"})
-"""The clauses a lone call can see without reading a table back (T9: lengths on the CPU cost no sync)."""
-
-
-def _rejects_cheap(ctx: Context, b: Broken) -> None:
-    """group_locs refuses the breach; so do the lone-table calls a malformed tensor or CPU length reaches
-    (``lone_call`` hands decode, verify and re-anchor their lengths as a CPU tensor, extend its mirrors); each
-    only where the backend has it."""
-    grouped, lone = calls(ctx, b.case.batch.mode)
-    if grouped:
-        _expect_broken(ctx, ctx.backend, b)
-    attention = {s.group_id for s in b.case.attention}
-    if not lone:
-        return
-    if b.clause == "T1":
-        for gid in sorted(set(b.case.raw) & attention):  # a malformed tensor is T1 for every call taking it
-            what, _, call = lone_call(ctx, ctx.backend, b.case, gid)
-            expect_raises("T1", f"{what} on {b.how}", call)
-    else:  # lone calls get the lengths as CPU mirrors (extend) or a CPU tensor: T8/T9/W2 cost no sync there either
-        for gid in sorted(attention & set(b.case.tables)):
-            what, expected, call = lone_call(ctx, ctx.backend, b.case, gid)
-            if expected.clause in _CHEAP_CLAUSES and not (expected.clause == "W2" and ctx.profile.clamp_short_verify):
-                judge(b.clause, f"{what} on {b.how}", expected, call, lambda _g, _e: None)
-
-
 def _rejects_debug(ctx: Context, b: Broken) -> None:
-    _expect_broken(ctx, ctx.debug_backend, b)
+    expect_broken(ctx, ctx.debug_backend, b)
 
 
 def _rejects_lone(ctx: Context, b: Broken) -> None:
@@ -110,16 +93,146 @@ def _rejects_actual_bs(ctx: Context, arg: tuple[Case, int]) -> None:
         check(spec)
 
 
-def _cheap(clause: str) -> st.SearchStrategy[Broken]:
-    return broken_cases([clause], cheap=True)
-
-
 def _debug(clause: str) -> st.SearchStrategy[Broken]:
     return broken_cases([clause])
 
 
-_CHEAP = "breaches visible without a device sync are refused in any mode, naming the clause and the entry"
 _DEBUG = "debug mode refuses every breach of the clause, naming it and the offending group, row and column"
+
+
+Where = frozenset[tuple[str | None, int | None, int | None]]
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A case on an edge and the entry the reference names when it refuses it."""
+
+    case: Case
+    where: Where = frozenset()
+
+
+@st.composite
+def _window_start_mid_page(draw: st.DrawFn) -> Edge:
+    """T5: a sliding row whose window starts at ``c * ps + off`` (0 < off < ps), holes through column c.
+
+    Column c is needed (the window's first position lies in it) although the window does not start on
+    a page boundary: a check that divides the start exactly, not by floor, misses the hole.
+    """
+    ps = pick(draw, (2, 3, 4, 8))
+    window, n = draw(between(1, 3 * ps)), draw(between(1, 3))
+    col = draw(between(0, 2))
+    read_start = col * ps + draw(between(1, ps - 1))
+    first = read_start + window - 1
+    mode = "decode" if n == 1 else pick(draw, ("verify", "reanchor"))
+    seq = first + n
+    end = ceil_div(seq, ps)
+    width = end + draw(between(0, 2))
+    spec = GroupSpec("swa0", "sliding", ps, window=window)
+    table = [padded_row(col + 1, list(range(10, 10 + end - col - 1)), width)]
+    batch = Batch((seq,), mode=mode, n=n)
+    return Edge(Case((spec,), {"swa0": table}, batch), frozenset({("swa0", 0, col)}))
+
+
+def _rejects_window_start(ctx: Context, edge: Edge) -> None:
+    case = edge.case
+    expect_raises("T5", f"group_locs with the window of row 0 starting mid-page: {case.tables['swa0'][0]}",
+                  lambda: ctx.debug_backend.group_locs(list(case.specs), case.tensors(), case.batch),
+                  where=edge.where)
+
+
+@st.composite
+def _w5_edge(draw: st.DrawFn) -> tuple[Case, Case]:
+    """The largest legal page id in a written column (valid), and the same case with the next id (W5)."""
+    ps = pick(draw, (2, 4, 8, 16))
+    seq = draw(between(1, 3 * ps))
+    end = ceil_div(seq, ps)
+    col = draw(between(0, end - 1))
+    pages = [top_page(ps) if c == col else 5 + c for c in range(end)]
+    width = end + draw(between(0, 1))
+    spec = GroupSpec("full0", "full", ps)
+    prefix = draw(between(0, seq))
+    batch = Batch((seq,)) if draw(BOOLEANS) else Batch.extend((prefix,), (seq - prefix,))
+    legal = Case((spec,), {"full0": [padded_row(0, pages, width)]}, batch)
+    over = [p + 1 if c == col else p for c, p in enumerate(pages)]
+    return legal, Case((spec,), {"full0": [padded_row(0, over, width)]}, batch)
+
+
+def _w5_exact_edge(ctx: Context, pair: tuple[Case, Case]) -> None:
+    legal, over = pair
+    check_group_locs(ctx, ctx.backend, legal, "W5")
+    check_group_locs(ctx, ctx.debug_backend, legal, "W5")
+    top = top_page(over.spec("full0").block_granularity)
+    col = next(c for c, p in enumerate(over.tables["full0"][0]) if p == top + 1)
+    expect_raises("W5", f"group_locs with page {over.tables['full0'][0][col]} (one past W5's top)",
+                  lambda: ctx.debug_backend.group_locs(list(over.specs), over.tensors(), over.batch),
+                  where=frozenset({("full0", 0, col)}))
+
+
+_HUGE_PAGE_SIZES = st.one_of(st.integers(2**30 + 1, 2**31), st.sampled_from((2**31 - 1, 2**32, 2**40)))
+
+
+@st.composite
+def _page_size_past_2_30(draw: st.DrawFn) -> Case:
+    """A valid one-row decode or extend case whose group is then declared with a page size above 2^30."""
+    ps = draw(_HUGE_PAGE_SIZES)
+    mode = pick(draw, ("decode", "extend"))
+    batch = Batch((1,)) if mode == "decode" else Batch.extend((0,), (1,))
+    return Case((GroupSpec("full0", "full", ps),), {"full0": [[1, -1]]}, batch)
+
+
+@dataclass(frozen=True)
+class TwoDevices:
+    """A valid two-group case whose table ``moved`` is handed over on the meta device, the other where it is."""
+
+    case: Case
+    moved: str
+
+
+@st.composite
+def _tables_on_two_devices(draw: st.DrawFn) -> TwoDevices:
+    """Two full groups (page sizes drawn apart), one request of any mode; either table moves to meta."""
+    sizes = [pick(draw, (1, 2, 4)) for _ in range(2)]
+    seq, n = draw(between(1, 8)), draw(between(1, 2))
+    mode = pick(draw, ("decode", "verify", "extend") if seq >= n else ("decode", "extend"))
+    if mode == "extend":
+        prefix = draw(between(0, seq))
+        batch = Batch.extend((prefix,), (seq - prefix,))
+    else:
+        batch = Batch((seq,), mode=mode, n=n if mode == "verify" else 1)
+    specs = tuple(GroupSpec(f"full{g}", "full", ps) for g, ps in enumerate(sizes))
+    tables = {s.group_id: [padded_row(0, list(range(3, 3 + ceil_div(seq, s.block_granularity))),
+                                ceil_div(seq, s.block_granularity))] for s in specs}
+    return TwoDevices(Case(specs, tables, batch), pick(draw, ("full0", "full1")))
+
+
+def _rejects_two_devices(ctx: Context, m: TwoDevices) -> None:
+    """T1: the tables of one batch share a device; a table on another one is refused (any mode; no sync)."""
+    case = m.case
+    tensors = case.tensors()
+    tensors[m.moved] = tensors[m.moved].to("meta")
+    expect_raises("T1", f"group_locs with table {m.moved!r} on the meta device, the other on "
+                  f"{tensors['full1' if m.moved == 'full0' else 'full0'].device}",
+                  lambda: ctx.backend.group_locs(list(case.specs), tensors, case.batch))
+
+
+@st.composite
+def _graph_sizes_below_one(draw: st.DrawFn) -> tuple[GraphSetup, int]:
+    """A valid runner setup and a size below 1, 0 or negative (``spec_n`` is already ``max(spec_num_tokens,
+    1)``: the engine's 0 for "no speculation" never reaches the runner)."""
+    return draw(graph_setups()), pick(draw, (0, -1))
+
+
+_GRAPH_SIZES = ("max_bs", "max_kernel_pages", "spec_n")
+
+
+def _rejects_graph_sizes(ctx: Context, arg: tuple[GraphSetup, int]) -> None:
+    """G1: graph init refuses each of ``max_bs``, ``max_kernel_pages`` and ``spec_n`` below 1 (the others
+    valid), as the reference does (``GraphHarness.init`` judges it)."""
+    setup, size = arg
+    for field in _GRAPH_SIZES:
+        GraphHarness(ctx, replace(setup, **{field: size})).init()
+
+
 PROPERTIES = (
     Property("rejects/n", "W2", "tokens per request < 1 is refused (W2 verify, W4 re-anchor)",
              _bad_n(), _rejects_n, tier=STRICTNESS,
@@ -127,14 +240,6 @@ PROPERTIES = (
     Property("rejects/actual-bs", "T9", "verify_locs with actual_bs outside [0, bs] is refused in any mode",
              _bad_actual_bs(), _rejects_actual_bs, tier=STRICTNESS, needs=("verify_locs",),
              not_applicable=BreachesHeld(("T9",))),
-    Property("rejects-cheap/T1", "T1", "T1 " + _CHEAP, _cheap("T1"), _rejects_cheap, tier=STRICTNESS,
-             not_applicable=BreachesHeld(("T1",), cheap=True)),
-    Property("rejects-cheap/T8", "T8", "T8 " + _CHEAP, _cheap("T8"), _rejects_cheap, tier=STRICTNESS,
-             not_applicable=NeedsAny(LOCS)),
-    Property("rejects-cheap/T9", "T9", "T9 " + _CHEAP, _cheap("T9"), _rejects_cheap, tier=STRICTNESS,
-             not_applicable=BreachesHeld(("T9",), cheap=True)),
-    Property("rejects-cheap/W2", "W2", "W2 " + _CHEAP, _cheap("W2"), _rejects_cheap, tier=STRICTNESS,
-             not_applicable=BreachesHeld(("W2",), cheap=True)),
     Property("rejects/T1", "T1", "T1: " + _DEBUG, _debug("T1"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",), not_applicable=BreachesHeld(("T1",))),
     Property("rejects/T2", "T2", "T2: " + _DEBUG, _debug("T2"), _rejects_debug, debug=True, tier=STRICTNESS,
@@ -158,4 +263,18 @@ PROPERTIES = (
     Property("rejects/lone-table", "T4", "debug mode: lone-table calls refuse what the reference's do",
              broken_cases(["T4", "T8", "T9", "W2"], tail_pads=(-1,), padding=False), _rejects_lone, debug=True,
              tier=STRICTNESS, not_applicable=NeedsAny(tuple(LONE.values()))),
+    Property("rejects/T5-window-start", "T5", "debug mode: a hole in the column where a sliding window starts "
+             "mid-page is refused, naming that column", _window_start_mid_page(), _rejects_window_start,
+             debug=True, tier=STRICTNESS, needs=("group_locs",)),
+    Property("rejects/W5-edge", "W5", "the largest page id W5 allows gives its locations in any mode; the next "
+             "one is refused in debug mode, naming its entry", _w5_edge(), _w5_exact_edge, debug=True,
+             tier=STRICTNESS, needs=("group_locs",)),
+    Property("rejects/page-size-past-2^30", "W5", "a page size above 2^30 (no real page has int32 slots) is "
+             "refused in any mode", _page_size_past_2_30(), check_int32_locs, tier=STRICTNESS,
+             not_applicable=NeedsAny(("group_locs", "decode_locs", "extend_locs"))),
+    Property("rejects/T1-devices", "T1", "tables of one batch on two devices (one on meta) are refused in any "
+             "mode", _tables_on_two_devices(), _rejects_two_devices, tier=STRICTNESS, needs=("group_locs",),
+             not_applicable=BreachesHeld(("T1",), cheap=True)),
+    Property("rejects/G1-sizes", "G1", "graph init refuses max_bs, max_kernel_pages or spec_n below 1",
+             _graph_sizes_below_one(), _rejects_graph_sizes, tier=STRICTNESS, needs=("graph",)),
 )

@@ -10,6 +10,7 @@ backend's own fill is judged under its profile by ``kernels/replay-fill``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -54,7 +55,7 @@ def _agree(ctx: Context, clause: str, run: Run, expected: list, *, backend_too: 
     kernels = getattr(ctx.backend, "target", ctx.backend).kernels
     if backend_too:
         candidates += [(f"backend.kernels.{call}", kernels, call) for call in _own_calls(kernels, operation)]
-    ran = []
+    ran: list[str] = []
     for name, chosen, call in candidates:
         if chosen is None:
             continue
@@ -71,7 +72,7 @@ def _agree(ctx: Context, clause: str, run: Run, expected: list, *, backend_too: 
         ran.append(name)
 
 
-def _own_calls(kernels: object, operation: str) -> list[str]:
+def _own_calls(kernels: Any, operation: str) -> list[str]:
     """The backend kernels' paths for a location operation: the stacked one, and the grouped one if present."""
     stacked, grouped = {"fixed-locs": ("stacked_locs", "grouped_locs"),
                         "extend-locs": ("stacked_extend_locs", "grouped_extend_locs")}[operation]
@@ -85,7 +86,7 @@ def check_fixed_locs(ctx: Context, case: GroupedLocsCase) -> None:
     kernel_model.stacked_locs(case.tables, [len(t[0]) for t in case.tables], case.page_sizes, case.seq_lens,
                               expected, case.bs, case.n)
 
-    def _run_fixed_locs(kernels: object, call: str) -> list:
+    def _run_fixed_locs(kernels: Any, call: str) -> list:
         out = torch.full((groups, case.cap), SENTINEL, dtype=torch.int32, device=ctx.device)
         seq = _i32(case.seq_lens, ctx.device)
         if call == "grouped_locs":
@@ -107,7 +108,7 @@ def check_extend_locs(ctx: Context, case: GroupedCase) -> None:
     kernel_model.stacked_extend_locs(case.tables, [len(t[0]) for t in case.tables], case.page_sizes, rows,
                                      positions, expected)
 
-    def _run_extend_locs(kernels: object, call: str) -> list:
+    def _run_extend_locs(kernels: Any, call: str) -> list:
         out = torch.full((groups, case.cap), SENTINEL, dtype=torch.int32, device=ctx.device)
         if call == "grouped_extend_locs":
             kernels.grouped_extend_locs([_i32(t, ctx.device) for t in case.tables], list(case.page_sizes),
@@ -128,7 +129,7 @@ def check_replay_fill(ctx: Context, case: FillCase) -> None:
     expected = [[[SENTINEL] * case.width for _ in range(case.max_bs)] for _ in range(groups)]
     kernel_model.replay_fill(case.packed, case.meta, expected, case.bs, case.actual_bs, case.tail_pad)
 
-    def _run_replay_fill(kernels: object, call: str) -> list:
+    def _run_replay_fill(kernels: Any, call: str) -> list:
         dst = torch.full((groups, case.max_bs, case.width), SENTINEL, dtype=torch.int32, device=ctx.device)
         kernels.replay_fill(_i32(case.packed, ctx.device), _i32([list(m) for m in case.meta], ctx.device), dst,
                             case.bs, case.actual_bs, case.tail_pad)

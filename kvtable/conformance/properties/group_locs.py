@@ -1,4 +1,5 @@
-"""Grouped locations (W1-W5, T6, D1): every group of a batch in one ``group_locs`` call, state groups shed."""
+"""Grouped locations (W1-W5, T6): every group of a batch in one ``group_locs`` call, state groups shed, and a
+request idle past a group's columns beside requests that write."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from hypothesis import strategies as st
 from kvtable.conformance.calls import MODE_CLAUSE, check_group_locs, check_lone
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.properties.applies import LOCS, NeedsAny, calls, debug_or_plain
-from kvtable.reference import GroupSpec
+from kvtable.reference import Batch, GroupSpec
 from kvtable.strategies import Case, cases, draw_case
-from kvtable.strategies.draws import pick
+from kvtable.strategies.batches import ceil_div
+from kvtable.strategies.draws import between, pick
 
 _GARBAGE_KINDS = ("holes", "int64", "1-D")
 _STATE = GroupSpec("state9", "state", 0)
@@ -22,7 +24,9 @@ def _grouped(ctx: Context, case: Case) -> None:
     check_group_locs(ctx, ctx.backend, case, MODE_CLAUSE[case.batch.mode])
 
 
-def _int32_edge(ctx: Context, case: Case) -> None:
+def check_int32_locs(ctx: Context, case: Case) -> None:
+    """W5: the case's locations from the mode's grouped and lone calls, each where the backend has it (near
+    2^31 - 1 they stay exact; past a page size of 2^30 every call refuses)."""
     grouped, lone = calls(ctx, case.batch.mode)
     if grouped:
         check_group_locs(ctx, ctx.backend, case, "W5")
@@ -50,16 +54,27 @@ def _state_shed(ctx: Context, case: Case) -> None:
     check_group_locs(ctx, debug_or_plain(ctx), case, "T6")
 
 
-def _debug_accepts(ctx: Context, case: Case) -> None:
-    """Debug mode accepts every valid batch (a refusal names the clause it invoked) with the same locations.
+@st.composite
+def _idle_row_past_width(draw: st.DrawFn) -> Case:
+    """Extend over two groups of different reach: one request with extend 0 whose prefix lies past a group's
+    columns (it writes and needs nothing: T8 asks nothing of it) beside requests that write."""
+    sizes = [pick(draw, (1, 2, 4)) for _ in range(2)]
+    rows = draw(between(2, 3))
+    idle = draw(between(0, rows - 1))
+    prefix = [draw(between(0, 4)) for _ in range(rows)]
+    extend = [0 if r == idle else draw(between(1, 4)) for r in range(rows)]
+    needed = [max(ceil_div(p + e, ps) for p, e in zip(prefix, extend, strict=True) if e) for ps in sizes]
+    widths = [need + draw(between(0, 1)) for need in needed]
+    prefix[idle] = min(w * ps for w, ps in zip(widths, sizes, strict=True)) + draw(between(1, 6))
+    specs = tuple(GroupSpec(f"full{g}", "full", ps) for g, ps in enumerate(sizes))
+    tables = {s.group_id: [list(range(10 + 10 * r, 10 + 10 * r + w)) for r in range(rows)]
+              for s, w in zip(specs, widths, strict=True)}
+    return Case(specs, tables, Batch.extend(tuple(prefix), tuple(extend)))
 
-    The lone-table calls take no tail-pad argument, so they are held to the default pad -1 only.
-    """
-    grouped, lone = calls(ctx, case.batch.mode)
-    if grouped:
-        check_group_locs(ctx, ctx.debug_backend, case, MODE_CLAUSE[case.batch.mode])
-    if lone and case.tail_pad == -1 and (case.batch.mode == "verify" or case.batch.live_rows == case.batch.bs):
-        check_lone(ctx, ctx.debug_backend, case)
+
+def _idle_row_locs(ctx: Context, case: Case) -> None:
+    """W3: the writing requests' locations in every group, as the reference gives them."""
+    check_group_locs(ctx, ctx.backend, case, "W3")
 
 
 _GROUP_LOCS = ("group_locs",)
@@ -73,9 +88,10 @@ PROPERTIES = (
     Property("group_locs/extend", "W3", "extend locations of every group at its own B in one call (T6: state shed)",
              cases(modes=("extend",)), _grouped, weight=4, needs=_GROUP_LOCS),
     Property("group_locs/int32-edge", "W5", "pages just under 2^31 / B: locations near 2^31 - 1 stay exact",
-             cases(big_pages=True), _int32_edge, weight=2, not_applicable=NeedsAny(LOCS)),
+             cases(big_pages=True), check_int32_locs, weight=2, not_applicable=NeedsAny(LOCS)),
     Property("group_locs/state-shed", "T6", "state tables (int64, 1-D, holes) are never read, in debug mode too",
              _state_garbage(), _state_shed, needs=_GROUP_LOCS),
-    Property("debug/accepts-valid", "D1", "debug mode accepts every valid batch (either tail pad) and returns "
-             "the same locations", cases(), _debug_accepts, debug=True, weight=2, not_applicable=NeedsAny(LOCS)),
+    Property("group_locs/idle-row-past-width", "W3", "extend over groups of different reach: a request with "
+             "extend 0 past a group's columns writes nothing and leaves the others' locations as they are",
+             _idle_row_past_width(), _idle_row_locs, needs=_GROUP_LOCS),
 )

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -292,6 +293,14 @@ def _same_access(logged: list[Logged], kind: str, number: int, line: int | bool 
     return next((x for x in same if predicted(x)), own[0] if own else None)
 
 
+def _at_address(hit: GuardHit, address: int | None) -> bool:
+    return hit.address % 2**64 == address
+
+
+def _at_element(touch: Touch, tensor: str, exact: int | None) -> bool:
+    return touch.tensor == tensor and touch.flat == exact
+
+
 def _describe(binding: Binding, tensors: Mapping[str, torch.Tensor | VirtualTensor], log: GuardLog,
               accesses: Mapping[tuple[str, int, str, str], Mapping[str, int | bool]], program: tuple[int, ...],
               lane: int, result: Replay) -> None:
@@ -309,9 +318,9 @@ def _describe(binding: Binding, tensors: Mapping[str, torch.Tensor | VirtualTens
         region = regions[tensor]
         address = None if exact is None else (region.start + exact * region.itemsize) % 2**64
         hit = _same_access(hits, kind, number, values.get("line"), lane,
-                           lambda h, address=address: h.address % 2**64 == address)
+                           partial(_at_address, address=address))
         touch = _same_access(touches, kind, number, values.get("line"), lane,
-                             lambda t, tensor=tensor, exact=exact: t.tensor == tensor and t.flat == exact)
+                             partial(_at_element, tensor=tensor, exact=exact))
         where = f"{kind} {number} {tensor}{list(index) if index else ''}"
         if outside:
             where += f" is outside its shape {list(shape)}"

@@ -11,7 +11,7 @@ import z3
 
 from kvtable.prover.bindings.binding import Binding
 from kvtable.prover.bindings.queries import symbolic_run
-from kvtable.prover.symexec.replay import evaluate
+from kvtable.prover.bindings.replay import evaluate
 
 _VALUE = " value"
 
@@ -42,7 +42,7 @@ def wrap_hint(binding: Binding, model: Mapping[str, int | bool]) -> list[str]:
         if (int(value) - int(expected)) % 2**32 or -(2**31) <= int(expected) < 2**31:
             continue
         _, trace = symbolic_run(binding)
-        (store,) = [a for a in trace.stores if a.label == label] or [None]
+        store = next((a for a in trace.stores if a.label == label), None)
         products = [site for site, term in trace.products if store is not None and _mentions(store.value.term, term)]
         said = "; ".join(f"line {site.rsplit(':', 1)[1]}: {_source(site)}" for site in dict.fromkeys(products))
         why = (f"an int32 product overflowed before it was widened ({said})" if said else
@@ -60,7 +60,7 @@ def length_hint(binding: Binding, model: Mapping[str, int | bool]) -> list[str]:
     """Each request of an allocator binding (roles ``prefix_lens``, ``lengths``) whose prefix in the model is longer
     than its sequence: its extend length is negative, so every later request's output starts too early."""
     prefix, lengths = binding.roles.get("prefix_lens"), binding.roles.get("lengths")
-    if prefix not in binding.tensors or lengths not in binding.tensors:
+    if prefix is None or lengths is None or prefix not in binding.tensors or lengths not in binding.tensors:
         return []
     params = {p: int(model.get(p, lo)) for p, (lo, _) in binding.params.items()}
     requests = evaluate(binding.tensors[lengths].sizes[0], params)

@@ -1,176 +1,45 @@
 """Allocator-driven steps (A1-A6): the backend chooses the slots and records them; ``reference.allocation`` judges.
 
-Each example hands the backend an ``AllocState`` whose output buffer sits between guard cells and holds a
-sentinel, whose free list is a view of a longer list (the pages popped before it precede it, as in an
-allocator that slices its free list), and whose table has the engine's dtype. A 1-D integer ``torch.empty``
-the backend makes during the call is guarded the same way (SGLang's paged allocator makes its own output).
-It judges the ``Allocation`` returned with ``judge_allocation``: a fault that shows a write outside what the
-step may touch (an input included) or a page handed out twice fails at the safety tier, naming the request,
+Each example hands the backend (through ``conformance.alloc_calls``) an ``AllocState`` whose output buffer sits
+between guard cells and holds a sentinel, whose free list is a view of a longer list (the pages popped before it
+precede it, as in an allocator that slices its free list), and whose table has the engine's dtype. A 1-D integer
+``torch.empty`` the backend makes during the call is guarded the same way (SGLang's paged allocator makes its own
+output). It judges the ``Allocation`` returned with ``judge_allocation``: a fault that shows a write outside what
+the step may touch (an input included) or a page handed out twice fails at the safety tier, naming the request,
 its row and the token; any other fault is a correctness failure. On valid input a refusal is a correctness
 failure; on the broken kinds (SGLang's bug classes) any refusal is safe and only what the backend writes is
 judged.
+
+``alloc/debug-mode``: the backend built with ``debug=True`` answers valid steps as the plain one
+does, and its allocation checker (``check_allocation``) refuses each breach the reference judge finds.
+
+``alloc/debug-checker`` takes a correct answer to a drawn step (kvtable's own allocator, ``impl.allocation``'s),
+breaks it one way (a live slot chosen, a cell of another row written, a slot recorded wrong, a page column split
+over two pages, a free page lost, a handed-out page put back on the free list, a write one past the output
+buffer) and requires both judges to see it: the reference must find a fault of the breach's clause (else the
+reference itself has a gap), and ``backend.check_allocation`` must raise a ``ContractViolation`` naming a clause
+the reference found; the unbroken answer must pass both.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
-from kvtable.alloc_contract import Allocation, AllocState, SwaPool
+from kvtable.alloc_contract import Allocation, AllocState
+from kvtable.conformance.alloc_calls import OPERATION, alloc_outcome, alloc_state, call_allocator
 from kvtable.conformance.checks import INT32_POOL, Mismatch, latent
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import CORRECTNESS, SAFETY
-from kvtable.errors import Unsupported
-from kvtable.reference.allocation import (
-    AllocFault,
-    AllocOutcome,
-    AllocStep,
-    alloc_tokens,
-    judge_allocation,
-)
+from kvtable.errors import ContractViolation, Unsupported
+from kvtable.impl.allocation import Allocator
+from kvtable.reference.allocation import AllocFault, AllocOutcome, AllocStep, alloc_tokens, judge_allocation
 from kvtable.strategies.allocator import AllocCase, alloc_cases
-
-OPERATION = {"decode": "alloc_decode", "verify": "alloc_verify", "extend": "alloc_extend"}
-GUARD = 2
-"""Guard cells on each side of the output buffer."""
-CANARY = -(2**62)
-"""What the guard cells and an unwritten int64 buffer hold: no slot and no pad any engine would write."""
-CANARY32 = -(2**31)
-"""The same for an int32 buffer the engine makes."""
-
-
-def _long(values: Any) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int64)
-
-
-def _popped(step: AllocStep) -> list[int]:
-    """The pages the batch's rows hold, each once: what an allocator slicing its free list popped before."""
-    pages: dict[int, None] = {}
-    for row, start in zip(step.rows, step.starts, strict=True):
-        for pos in range(max(start, 0)):
-            slot = step.req_to_token[row][pos] if pos < len(step.req_to_token[row]) else 0
-            if slot >= step.page_size:
-                pages.setdefault(slot // step.page_size)
-    return list(pages)
-
-
-def alloc_state(step: AllocStep, table_dtype: torch.dtype = torch.int64) -> tuple[AllocState, torch.Tensor]:
-    """The tensors of ``step`` for the backend, and the arena its output buffer is a view of (guards around it,
-    the sentinel inside). The free list is the tail of a list whose head holds the pages popped before it."""
-    n = len(alloc_tokens(step))
-    arena = torch.full((GUARD + n + GUARD,), CANARY, dtype=torch.int64)
-    swa = None
-    if step.swa is not None:
-        swa = SwaPool(_long(step.swa.mapping), _long(step.swa.free_pages), step.swa.pool_pages,
-                      None if step.swa.tail_lens is None else list(step.swa.tail_lens))
-    popped = _popped(step)
-    free_list = _long([*popped, *step.free_pages])
-    state = AllocState(_long(step.req_to_token).reshape(len(step.req_to_token), -1).to(table_dtype),
-                       list(step.rows), list(step.prefix_lens), list(step.seq_lens), free_list[len(popped):],
-                       step.page_size, step.pool_pages, arena[GUARD:GUARD + n], swa,
-                       None if step.allocated_lens is None else list(step.allocated_lens), list(step.free_rows))
-    return state, arena
-
-
-class EngineBuffers(TorchFunctionMode):
-    """Guards every 1-D integer ``torch.empty`` made while active: an arena of sentinels around it, so a write
-    before or past it, or an entry never written, shows."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.arenas: list[torch.Tensor] = []
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if func is torch.empty and out.dim() == 1 and out.dtype in (torch.int32, torch.int64):
-            canary = CANARY if out.dtype == torch.int64 else CANARY32
-            arena = torch.full((GUARD + out.numel() + GUARD,), canary, dtype=out.dtype, device=out.device)
-            self.arenas.append(arena)
-            return arena[GUARD:GUARD + out.numel()]
-        return out
-
-
-def _snapshot(state: AllocState) -> dict[str, Any]:
-    """The inputs a step may not write, as they were handed."""
-    free = state.free_pages
-    snap: dict[str, Any] = {name: list(getattr(state, name) or []) for name in
-                            ("rows", "prefix_lens", "seq_lens", "allocated_lens", "free_rows")}
-    snap["free_pages"] = free.as_strided((free.storage_offset() + free.numel(),), (1,), 0).clone()
-    snap["req_to_token"] = state.req_to_token.clone()
-    if state.swa is not None:
-        snap["swa.free_pages"] = state.swa.free_pages.clone()
-        snap["swa.tail_lens"] = list(state.swa.tail_lens or [])
-    return snap
-
-
-def changed_inputs(state: AllocState, before: dict[str, Any], got: Allocation) -> list[str]:
-    """Each input field the step wrote though only ``req_to_token`` (when returned as recorded), ``out`` and the
-    SWA mapping are its to write: the field and its first changed entry."""
-    now = _snapshot(state)
-    if got.req_to_token.untyped_storage().data_ptr() == state.req_to_token.untyped_storage().data_ptr():
-        now["req_to_token"] = before["req_to_token"]  # recorded in place and returned: A1/A2 judge it
-    changed = []
-    offset = state.free_pages.storage_offset()
-    for name, was in before.items():
-        is_ = now[name]
-        if isinstance(was, torch.Tensor):
-            diff = (was != is_).nonzero() if was.shape == is_.shape else torch.zeros((1, 1), dtype=torch.long)
-            if diff.numel():
-                at = tuple(int(v) for v in diff[0])
-                index = at[0] - offset if name == "free_pages" else (at if len(at) > 1 else at[0])
-                changed.append(f"{name}: entry {index} changed from {int(was[at])} to {int(is_[at])}")
-        elif was != is_:
-            changed.append(f"{name}: {was} -> {is_}")
-    return changed
-
-
-def call_allocator(backend: Any, op: str, state: AllocState) -> tuple[Any, list[torch.Tensor], list[str]]:
-    """Run ``backend.op(state)`` as the properties do: the buffers it makes guarded, its inputs compared after.
-    Returns what it returned, the guarded arenas of the buffers it made and the inputs it changed."""
-    snapshot, made = _snapshot(state), EngineBuffers()
-    with made:
-        got = getattr(backend, op)(state)
-    changed = changed_inputs(state, snapshot, got) if isinstance(getattr(got, "req_to_token", None),
-                                                                 torch.Tensor) else []
-    return got, made.arenas, changed
-
-
-def _guards(locs: torch.Tensor, arenas: Sequence[torch.Tensor]) -> tuple[list[int], list[int], int] | None:
-    """The guard cells around ``locs`` and their sentinel, if ``locs`` is a view of one of the guarded arenas."""
-    if not isinstance(locs, torch.Tensor) or locs.dim() != 1:
-        return None
-    for arena in arenas:
-        if locs.device == arena.device and locs.untyped_storage().data_ptr() == arena.untyped_storage().data_ptr():
-            at = locs.storage_offset() - arena.storage_offset()
-            canary = CANARY if arena.dtype == torch.int64 else CANARY32
-            return (arena[max(at - GUARD, 0):at].tolist(), arena[at + locs.numel():at + locs.numel() + GUARD].tolist(),
-                    canary)
-    return None
-
-
-def alloc_outcome(allocation: Allocation, arena: torch.Tensor, made: Sequence[torch.Tensor] = (),
-                  changed: Sequence[str] = ()) -> AllocOutcome:
-    """What the backend did, as the judge reads it (``AllocOutcome``): the guards of whichever guarded buffer
-    its locations are (``arena``, kvtable's, or one it made, ``made``); a buffer kvtable did not make (a view
-    of the free list) has none."""
-    guards = _guards(allocation.locs.reshape(-1), [arena, *made])
-    before, after, canary = guards if guards is not None else ([], [], 0)
-    swa_locs, swa_mapping = allocation.swa_locs, allocation.swa_mapping
-
-    def _list(values: Any) -> list[int] | None:
-        return None if values is None else [int(v) for v in (values.reshape(-1).tolist()
-                                                              if isinstance(values, torch.Tensor) else values)]
-
-    return AllocOutcome(allocation.locs.reshape(-1).tolist(), allocation.req_to_token.tolist(), before, after,
-                        canary, _list(swa_locs), _list(swa_mapping), _list(allocation.rows),
-                        _list(allocation.allocated_lens), _list(allocation.free_pages),
-                        _list(allocation.freed_pages) or [], list(changed), guarded=guards is not None,
-                        swa_free_pages=_list(getattr(allocation, "swa_free_pages", None)))
 
 
 def _kind(fault: AllocFault) -> str:
@@ -235,7 +104,8 @@ def _check_dtypes(ctx: Context, case: AllocCase, got: Allocation, what: str) -> 
     conventions = ctx.profile.allocator
     if conventions is None:
         return
-    wanted = [("A1", "locations", got.locs, (conventions.loc_dtype,))]
+    wanted: list[tuple[str, str, torch.Tensor, tuple[str, ...]]] = [
+        ("A1", "locations", got.locs, (conventions.loc_dtype,))]
     if conventions.table_dtype:
         wanted.append(("A1", "the recorded table's entries", got.req_to_token, (conventions.table_dtype,)))
     if case.step.swa is not None and got.swa_locs is not None:
@@ -256,6 +126,144 @@ def _needs(mode: str) -> tuple[str, ...]:
 
 
 _VALID = "{} steps ({}) choose free slots and record each at its token's own position"
+
+
+Breach = Callable[[AllocStep, AllocState, Allocation, random.Random], tuple[Allocation, str] | None]
+"""Break a correct allocation one way: the broken one and the clause it breaks (None: not possible here)."""
+
+
+def _live_slot(step: AllocStep, state: AllocState, got: Allocation, r: random.Random
+               ) -> tuple[Allocation, str] | None:
+    live = [slot for row, start in zip(step.rows, step.starts, strict=True)
+            for slot in step.req_to_token[row][:max(start, 0)] if slot >= step.page_size]
+    if not live or not got.locs.numel():
+        return None
+    locs = got.locs.clone()
+    locs[0] = r.choice(live)
+    return dataclasses.replace(got, locs=locs), "A3"
+
+
+def _other_row(step: AllocStep, state: AllocState, got: Allocation, r: random.Random
+               ) -> tuple[Allocation, str] | None:
+    others = [row for row in range(1, len(step.req_to_token)) if row not in step.rows]
+    if not others or not got.req_to_token.shape[1]:
+        return None
+    table = got.req_to_token.clone()
+    row, col = r.choice(others), r.randrange(table.shape[1])
+    table[row, col] = table[row, col] + step.page_size
+    return dataclasses.replace(got, req_to_token=table), "A2"
+
+
+def _misrecorded(step: AllocStep, state: AllocState, got: Allocation, r: random.Random
+                 ) -> tuple[Allocation, str] | None:
+    own = [(k, i, pos) for k, (i, pos) in enumerate(alloc_tokens(step)) if 0 <= pos < got.req_to_token.shape[1]]
+    if not own:
+        return None
+    k, i, pos = r.choice(own)
+    table = got.req_to_token.clone()
+    table[step.rows[i], pos] = int(got.locs[k]) + step.pool_end  # no slot of the pool
+    return dataclasses.replace(got, req_to_token=table), "A1"
+
+
+def _split_column(step: AllocStep, state: AllocState, got: Allocation, r: random.Random
+                  ) -> tuple[Allocation, str] | None:
+    """The first token of a page column moved to an unused free page at its own offset: one column, two pages
+    (a new request's position 0 first, where there is one: the edge a judge skipping position 0 misses)."""
+    ps, tokens = step.page_size, alloc_tokens(step)
+    used = {loc // ps for loc in got.locs.tolist()}
+    spare = [p for p in step.free_pages if p not in used]
+    firsts = [k for k in range(len(tokens) - 1) if tokens[k][0] == tokens[k + 1][0] and tokens[k][1] >= 0
+              and tokens[k][1] // ps == tokens[k + 1][1] // ps]
+    if ps == 1 or not spare or not firsts:
+        return None
+    k = r.choice([k for k in firsts if tokens[k][1] == 0] or firsts)
+    locs, table = got.locs.clone(), got.req_to_token.clone()
+    locs[k] = r.choice(spare) * ps + tokens[k][1] % ps
+    i, pos = tokens[k]
+    if pos < table.shape[1]:
+        table[step.rows[i], pos] = locs[k].to(table.dtype)
+    return dataclasses.replace(got, locs=locs, req_to_token=table), "A3"
+
+
+def _lost_page(step: AllocStep, state: AllocState, got: Allocation, r: random.Random
+               ) -> tuple[Allocation, str] | None:
+    if got.free_pages is None or not got.free_pages.numel():
+        return None
+    keep = torch.ones(got.free_pages.numel(), dtype=torch.bool)
+    keep[r.randrange(got.free_pages.numel())] = False
+    return dataclasses.replace(got, free_pages=got.free_pages[keep]), "A6"
+
+
+def _freed_while_held(step: AllocStep, state: AllocState, got: Allocation, r: random.Random
+                      ) -> tuple[Allocation, str] | None:
+    held = [loc // step.page_size for loc in got.locs.tolist() if loc >= step.page_size]
+    if got.free_pages is None or not held:
+        return None
+    return dataclasses.replace(got, free_pages=torch.cat([got.free_pages, torch.tensor([r.choice(held)])])), "A6"
+
+
+BREACHES: tuple[Breach, ...] = (_live_slot, _other_row, _misrecorded, _split_column, _lost_page, _freed_while_held)
+
+
+def _checker(ctx: Context, case: AllocCase) -> None:
+    """Break kvtable's own answer to ``case`` each possible way; both judges must see each breach."""
+    state, arena = alloc_state(case.step)
+    before = state.req_to_token.clone()
+    got = Allocator().allocate(state)
+    outcome = alloc_outcome(got, arena)
+    if faults := judge_allocation(case.step, outcome):
+        raise Mismatch(faults[0].clause, f"the reference judge faults kvtable's own allocation: {faults[0].text()}",
+                       kind="reference faults a correct allocation")
+    _expect_pass(ctx, before, state, got)
+    r = random.Random(repr(case.step))
+    for breach in BREACHES:
+        broken = breach(case.step, state, got, r)
+        if broken is None:
+            continue
+        bad, clause = broken
+        found = {f.clause for f in judge_allocation(case.step, _outcome(bad, outcome))}
+        what = f"{breach.__name__.strip('_').replace('_', ' ')} ({case.how})"
+        if clause not in found:
+            raise Mismatch(clause, f"the reference judge misses a breach of {clause}: {what}; it found "
+                           f"{sorted(found) or 'nothing'}", kind="reference misses a breach")
+        try:
+            ctx.backend.check_allocation(before, state, bad)
+        except ContractViolation as err:
+            if err.clause_id not in found:
+                raise Mismatch(clause, f"check_allocation names {err.clause_id} for {what}; the reference found "
+                               f"{sorted(found)}: {err}", kind="checker names another clause") from err
+        else:
+            raise Mismatch(clause, f"check_allocation accepts {what}, a breach of {clause}", tier="",
+                           kind="checker misses a breach")
+
+
+def _outcome(bad: Allocation, good: AllocOutcome) -> AllocOutcome:
+    """The judge's view of a broken allocation (the good one's guards: the buffer itself was never touched)."""
+    return dataclasses.replace(good, locs=bad.locs.tolist(), req_to_token=bad.req_to_token.tolist(),
+                               free_pages=None if bad.free_pages is None else bad.free_pages.tolist())
+
+
+def _expect_pass(ctx: Context, before: torch.Tensor, state: AllocState, got: Allocation) -> None:
+    try:
+        ctx.backend.check_allocation(before, state, got)
+    except ContractViolation as err:
+        raise Mismatch(err.clause_id, f"check_allocation refuses a correct allocation: {err}",
+                       kind="checker refuses a correct allocation") from err
+
+
+def _debug_mode(ctx: Context, case: AllocCase) -> None:
+    """The debug-mode backend answers a valid step as the contract asks (its checks must not refuse it)."""
+    op = OPERATION[case.step.mode]
+    state, arena = alloc_state(case.step)
+    try:
+        got, made, changed = call_allocator(ctx.debug_backend, op, state)
+    except ContractViolation as err:
+        raise Mismatch(err.clause_id, f"debug-mode {op} refuses a valid step ({case.how}): {err}",
+                       kind="debug mode refuses valid input") from err
+    if faults := judge_allocation(case.step, alloc_outcome(got, arena, made, changed)):
+        raise Mismatch(faults[0].clause, f"debug-mode {op} ({case.how}): {faults[0].text()}", kind="debug answer")
+
+
 PROPERTIES = (
     Property("alloc/decode", "A1", _VALID.format("decode", "one token per request, page size 1 and paged"),
              alloc_cases("decode", swa=False), _check(False), weight=2, needs=_needs("decode")),
@@ -345,4 +353,13 @@ PROPERTIES = (
     Property("alloc/int32-slots", "A1", "free slots past 2^31 - 1 are recorded as chosen, never wrapped (or the "
              f"step is refused); {INT32_POOL}", alloc_cases("decode", "int32 slots"), latent(_check(True), INT32_POOL),
              tier=SAFETY, needs=_needs("decode")),
+
+    Property("alloc/debug-mode", "A1", "the debug-mode backend (its allocation checks on) answers valid decode, "
+             "verify and extend steps as the contract asks", alloc_cases("extend", swa=None), _debug_mode,
+             debug=True, needs=("alloc_extend",)),
+    Property("alloc/debug-checker", "A6", "check_allocation refuses each breach of kvtable's own allocation the "
+             "reference finds (live slot, other row, wrong record, split page column, lost or re-freed page), "
+             "and accepts the allocation itself", alloc_cases("extend", swa=False, paged=True, edge="new-requests"),
+             _checker,
+             debug=True, needs=("check_allocation",)),
 )

@@ -1,4 +1,5 @@
-"""Block-to-kernel expansion (E1-E3): ratios refused, tables expanded, locations invariant under expansion."""
+"""Block-to-kernel expansion (E1-E3): ratios refused, tables expanded (into ``out=`` buffers of every kind too:
+larger, strided, too small, of another dtype, aliasing the table), locations invariant under expansion."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from kvtable.conformance.checks import Mismatch, check_tensor, expect_raises, ju
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.properties.applies import LONE, NeedsAny, calls
+from kvtable.conformance.properties.kernels import SENTINEL, missing_kernels
+from kvtable.errors import ContractViolation
 from kvtable.reference import GroupSpec, page_ratio
 from kvtable.reference.model import Table
 from kvtable.strategies import Case, ExpandCase, GraphSetup, as_tensor, cases, expand_cases
@@ -20,6 +23,8 @@ from kvtable.strategies.draws import between, pick
 from kvtable.strategies.graph import draw_setup
 
 _KERNEL_PAGE_SIZES = (2, 4, 8, 16)
+OUT_KINDS = ("exact", "larger", "strided", "too-small", "wrong-dtype", "aliasing")
+"""The ``out=`` buffers drawn: the first three must receive the expansion, the last three be refused (E2)."""
 
 
 def _expand(ctx: Context, ex: ExpandCase) -> None:
@@ -72,6 +77,61 @@ def _page_ratio(ctx: Context, arg: tuple[GraphSetup, int]) -> None:
                   lambda: ctx.backend.expand_table(as_tensor([[1, 2]]), ratio))
 
 
+@st.composite
+def _out_cases(draw: st.DrawFn) -> tuple[ExpandCase, str]:
+    return draw(expand_cases()), pick(draw, OUT_KINDS)
+
+
+def _out_buffer(kind: str, table: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """An ``out=`` buffer of ``kind``, filled with SENTINEL (``aliasing``: a view of the table's own storage)."""
+    if kind == "aliasing":
+        return table.view(-1)[:1].view(1, 1)
+    shape = {"larger": (rows + 2, cols + 3), "strided": (rows, 2 * cols), "too-small": (rows, cols - 1)}
+    out = torch.full(shape.get(kind, (rows, cols)), SENTINEL, device=table.device,
+                     dtype=torch.int64 if kind == "wrong-dtype" else torch.int32)
+    return out[:, ::2] if kind == "strided" else out
+
+
+def _expand_out(ctx: Context, arg: tuple[ExpandCase, str]) -> None:
+    """E2: ``expand_table(..., out=)`` writes exactly ``out[:rows, :cols]`` and returns that view, or refuses a
+    buffer that is too small, of another dtype, or the table's own storage."""
+    from kvtable.impl.expand import expand_table
+
+    ex, kind = arg
+    rows, cols = len(ex.table), ex.max_kernel_pages if ex.max_kernel_pages is not None else ex.width * ex.ratio
+    expected = outcome(lambda: ctx.profile.expand_table(ex.table, ex.ratio, max_kernel_pages=ex.max_kernel_pages,
+                                                        tail_pad=ex.tail_pad, actual_bs=ex.actual_bs))
+    if expected.clause is not None:
+        return  # the inputs themselves are refused: the expand_table property judges that
+    table = as_tensor(ex.table, ex.width).to(ctx.device)
+    if (kind == "aliasing" and not table.numel()) or (kind == "too-small" and not rows * cols):
+        kind = "exact"  # nothing to alias, nothing smaller than nothing
+    out = _out_buffer(kind, table, rows, cols)
+    kernels = getattr(ctx.backend, "target", ctx.backend).kernels
+
+    def call() -> torch.Tensor:
+        return expand_table(table, ex.ratio, max_kernel_pages=ex.max_kernel_pages, tail_pad=ex.tail_pad,
+                            actual_bs=ex.actual_bs, out=out, kernels=kernels)
+
+    if kind in ("too-small", "wrong-dtype", "aliasing"):
+        expect_raises("E2", f"expand_table(out= {kind} buffer {tuple(out.shape)} {out.dtype})", call)
+        return
+    before = out.clone()
+    try:
+        got = call()
+    except ContractViolation as err:
+        raise Mismatch("E2", f"expand_table(out= {kind} buffer {tuple(out.shape)}): refused a buffer that holds "
+                       f"the expansion ({err})") from err
+    check_tensor("E2", f"expand_table(out= {kind} buffer)", got, expected.value, device=ctx.device)
+    if rows * cols and got.data_ptr() != out.data_ptr():
+        raise Mismatch("E2", f"expand_table(out= {kind} buffer): the result is not a view of out[:rows, :cols]")
+    outside = out.clone()
+    outside[:rows, :cols] = before[:rows, :cols]
+    if not torch.equal(outside, before):
+        raise Mismatch("E2", f"expand_table(out= {kind} buffer {tuple(out.shape)}): wrote outside out[:{rows}, "
+                       f":{cols}]")
+
+
 PROPERTIES = (
     Property("expand_table", "E2", "block-to-kernel expansion: real blocks to b*r+j, holes and pads repeated",
              expand_cases(), _expand, weight=2, needs=("expand_table",)),
@@ -80,4 +140,7 @@ PROPERTIES = (
              not_applicable=NeedsAny(tuple(LONE.values()))),
     Property("page-ratio", "E1", "B not a positive multiple of K, or ratio < 1, is refused",
              _bad_ratios(), _page_ratio, needs=("graph", "expand_table")),
+    Property("expand_table/out", "E2", "impl's expand_table into out= buffers with the backend's kernels: "
+             "larger and strided ones get exactly [:rows, :cols], too small, int64 and aliasing ones are refused",
+             _out_cases(), _expand_out, not_applicable=missing_kernels),
 )
