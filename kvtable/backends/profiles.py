@@ -78,6 +78,9 @@ class Domain:
     empty_tables: bool = True
     """Whether a group's table can have no columns (T1); not where a live attention row always holds its current
     page (tokenspeed's graph fill asserts at least one source column)."""
+    short_seq_lens: bool = True
+    """Whether a graph replay can be handed fewer ``seq_lens`` than its bs (G4); not where the wrapper always hands its
+    persistent lengths buffer of ``max_bs`` entries (tokenspeed's input buffers)."""
     negative_prefixes: bool = True
     """Whether an extend row's prefix (its cached token count) can be negative (T9); not where the prefix is a count
     the scheduler keeps (tokenspeed's ``extend_prefix_lens_cpu``). A prefix past its length stays with this flag."""
@@ -554,8 +557,10 @@ TOKENSPEED = Profile(
   ``seq_len - 1`` unclamped and relies on it), and ``python/tokenspeed/runtime/execution/cuda_graph_wrapper.py`` sets
   the padded rows' ``seq_lens`` to 1, so no live row has seq_len 0 (``zero_length_rows = False``); every group's table
   has a column, the current page of each live row (``_fill_group_graph_buffers`` asserts ``source_cols >= 1``), so no
-  table without columns (``empty_tables = False``). Other broken lengths (a short verify row, a prefix past its
-  length) stay drawn: its scheduler's chunking can publish them (#709).
+  table without columns (``empty_tables = False``); a replay reads ``seq_lens[:bs]`` of the wrapper's persistent
+  lengths buffer (``_fill_group_graph_buffers``; ``input_buffer.py`` fills ``[bs:]`` with 1), never a shorter one
+  (``short_seq_lens = False``; ``compute_group_decode_locs`` would read past it). Other broken lengths (a short verify
+  row, a prefix past its length) stay drawn: its scheduler's chunking can publish them (#709).
 - ``.../attention/backends/mha.py`` (``MHAAttnBackend``, CUDA-graph capture): for target verify the captured
   ``seq_lens`` buffer is seeded with ``clamp_min(seq, N)``, so a replayed row shorter than N (a dummy row at
   seq_len 1) writes positions ``0 .. N-1``, slots ``0 .. N-1`` of page 0 for a dummy row
@@ -567,7 +572,7 @@ TOKENSPEED = Profile(
     subpage_holes=True, clamp_short_verify=True, buffers_at="first-capture", replay_bs0="noop",
     extra_groups="ignore", mha_verify_clamp=True, packed_tail=True,
     domain=Domain(contiguous_args=("packed", "meta", "dst"), zero_length_rows=False, empty_tables=False,
-                  malformed_tables=False, negative_prefixes=False),
+                  malformed_tables=False, negative_prefixes=False, short_seq_lens=False),
 )
 
 TRTLLM = Profile(

@@ -103,3 +103,29 @@ def test_capture_sized_location_buffers_and_captured_only_replays_pass_under_tok
     moved = ("moved", "does not alias", "data_ptr differs")  # the real hazard of a buffer made anew
     false = [r for r in report.failures if not any(word in r.message for word in moved)]
     assert not false and report.results and all(r.examples for r in report.results), report.details()
+
+
+class _UnguardedLengths(_KeyedRunner):
+    """Reads ``seq_lens[b]`` for every ``b < bs`` before anything else, as tokenspeed's location kernel does."""
+
+    def replay(self, bs: int, tables: Mapping[str, Any] | None, seq_lens: torch.Tensor, *args: Any,
+               **kwargs: Any) -> None:
+        seq_lens.gather(0, torch.arange(max(bs, 0)))
+        self.inner.replay(bs, tables, seq_lens, *args, **kwargs)
+
+
+class UnguardedLengths(SeedStyle):
+    def graph(self, *args: Any, **kwargs: Any) -> _UnguardedLengths:
+        return _UnguardedLengths(self.inner.graph(*args, **kwargs))
+
+
+@pytest.mark.slow
+def test_no_replay_is_handed_fewer_lengths_than_its_bs_under_tokenspeed() -> None:
+    """tokenspeed's wrapper hands its whole lengths buffer: a runner that reads ``seq_lens[:bs]`` unguarded passes
+    graph/bounds under its profile and fails it under the wide domain."""
+    def bounds(profile: str) -> Any:
+        return run_conformance(f"{__name__}:UnguardedLengths", examples=30, seed=0, profile=profile,
+                               properties=select(["graph/bounds"]), level="safety", isolate=False)
+
+    assert bounds("tokenspeed").passed
+    assert not bounds("tokenspeed+any").passed
