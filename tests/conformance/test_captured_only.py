@@ -129,3 +129,32 @@ def test_no_replay_is_handed_fewer_lengths_than_its_bs_under_tokenspeed() -> Non
 
     assert bounds("tokenspeed").passed
     assert not bounds("tokenspeed+any").passed
+
+
+class _WritesThenRefuses(_KeyedRunner):
+    """The seed's fill: it copies the groups it knows in delivery order, then a KeyError for one it has no buffers
+    for (partly written)."""
+
+    def replay(self, bs: int, tables: Mapping[str, Any] | None, *args: Any, **kwargs: Any) -> None:
+        known = {g: t for g, t in (tables or {}).items() if g in self.inner.layout or g in self.inner.state_ids}
+        self.inner.replay(bs, known if tables else tables, *args, **kwargs)
+        unknown = sorted(set(tables or {}) - set(known))
+        if unknown:
+            raise KeyError(unknown[0])
+
+
+class WritesThenRefuses(SeedStyle):
+    def graph(self, *args: Any, **kwargs: Any) -> _WritesThenRefuses:
+        return _WritesThenRefuses(self.inner.graph(*args, **kwargs))
+
+
+@pytest.mark.slow
+def test_no_replay_is_handed_an_undeclared_group_under_tokenspeed() -> None:
+    """tokenspeed's tables are exactly its published groups: a runner that writes, then refuses an undeclared one
+    passes graph/stale-guard under its profile and fails it under the wide domain."""
+    def stale_guard(profile: str) -> Any:
+        return run_conformance(f"{__name__}:WritesThenRefuses", examples=30, seed=0, profile=profile,
+                               properties=select(["graph/stale-guard"]), level="correct", isolate=False)
+
+    assert stale_guard("tokenspeed").passed
+    assert not stale_guard("tokenspeed+any").passed
