@@ -81,6 +81,9 @@ class Domain:
     short_seq_lens: bool = True
     """Whether a graph replay can be handed fewer ``seq_lens`` than its bs (G4); not where the wrapper always hands its
     persistent lengths buffer of ``max_bs`` entries (tokenspeed's input buffers)."""
+    oversized_replays: bool = True
+    """Whether a graph replay can be handed a bs past ``max_bs`` (G3); not where the wrapper pads every batch to a
+    captured size (tokenspeed's ``cuda_graph_wrapper.py``; its unpack kernel would write past the table stack)."""
     negative_prefixes: bool = True
     """Whether an extend row's prefix (its cached token count) can be negative (T9); not where the prefix is a count
     the scheduler keeps (tokenspeed's ``extend_prefix_lens_cpu``). A prefix past its length stays with this flag."""
@@ -572,7 +575,8 @@ TOKENSPEED = Profile(
     subpage_holes=True, clamp_short_verify=True, buffers_at="first-capture", replay_bs0="noop",
     extra_groups="ignore", mha_verify_clamp=True, packed_tail=True,
     domain=Domain(contiguous_args=("packed", "meta", "dst"), zero_length_rows=False, empty_tables=False,
-                  malformed_tables=False, negative_prefixes=False, short_seq_lens=False),
+                  malformed_tables=False, negative_prefixes=False, short_seq_lens=False,
+                  oversized_replays=False),
 )
 
 TRTLLM = Profile(

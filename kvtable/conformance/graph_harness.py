@@ -405,6 +405,8 @@ class GraphHarness:
         if kind == "replay bs 0":
             step = replace(step, bs=0, actual_bs=None, live_seq=())
         elif kind == "replay bs > max_bs":
+            if not self.ctx.profile.domain.oversized_replays:
+                return  # the engine's wrapper replays only the sizes it captured
             step = replace(step, bs=setup.max_bs + 1, seq_lens=step.seq_lens + (1,) * setup.max_bs, actual_bs=None)
         elif kind == "replay N > spec_n":
             step = replace(step, tokens_per_req=setup.spec_n + 1)

@@ -106,11 +106,13 @@ def test_capture_sized_location_buffers_and_captured_only_replays_pass_under_tok
 
 
 class _UnguardedLengths(_KeyedRunner):
-    """Reads ``seq_lens[b]`` for every ``b < bs`` before anything else, as tokenspeed's location kernel does."""
+    """Reads ``seq_lens[b]`` and stack row ``b`` for every ``b < bs`` before anything else, as tokenspeed's location
+    and unpack kernels do."""
 
     def replay(self, bs: int, tables: Mapping[str, Any] | None, seq_lens: torch.Tensor, *args: Any,
                **kwargs: Any) -> None:
         seq_lens.gather(0, torch.arange(max(bs, 0)))
+        torch.zeros(self.inner.max_bs).gather(0, torch.arange(max(bs, 0)))  # rows past the stack, unguarded
         self.inner.replay(bs, tables, seq_lens, *args, **kwargs)
 
 
@@ -120,9 +122,9 @@ class UnguardedLengths(SeedStyle):
 
 
 @pytest.mark.slow
-def test_no_replay_is_handed_fewer_lengths_than_its_bs_under_tokenspeed() -> None:
-    """tokenspeed's wrapper hands its whole lengths buffer: a runner that reads ``seq_lens[:bs]`` unguarded passes
-    graph/bounds under its profile and fails it under the wide domain."""
+def test_no_replay_is_handed_fewer_lengths_or_more_rows_than_captured_under_tokenspeed() -> None:
+    """tokenspeed's wrapper hands its whole lengths buffer and replays captured sizes only: a runner that reads
+    ``seq_lens[:bs]`` and ``bs`` stack rows unguarded passes graph/bounds under its profile, not under the wide one."""
     def bounds(profile: str) -> Any:
         return run_conformance(f"{__name__}:UnguardedLengths", examples=30, seed=0, profile=profile,
                                properties=select(["graph/bounds"]), level="safety", isolate=False)
