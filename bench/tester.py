@@ -117,7 +117,7 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
     """fuzz and conform on torch in this checkout and each ``--baseline``, fresh processes, interleaved: examples
     per CPU second and this checkout's ratio over each baseline (targets: >= 2x), the default conform's CPU."""
     from kvtable.bench.harness import Spread, Target
-    from kvtable.bench.tester_versions import compare
+    from kvtable.bench.version_runs import compare
 
     if not runs:
         section.skipped.append("the runs beside earlier commits: not in a smoke run")

@@ -167,8 +167,9 @@ def family(name: str) -> str:
 def profile_run(examples: int, seed: int = 0, *, guard: bool = True,
                 properties: Sequence[Any] | None = None) -> dict[str, dict[str, float]]:
     """Per family: examples run and CPU seconds per phase of one ``run_conformance`` on the torch backend."""
+    from kvtable.conformance.context import make_context
+    from kvtable.conformance.execute import run_property
     from kvtable.conformance.properties import PROPERTIES
-    from kvtable.conformance.runner import make_context, run_property
 
     chosen = PROPERTIES if properties is None else properties
     ctx, spec = make_context("torch")

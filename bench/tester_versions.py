@@ -1,88 +1,11 @@
-"""The tester's speed against earlier commits: the same ``fuzz`` and ``conform`` runs on the torch backend, each in
-a fresh process of its own checkout's interpreter, interleaved round by round.
-
-``kvtable bench --baseline PYTHON`` names the interpreter of another checkout's venv (``git worktree add
-../base <commit>`` then ``pip install -e`` there); its commit is read from its checkout. Each round runs every
-candidate once (this checkout first, then each baseline); a run reports the examples it ran and its CPU and wall
-seconds after loading (the start-up apart). The ratio of a round is this checkout's examples per CPU second over
-the baseline's: sample i of each saw the same machine, so a loaded machine slows both alike.
-"""
+"""``python -m kvtable.bench.tester_versions``: only the tester's rows of ``kvtable bench`` (its runs beside earlier
+commits, ``version_runs``, and its profile table), for a machine too loaded for the whole section."""
 
 from __future__ import annotations
 
-import json
 import os
-import statistics
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-RUN = r"""
-import json, sys, time
-kind, examples = sys.argv[1], int(sys.argv[2])
-cpu0, wall0 = time.process_time(), time.perf_counter()
-import kvtable
-if kind == "fuzz":
-    from kvtable.conformance.fuzz import fuzz
-    run = lambda: fuzz("torch", examples=examples, seed=0, database=None)
-else:
-    from kvtable.conformance.runner import run_conformance
-    run = lambda: run_conformance("torch", examples=examples, seed=0)
-from kvtable.conformance.properties import PROPERTIES
-cpu1, wall1 = time.process_time(), time.perf_counter()
-report = run()
-json.dump({"kvtable": kvtable.__file__, "examples": sum(r.examples for r in report.results),
-           "properties": len(report.results), "passed": report.passed, "cpu_s": time.process_time() - cpu1,
-           "wall_s": time.perf_counter() - wall1, "startup_cpu_s": cpu1 - cpu0}, sys.stdout)
-"""
-"""What each candidate process runs: only APIs every compared commit has (no example database: fresh draws)."""
-
-
-def run_once(python: str, kind: str, examples: int, timeout: float = 3600) -> dict[str, Any]:
-    """One run of ``kind`` (``fuzz``: ``examples`` in all; ``conform``: per property) in ``python``'s checkout."""
-    done = subprocess.run([python, "-c", RUN, kind, str(examples)], capture_output=True, text=True,
-                          timeout=timeout, cwd=Path(python).resolve().parent)
-    if done.returncode != 0:
-        raise RuntimeError(f"{python} {kind}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def commit_of(package_file: str) -> str | None:
-    """The commit of the checkout a ``kvtable/__init__.py`` lives in (None outside git)."""
-    root = Path(package_file).resolve().parent.parent
-    done = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def compare(baselines: Sequence[str], kind: str, examples: int, rounds: int) -> dict[str, Any]:
-    """Every candidate's runs, interleaved; per candidate its examples/s and, per baseline, the ratio of rounds."""
-    pythons = [sys.executable, *baselines]
-    runs: dict[str, list[dict[str, Any]]] = {p: [] for p in pythons}
-    for _ in range(rounds):
-        for python in pythons:
-            runs[python].append(run_once(python, kind, examples))
-    out: dict[str, Any] = {"kind": kind, "examples": examples, "rounds": rounds, "candidates": []}
-    own = [r["examples"] / r["cpu_s"] for r in runs[sys.executable]]
-    for python in pythons:
-        done = runs[python]
-        rates = [r["examples"] / r["cpu_s"] for r in done]
-        walls = [r["examples"] / r["wall_s"] for r in done]
-        ratios = [a / b for a, b in zip(own, rates, strict=True)]
-        out["candidates"].append({
-            "python": os.path.relpath(python), "commit": commit_of(done[0]["kvtable"]),
-            "this": python == sys.executable,
-            "examples": done[0]["examples"], "properties": done[0]["properties"],
-            "passed": all(r["passed"] for r in done),
-            "cpu_s": _spread([r["cpu_s"] for r in done]), "startup_cpu_s": _spread([r["startup_cpu_s"] for r in done]),
-            "examples_per_cpu_s": _spread(rates), "examples_per_wall_s": _spread(walls),
-            "this_over_it": _spread(ratios)})
-    return out
-
-
-def _spread(values: Sequence[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -144,7 +144,8 @@ def cpu_lengths(seq_lens: torch.Tensor) -> list[int] | None:
 
 
 def host_lengths(values: object, what: str = "lengths", clause: str = "T9") -> tuple[int, ...]:
-    """T9 lengths: CPU mirrors as a tuple of ints (any iterable of ints, read once; no floats)."""
+    """T9 lengths: CPU mirrors as a tuple of Python ints (any iterable of ints, read once; no floats): numpy
+    ints become Python's, so sums of int32 mirrors (an extend's ``prefix + extend``) never wrap."""
     if isinstance(values, torch.Tensor):
         check_seq_tensor(values, clause)
         values = values.tolist()
@@ -152,7 +153,7 @@ def host_lengths(values: object, what: str = "lengths", clause: str = "T9") -> t
         raise ContractViolation(clause, f"{what} are a sequence of ints, got {type(values).__name__}")
     items = tuple(values)
     _check_ints(items, what, clause)
-    return items
+    return tuple(map(int, items))
 
 
 def _check_ints(items: Sequence[Any], what: str, clause: str = "T9") -> None:

@@ -108,7 +108,7 @@ def kvtable_backend(kvtable_backend_spec: str) -> Any:
 @pytest.fixture(scope="session")
 def kvtable_context(kvtable_backend: Any, kvtable_backend_spec: str, kvtable_profile: Any) -> Any:
     """A property context over the backend under test (its debug twin is loaded by name when needed)."""
-    from kvtable.conformance.runner import make_context
+    from kvtable.conformance.context import make_context
 
     ctx, _ = make_context(kvtable_backend_spec, kvtable_profile)
     return ctx

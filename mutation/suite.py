@@ -11,7 +11,9 @@ strictness tier (the ``rejects/*`` properties), and that is a defect of impl all
     python mutation/suite.py --via SOCKET                        # the test command: the server forks a child that
                                                                  # imports impl afresh from disk (the mutant)
 
-The server saves each mutant the ~4 s of importing torch and hypothesis; it never imports ``kvtable.impl`` itself.
+The server saves each mutant the ~4 s of importing torch and hypothesis; it never imports the packages under
+mutation (``kvtable.impl`` and ``kvtable.reference``) itself, and so never the conformance suite, which imports both.
+The same server judges mutants of impl/ (mutation/cosmic-ray.toml) and of reference/ (cosmic-ray-reference.toml).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from collections.abc import Callable
 
 CHILD_TIMEOUT_S = 600
 """A mutant that hangs the suite this long is killed (and counts as killed, as a cosmic-ray timeout does)."""
+MUTATED = ("kvtable.impl", "kvtable.reference")
+"""The packages cosmic-ray mutates; a child must import them afresh from disk."""
 
 
 def run_suite(examples: int, seed: int, level: str = "strict", say: Callable[[str], object] = print) -> int:
@@ -50,11 +54,9 @@ def serve(path: str, examples: int, seed: int, level: str) -> None:
     import hypothesis  # noqa: F401  (preloaded for the children)
     import torch  # noqa: F401
 
-    import kvtable.conformance.fuzz  # noqa: F401
-    import kvtable.conformance.properties  # noqa: F401
-
-    if any(name.startswith("kvtable.impl") for name in sys.modules):
-        raise RuntimeError("the server imported kvtable.impl; its children would test the unmutated code")
+    mutated = [name for name in sys.modules if name.startswith(MUTATED)]
+    if mutated:
+        raise RuntimeError(f"the server imported {mutated[0]}; its children would test the unmutated code")
     with socket.socket(socket.AF_UNIX) as server:
         server.bind(path)
         server.listen()

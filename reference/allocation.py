@@ -19,7 +19,7 @@ correctness faults on a legal write.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 AllocMode = Literal["decode", "verify", "extend"]
@@ -459,6 +459,73 @@ def pool_faults(pool_pages: int, owners: Mapping[int, str], free: Sequence[int],
         if page not in owners and page not in listed:
             faults.append((page, False, f"page {page} is lost: nobody holds it, and it is neither free nor freed"))
     return faults
+
+
+@dataclass
+class PoolLedger:
+    """A6 across steps, for a trace judge: which pages of one pool requests hold and which were freed, from each
+    allocator step (its free list before, the pages it handed out, its free list after) and each free event
+    between steps. A page freed while free or freed already (a double free), a page on a step's free list
+    while the request it was handed to still holds it (no free released it), and a live request's position
+    on a page freed since it was handed out (a use after free) are unsafe, at the step or event that shows
+    them (the last two where every free is recorded). Pages not on the first step's free list were held before
+    the trace; freeing them is no fault."""
+
+    pool_pages: int
+    name: str = ""
+    """``""`` for the full pool, ``"SWA "`` for the sliding-window pool behind it (prefixes each reason)."""
+    held: dict[int, str] = field(default_factory=dict)
+    """Page -> the request it was handed to (and the step), while no free released it."""
+    freed: dict[int, str] = field(default_factory=dict)
+    """Page -> the event that freed it, until a step hands it out again."""
+    free: set[int] = field(default_factory=set)
+    """The pages on the free list as the last step left it."""
+    started: bool = False
+    frees_recorded: bool = True
+    """Whether every free is an event (a page back on the free list without one is then held still); False: only
+    the free events seen are judged (a trace of an engine that records none of its frees)."""
+
+    def before_step(self, free_pages: Sequence[int], live: Mapping[int, str]) -> list[PoolFault]:
+        """A step's state as handed: its free list, and ``live`` (page -> the request position holding it)."""
+        faults: list[PoolFault] = []
+        if self.started and self.frees_recorded:
+            for page in dict.fromkeys(free_pages):
+                if page in self.held:
+                    faults.append((page, True, f"{self.name}page {page} is on the free list while "
+                                   f"{self.held[page]} holds it: no free released it (it will be handed out twice)"))
+            for page, who in live.items():
+                if page in self.freed:
+                    faults.append((page, True, f"{self.name}page {page} used after free: {who} holds it, but "
+                                   f"{self.freed[page]} freed it and no step handed it out since"))
+        self.started = True
+        self.free = set(free_pages)
+        return faults
+
+    def after_step(self, handed: Mapping[int, str], free_after: Sequence[int] | None) -> None:
+        """The pages a step handed out (page -> who) and its free list after it (None: not returned)."""
+        for page, who in handed.items():
+            self.held[page] = who
+            self.freed.pop(page, None)
+            self.free.discard(page)
+        if free_after is not None:
+            self.free = set(free_after)
+
+    def release(self, pages: Sequence[int], when: str) -> list[PoolFault]:
+        """A free event (``when``: which, e.g. ``free at step 12``): each page must be held, never free or freed."""
+        faults: list[PoolFault] = []
+        for page in pages:
+            if not 1 <= page <= self.pool_pages:
+                faults.append((page, True, f"{self.name}page {page} freed, but it is outside the pool (pages 1 .. "
+                               f"{self.pool_pages})"))
+            elif page in self.freed:
+                faults.append((page, True, f"{self.name}page {page} freed twice: {self.freed[page]} freed it "
+                               "already and no step handed it out since (it will be handed out twice)"))
+            elif page in self.free:
+                faults.append((page, True, f"{self.name}page {page} freed while on the free list: nobody held it "
+                               "(it will be handed out twice)"))
+            self.held.pop(page, None)
+            self.freed[page] = when
+        return faults
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,9 @@ class Domain:
     zero_length_rows: bool = True
     """Whether a live row can reach the location code at seq_len 0 (T9); not where every live row holds at least
     its current token and padded rows replay at seq_len 1 (tokenspeed)."""
+    narrow_tables: bool = True
+    """Whether a live row's positions can pass its table's width (T8); not where the table is the engine's whole
+    token table, ``max_context_len`` wide, and admission keeps every request inside it (SGLang)."""
     empty_tables: bool = True
     """Whether a group's table can have no columns (T1); not where a live attention row always holds its current
     page (tokenspeed's graph fill asserts at least one source column)."""
@@ -500,8 +503,21 @@ SGLANG = Profile(
   ``free_slots``: a reused row keeps the previous request's slots past its length (never read below
   ``seq_len``), so "tails read 0" holds only for rows never used (``domain.stale = "earlier-ids"``). The
   pool is allocated once (``[size + 1, max_context_len]``), so no step sees a table of another shape
-  (``domain.malformed_tables = False``). The scheduler keeps ``prefix_lens <= seq_lens`` and allocates a verify
-  step's N slots past the committed length (``domain.broken_lengths = False``).
+  (``domain.malformed_tables = False``).
+- Domain, from SGLang 0.5.23's scheduler (what it never builds is not drawn; ``--domain any`` draws it):
+  ``managers/schedule_batch.py`` (``Req.init_next_round_input``, ``Req._compute_max_prefix_len``) caps the radix
+  match at ``input_len - 1``, and ``managers/schedule_policy.py`` (``PrefillAdder.add_chunked_req``,
+  ``_commit_prefill_admission``) sets ``extend_end = prefix_len + new_len``, ``new_len`` a count of new tokens;
+  ``ScheduleBatch.prepare_for_extend`` hands the allocator ``prefix_lens = [r.prefix_len]`` and ``seq_lens = [r
+  .extend_end]``, token counts, so no prefix is negative or past its length. ``mem_cache/allocation.py``
+  (``alloc_for_spec_decode``) allocates a verify step's drafts from ``kv_allocated_len`` on, past the committed
+  length, so no verify row is shorter than its N (``domain.broken_lengths = False``: T9's and W2's breaches,
+  ``alloc/prefix-past-length`` and ``alloc/short-verify``, are not drawn). ``managers/tp_worker.py``
+  (``get_worker_info``) sets ``max_req_len = context_len - 1`` and ``max_req_input_len = max_req_len - 5``;
+  ``managers/scheduler.py`` (``_handle_generate_request`` with ``validate_input_length``,
+  ``init_req_max_new_tokens``) refuses a longer prompt and caps ``max_new_tokens`` at ``max_req_len - input_len
+  - 1``, so every position stays inside ``req_to_token``'s ``max_context_len`` columns
+  (``domain.narrow_tables = False``: T8's narrow tables are not drawn; the read kernel has no column bound).
 - SWA (``python/sglang/srt/mem_cache/allocator/swa.py``, ``SWATokenToKVPoolAllocator``):
   ``full_to_swa_index_mapping`` is int64 with one extra entry, the sentinel -1, so that translating
   ``last_loc = -1`` gives -1; evicted or absent slots map to 0. ``translate_loc_from_full_to_swa`` cast the
@@ -520,7 +536,7 @@ SGLANG = Profile(
     validates="scheduler",
     allocator=Allocator(swa_loc_dtypes=("int32", "int64"), debug_env="SGLANG_DEBUG_MEMORY_POOL", table_dtype="int32"),
     domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,
-                  broken_lengths=False),
+                  broken_lengths=False, narrow_tables=False),
 )
 
 TOKENSPEED = Profile(
@@ -640,7 +656,15 @@ TRANSFORMERS = Profile(
   ``p > 0`` as block ``p + 2 * blocks_per_sector - 1``, past the trash sectors) and writes the chosen slots into the
   token table itself (transformers keeps no token table).
 - Validation: none (``validates = "scheduler"``): the allocators index the python block table, so a missing
-  block raises ``IndexError``, and nothing checks a ring's pages.""",
+  block raises ``IndexError``, and nothing checks a ring's pages.
+- Sectors move between the groups: ``cache_allocators/cache_pool.py`` (``CachePool``) splits the one static cache
+  tensor into sectors, ``allocate_sector`` gives a free sector to one allocator, whose block ``b`` lies in sector
+  ``b // blocks_per_sector`` (``cache_allocator.py``, ``_after_cache_tensor_init``; the full and sliding
+  allocators' ``blocks_per_sector`` differ), and ``try_to_free_sectors`` returns a sector only once all its blocks
+  are free (``RegularTrees.delete_full_trees``). A recorded page is a block id in its own group's units and the
+  contract keeps one page space per group (T7 judges sharing within a group), so one id in both groups' tables is
+  no aliasing; two groups' live blocks in one sector are. The run records each group's ``blocks_per_sector`` with
+  every step, and ``trace check`` judges that (``trace/shared-sector``, ``kvtable.trace.sectors``).""",
     loc_dtype="int64", tail_pad=0, pad_slot=PAD_SLOT_ID, dummy_rows="unread", validates="scheduler",
     writer="skips-pad", sliding_layout="ring",
     domain=Domain(negative_ids=False, tail_pads=(0,), stale="earlier-ids", malformed_tables=False,

@@ -17,12 +17,13 @@ from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context
 from kvtable.conformance.integrity import signature_of
 from kvtable.conformance.levels import SAFETY
+from kvtable.contract import Mode
 from kvtable.reference.model import Table
 from kvtable.reference.safety import Token, UnsafeWrite, token_positions
 from kvtable.reference.tables import as_table
 from kvtable.strategies import Case
 
-MODE_CLAUSE = {"decode": "W1", "verify": "W2", "reanchor": "W4", "extend": "W3"}
+MODE_CLAUSE: dict[Mode, str] = {"decode": "W1", "verify": "W2", "reanchor": "W4", "extend": "W3"}
 """The clause each mode's locations are defined by."""
 
 

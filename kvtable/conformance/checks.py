@@ -225,14 +225,6 @@ class Outcome:
         return self.clause is not None
 
 
-def reference_outcome(fn: Callable[[], Any]) -> Outcome:
-    """Run a reference computation; a ContractViolation becomes the expected clause."""
-    try:
-        return Outcome(value=fn())
-    except ContractViolation as err:
-        return Outcome(clause=err.clause_id)
-
-
 def as_plain(value: Any) -> Any:
     """Tensors to lists, mappings to dicts of lists, for comparison with the reference."""
     if isinstance(value, torch.Tensor):
@@ -271,11 +263,16 @@ def check_tensor(clause: str, what: str, got: Any, expected: list[Any], *, devic
 
 
 def call_backend(fn: Callable[[], Any]) -> Outcome:
-    """Run a backend call; ContractViolation becomes a clause, any other exception propagates."""
+    """Run a call, the backend's or the reference's: a ContractViolation becomes its clause (kept as ``error``),
+    any other exception propagates."""
     try:
         return Outcome(value=fn())
     except ContractViolation as err:
         return Outcome(clause=err.clause_id, error=err)
+
+
+reference_outcome = call_backend
+"""A reference computation run the same way: its ContractViolation is the clause the backend must raise."""
 
 
 def judge(clause: str, what: str, expected: Outcome, call: Callable[[], Any],

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import event, reject
+from hypothesis.stateful import RuleBasedStateMachine
 from hypothesis.strategies import SearchStrategy
 
 from kvtable.backends.profiles import Profile
@@ -79,8 +80,9 @@ class Property:
     debug: bool = False
     weight: int = 1
     """Share of ``kvtable fuzz``'s example budget (large input spaces get more)."""
-    stateful: Callable[[Context], type] | None = None
-    """A state machine bound to the context (``graph/protocol``), run instead of ``strategy``/``check``."""
+    stateful: Callable[[Context, Callable[[], None]], RuleBasedStateMachine] | None = None
+    """A state machine's factory, given the context and the hook its teardown calls (``graph/protocol``), run
+    instead of ``strategy``/``check``."""
     not_applicable: Callable[[Context], str | None] | None = None
     """Why the property does not apply to a backend (None: it does), e.g. no ``backend.kernels``; such a
     property is reported "not applicable", never run and never counted as passed."""

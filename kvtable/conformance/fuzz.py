@@ -27,18 +27,17 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kvtable import interrupts
-from kvtable.backends import BackendUnavailable, default_spec
-from kvtable.conformance.conform import emit, execution, interrupted_before_any, unavailable
-from kvtable.conformance.options import add_common, precheck, profile_arg, run_level
-from kvtable.console import progress_bar, wants_progress
+from kvtable.conformance.conform import run_command
+from kvtable.conformance.options import add_common, profile_arg, run_level
 
 if TYPE_CHECKING:
     from hypothesis.database import ExampleDatabase
 
     from kvtable.backends.profiles import Profile
+    from kvtable.conformance.context import BackendLike
     from kvtable.conformance.properties import Property
-    from kvtable.conformance.runner import BackendLike, Progress, Report
+    from kvtable.conformance.report import Report
+    from kvtable.conformance.runner import Progress
 
 __all__ = ["DEFAULT_DATABASE", "budget", "fuzz"]
 
@@ -82,22 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    precheck(args)  # before the suite is imported: a bad invocation costs no start-up
-    with interrupts.deferred():  # Ctrl-C while the suite loads waits for the run's first safe point
-        from kvtable.conformance.database import open_database
-        from kvtable.conformance.preflight import checked_properties
+    return run_command(args, "fuzz", _fuzz)
 
-    spec = args.backend or default_spec()
-    properties = checked_properties(args.property)
-    database = open_database(args.database)
-    try:
-        options = execution(args, spec)
-        with progress_bar(wants_progress(args.no_progress), "kvtable fuzz") as progress:
-            report = fuzz(spec, examples=args.examples, seconds=args.budget, seed=args.seed, database=database,
-                          profile=profile_arg(args), properties=properties, progress=progress,
-                          level=run_level(args), **options)
-    except BackendUnavailable as err:
-        return unavailable(err, args.json)
-    except KeyboardInterrupt:
-        report = interrupted_before_any(args, spec, "fuzz")
-    return emit(report, args.json)
+
+def _fuzz(args: argparse.Namespace, spec: str, properties: Sequence[Property], progress: Progress | None,
+          options: dict[str, Any]) -> Report:
+    return fuzz(spec, examples=args.examples, seconds=args.budget, seed=args.seed, database=args.database,
+                profile=profile_arg(args), properties=properties, progress=progress, level=run_level(args), **options)

@@ -36,13 +36,16 @@ from hypothesis.database import ExampleDatabase
 from kvtable import interrupts
 from kvtable.conformance.budget import Budget
 from kvtable.conformance.checks import Transcript
+from kvtable.conformance.context import make_context
 from kvtable.conformance.core import Context
+from kvtable.conformance.counterexample import counterexample_text
 from kvtable.conformance.database import DatabaseFailed
+from kvtable.conformance.execute import run_property
 from kvtable.conformance.levels import SAFETY
 from kvtable.conformance.options import DEFAULT_MAX_MEMORY_GROWTH, DEFAULT_TIMEOUT_S
 from kvtable.conformance.preflight import check_backend
 from kvtable.conformance.properties import BY_NAME, Property
-from kvtable.conformance.runner import PropertyResult, counterexample_text, make_context, run_property
+from kvtable.conformance.result import PropertyResult
 from kvtable.conformance.sanitize import sanitizing
 from kvtable.exitcodes import UsageError
 from kvtable.spec.clauses import clause_label
@@ -70,7 +73,7 @@ class WorkerSetup:
     database: bool
     """Whether the parent holds an example database the worker reaches through the pipe."""
     level: str = "correct"
-    """The verdict level (``runner.LEVELS``) each property is judged at."""
+    """The verdict level (``levels.LEVELS``) each property is judged at."""
     sanitize: bool = False
     """``--sanitize``: the worker bounds-checks every Triton interpreter launch (``sanitize.sanitizing``)."""
 
@@ -137,9 +140,9 @@ def _serve(conn: Connection, setup: WorkerSetup) -> None:
     """A worker: build the context once, then run each property name the parent sends until None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     try:
-        if isinstance(setup.backend, str):
-            check_backend(setup.backend)  # the first touch of a backend: here, never in the parent
-        ctx, spec = make_context(setup.backend, setup.profile, _StreamingTranscript(conn))
+        # a backend named by a string is first touched here, never in the parent, and loaded once
+        loaded = check_backend(setup.backend) if isinstance(setup.backend, str) else None
+        ctx, spec = make_context(setup.backend, setup.profile, _StreamingTranscript(conn), loaded)
     except UsageError as err:
         conn.send(("fatal", str(err)))
         return

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,6 +30,16 @@ def check(fault: str | None) -> None:
     """A usage error for a fault this integration does not have."""
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"fault {fault!r}: not a fault of sglang (known: {', '.join(FAULTS)})")
+
+
+def published_prefixes(fault: str | None, mode: str, prefix_lens: Sequence[int], seq_lens: Sequence[int]
+                       ) -> list[int]:
+    """The prefixes the scheduler hands SGLang: as they are, or with the ``prefix-past-length`` fault request 0's
+    one past its length at an extend of two or more requests (the radix match not capped at ``input_len - 1``)."""
+    published = list(prefix_lens)
+    if fault == PREFIX_PAST_LENGTH and mode == "extend" and len(published) > 1:
+        published[0] = seq_lens[0] + 1
+    return published
 
 
 class _ShiftedFreePages:

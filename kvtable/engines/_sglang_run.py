@@ -7,10 +7,12 @@ in chunks (``alloc_for_extend``), then decode one token (``alloc_for_decode``) o
 (``alloc_for_spec_decode`` over ``page_aligned_decode_alloc_lens``, which over-allocates up to a page and
 keeps the rejected drafts' slots allocated). Before each step the sliding-window slots that left the window
 are freed (``free_swa_out_of_window_slots``); a finished request's row goes back uncleared after its slots
-(``free_kv_row_segments``, ``free_rows``). Paged (page size 4, the Triton kernels) with a SWA pool.
+(``free_kv_row_segments``, ``free_rows``). Paged (page size 4, the Triton kernels) with a SWA pool. Every page
+SGLang's allocators put back is recorded as a ``free`` event of its pool (``req_to_token`` or ``swa``) before
+the next step, so ``trace check`` judges A6 across steps (a page freed twice, used after free).
 
-The ``prefix-past-length`` fault publishes, at each chunked extend of two or more requests, request 0's
-cached prefix one token past its chunk's end; the step is recorded with the lengths SGLang was handed.
+The ``prefix-past-length`` fault publishes, at each extend of two or more requests, request 0's cached prefix
+one token past its chunk's end (``published_prefixes``); the step is recorded with the lengths SGLang was handed.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ import torch
 
 from kvtable.alloc_contract import Allocation
 from kvtable.conformance.alloc_calls import EngineBuffers, alloc_outcome
-from kvtable.engines._sglang_faults import PREFIX_PAST_LENGTH, patched
+from kvtable.engines._sglang_faults import PREFIX_PAST_LENGTH, patched, published_prefixes
 from kvtable.engines._sglang_path import OutOfPool, Pools, Step
 from kvtable.engines._shims_sglang import sglang
 from kvtable.engines.base import RunSummary
+from kvtable.trace.allocation import POOL_FREES
 from kvtable.trace.recorder import Recorder
 
 PAGE_SIZE, WINDOW, DRAFTS, CHUNK = 4, 8, 3, 8
@@ -50,7 +53,28 @@ class ServingLoop:
                            swa_pool_pages=SWA_POOL_PAGES)
         self.live: list[SimpleNamespace] = []
         self.next_id = 0
-        self.counts = {"extend": 0, "decode": 0, "verify": 0, "finished": 0, "refused": 0, "swa_evictions": 0}
+        self.counts = {"extend": 0, "decode": 0, "verify": 0, "finished": 0, "refused": 0, "swa_evictions": 0,
+                       "frees": 0}
+        self.freed: dict[str, list[int]] = {"req_to_token": [], "swa": []}
+        for pool, allocator in (("req_to_token", self.pools.full), ("swa", self.pools.allocator.swa_attn_allocator)):
+            allocator._release_page_ids = self._releasing(pool, allocator._release_page_ids)
+
+    def _releasing(self, pool: str, release: Any) -> Any:
+        """SGLang's ``_release_page_ids`` (where ``free``, ``free_segment`` and ``free_group_end`` of a paged
+        allocator put pages back), noting the pages for the pool's next free event."""
+        def noted(*page_ids: torch.Tensor) -> Any:
+            self.freed[pool] += [int(p) for ids in page_ids for p in ids.reshape(-1).tolist()]
+            return release(*page_ids)
+
+        return noted
+
+    def _record_frees(self) -> None:
+        """One free event per pool for the pages SGLang released since the last one (A6 judges them across steps)."""
+        for pool, pages in self.freed.items():
+            if pages:
+                self.rec.pool_free(pool, pages, page_size=PAGE_SIZE)
+                self.counts["frees"] += 1
+            self.freed[pool] = []
 
     # -- the scheduler's decisions -------------------------------------------------------------------------------
     def step(self) -> None:
@@ -81,10 +105,9 @@ class ServingLoop:
         for req, pre in zip(batch, prefix, strict=True):  # maybe_evict_swa: no prefix sharing, extend evicts too
             self._evict_swa(req, pre)
         self.pools.req_to_token_pool.alloc(batch)  # alloc_req_slots: a row for each request without one
-        published = list(prefix)
+        published = published_prefixes(self.fault, "extend", prefix, seq)
         injected = None
-        if self.fault == PREFIX_PAST_LENGTH and len(batch) > 1 and 0 < prefix[0]:
-            published[0] = seq[0] + 1
+        if published != prefix:
             injected = (f"request 0 (row {batch[0].kv.req_pool_idx}) published with a cached prefix {published[0]} "
                         f"past its length {seq[0]} (fault {PREFIX_PAST_LENGTH})")
         if self._run("extend", batch, published, seq, injected) is not None:
@@ -135,11 +158,13 @@ class ServingLoop:
         self.pools.req_to_token_pool.free_rows([kv.req_pool_idx])
         self.live.remove(req)
         self.counts["finished"] += 1
+        self._record_frees()
         self.rec.finish([req.id])
 
     # -- one call into SGLang, recorded --------------------------------------------------------------------------
     def _run(self, mode: str, batch: list[SimpleNamespace], prefix: list[int], seq: list[int],
              injected: str | None = None) -> Step | None:
+        self._record_frees()  # the window's slots SGLang freed before the step
         pools = self.pools
         rows = [r.kv.req_pool_idx for r in batch]
         table, free = pools.req_to_token.clone(), pools.full.free_pages.clone()
@@ -176,7 +201,7 @@ def run(out: Path, *, steps: int, seed: int, fault: str | None, version: str) ->
     """At least ``steps`` recorded steps (each allocation or finish is one) into ``out``; a run whose pools a fault
     corrupted stops where SGLang's own assertions fire, saying so."""
     meta = {"engine": "sglang", "version": version, "seed": seed, "fault": fault, "page_size": PAGE_SIZE,
-            "window": WINDOW, "drafts": DRAFTS}
+            "window": WINDOW, "drafts": DRAFTS, POOL_FREES: True}
     factory = "backend" if fault is None else "backend_" + fault.replace("-", "_")
     with Recorder(out, profile="sglang", backend=f"kvtable.engines.sglang:{factory}", meta=meta) as rec:
         loop = ServingLoop(rec, seed=seed, fault=fault)

@@ -167,14 +167,10 @@ class VllmBackend:
         return out
 
 
-def make_backend(*, debug: bool = False, v2: bool = False) -> VllmBackend:
-    """The V1 backend, or Model Runner V2's (``v2``); vLLM has no debug mode (nothing checks a table on these
-    paths), so ``debug=True`` is refused."""
+def make_backend(*, debug: bool = False, kind: type[VllmBackend] | None = None) -> VllmBackend:
+    """The V1 backend, or ``kind`` (Model Runner V2's, ``_vllm_v2.VllmV2Backend``); vLLM has no debug mode (nothing
+    checks a table on these paths), so ``debug=True`` is refused."""
     if debug:
         raise NoDebugMode("vLLM 0.33 has no debug mode on its slot-mapping path: its scheduler and KV-cache "
                           "manager keep the invariants, nothing checks a table")
-    if v2:
-        from kvtable.engines._vllm_v2 import VllmV2Backend
-
-        return VllmV2Backend()
-    return VllmBackend()
+    return (kind or VllmBackend)()

@@ -7,11 +7,11 @@ drives it with a seeded serving loop (``kvtable trace record --engine sglang``).
 table (``kvtable.engines._sglang_locs``). The calls are SGLang's (``kvtable.engines._sglang_path``); the shims
 are in ``kvtable.engines._shims_sglang``.
 
-The backend plays the scheduler's side of the boundary too: a step SGLang's scheduler never builds (a cached
-prefix past its request's length, a negative KV length) is refused there, naming why, as the scheduler keeps
-it from the allocator. The ``prefix-past-length`` fault lifts that refusal, so SGLang's real kernels get that
-input class (and write before their output, hand out a held page twice); ``backend_<fault>`` are the faulted
-factories for ``--backend``.
+The backend is handed only steps SGLang's scheduler builds (the ``sglang`` profile's domain: no prefix past its
+length, no negative length, no row past ``req_to_token``'s width); ``--domain any`` hands SGLang's real code the
+rest too. The ``prefix-past-length`` fault is the scheduler's bug: it publishes request 0's cached prefix one
+token past its chunk's end (at an extend of two or more requests), so SGLang's real kernels write before their
+output and hand out a held page twice; ``backend_<fault>`` are the faulted factories for ``--backend``.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ from kvtable.engines._sglang_faults import (
     SWA_TRANSLATION,
     check,
     patched,
+    published_prefixes,
 )
 from kvtable.engines._sglang_locs import gather
 from kvtable.engines._shims_sglang import ENV, sglang
 from kvtable.engines.base import EngineInfo, EngineUnavailable, RunSummary
-from kvtable.errors import ContractViolation, Unsupported
+from kvtable.errors import Unsupported
 
 __all__ = ["ENGINE", "FAULTS", "SglangBackend", "backend", "record"]
 
@@ -51,28 +52,19 @@ BUILT_POOL_PAGES = 1 << 20
 pool past this many pages is built at this size (no allocation step reads the allocator's size)."""
 
 
-def scheduler_refusal(mode: str, prefix_lens: Sequence[int], seq_lens: Sequence[int]) -> str:
-    """Why SGLang's scheduler never hands the allocator this step ('' where it may)."""
-    for i, (prefix, seq) in enumerate(zip(prefix_lens, seq_lens, strict=True)):
-        if prefix < 0 or seq < 0:
-            return f"request {i}: KV length {min(prefix, seq)} < 0 (SGLang's kv lengths count tokens)"
-        if mode == "extend" and prefix > seq:
-            return (f"request {i}: cached prefix {prefix} past its length {seq} (the radix match is capped at "
-                    "input_len - 1, Req._compute_max_prefix_len)")
-    return ""
-
-
 def swa_tail_unsupported(prefix_lens: Sequence[int], seq_lens: Sequence[int], tails: Sequence[int],
                          page_size: int) -> str:
     """Why SGLang never allocates this SWA tail ('' where it does): ``alloc_extend_swa_tail`` runs at page size
-    > 1 for a fresh request (prefix 0) whose tail starts on a page (``disaggregation/decode.py``,
-    ``_swa_tail_len`` floors the window start to a page)."""
+    > 1 (``disaggregation/decode.py``, ``_uses_swa_tail_prealloc``), one request a call (``alloc_for_decode_prealloc``)
+    after a cached prefix of whole pages capped at ``fill_len - swa_tail_len`` (``_match_prefix_and_lock``), for a
+    tail from a page-aligned window start (``_swa_tail_len``). ``kvtable.strategies.allocator`` draws only these."""
     if page_size == 1:
         return "SGLang allocates a SWA tail (alloc_extend_swa_tail) at page size > 1 only"
     for i, (prefix, seq, tail) in enumerate(zip(prefix_lens, seq_lens, tails, strict=True)):
-        if prefix != 0 or (seq - tail) % page_size:
+        if prefix % page_size or (seq - tail) % page_size or not prefix <= seq - tail <= seq:
             return (f"request {i}: a SWA tail of {tail} after prefix {prefix} of {seq} tokens; SGLang's "
-                    "disaggregated decode allocates one for a fresh request, from a page-aligned window start")
+                    "disaggregated decode allocates one after a prefix of whole pages, from a page-aligned window "
+                    "start at or past it")
     return ""
 
 
@@ -89,10 +81,8 @@ class SglangBackend:
     def _step(self, mode: str, state: AllocState) -> Allocation:
         from kvtable.engines._sglang_path import Pools
 
-        why = scheduler_refusal(mode, state.prefix_lens, state.seq_lens)
-        if why and self.fault != PREFIX_PAST_LENGTH:
-            raise ContractViolation("T9", f"SGLang's scheduler never builds this {mode} step: {why}")
         swa, ps = state.swa, state.page_size
+        prefix_lens = published_prefixes(self.fault, mode, state.prefix_lens, state.seq_lens)
         tails = None if swa is None else swa.tail_lens
         if tails is not None and (why := swa_tail_unsupported(state.prefix_lens, state.seq_lens, tails, ps)):
             raise Unsupported(why)
@@ -102,17 +92,17 @@ class SglangBackend:
         pools.lay_out(state.req_to_token, state.free_pages, free_rows=state.free_rows,
                       swa_free_pages=None if swa is None else swa.free_pages,
                       mapping=None if swa is None else swa.mapping.clone())
-        starts = list(state.prefix_lens if state.allocated_lens is None else state.allocated_lens)
+        starts = list(prefix_lens if state.allocated_lens is None else state.allocated_lens)
         ends = list(state.seq_lens)
         with patched(self.fault):
             if mode == "extend":
                 fresh = len(state.free_rows) >= len(state.rows)
-                step = pools.extend(state.rows, state.prefix_lens, state.seq_lens, fresh_rows=fresh, swa_tails=tails)
+                step = pools.extend(state.rows, prefix_lens, state.seq_lens, fresh_rows=fresh, swa_tails=tails)
             elif mode == "decode" and state.allocated_lens is None:
-                step = pools.decode(state.rows, state.prefix_lens)
+                step = pools.decode(state.rows, prefix_lens)
             else:  # a speculative step; a decode over-allocated by an earlier one runs on a speculative server
                 if state.allocated_lens is not None:
-                    ends = pools.spec_lens(state.prefix_lens, starts, state.seq_lens, ps)
+                    ends = pools.spec_lens(prefix_lens, starts, state.seq_lens, ps)
                 step = pools.verify(state.rows, starts, [max(s, e) for s, e in zip(starts, ends, strict=True)])
         allocated = None if state.allocated_lens is None else [max(s, e) for s, e in zip(starts, ends, strict=True)]
         return Allocation(step.locs, pools.req_to_token, step.swa_locs, pools.mapping, rows=step.rows,
@@ -167,7 +157,7 @@ def backend(*, fault: str | None = None, debug: bool = False) -> SglangBackend:
 
 
 def backend_prefix_past_length(*, debug: bool = False) -> SglangBackend:
-    """Seeded: the scheduler publishes a prefix past its request's length (``--backend`` form of the fault)."""
+    """Seeded: the scheduler publishes request 0's prefix past its length (``--backend`` form of the fault)."""
     return backend(fault=PREFIX_PAST_LENGTH, debug=debug)
 
 

@@ -152,6 +152,8 @@ class _Observer:
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.facts = {"requests finished": 0, "tokens written": 0, "trash writes": 0}
+        self.sectors: dict[str, int] = {}
+        """Each group's blocks per sector of the shared cache (``trace/shared-sector``)."""
 
     @property
     def recording(self) -> bool:
@@ -172,6 +174,7 @@ class _Observer:
                 reads: list[list[int]] | None) -> None:
         """One request's part of the batch: each group's block list, write slots and (a ring's) read slots."""
         per_group = {}
+        self.sectors = {a.layer_type: a.blocks_per_sector for a in cache.cache_allocators.values()}
         for i, a in enumerate(cache.cache_allocators.values()):
             ring_reads = read_slots(reads[i], a) if reads is not None and a.layer_type == SLIDING else None
             per_group[a.layer_type] = (list(a.block_table[request_id]), slots(writes[i], a), ring_reads)
@@ -187,7 +190,7 @@ class _Observer:
         reads = None if any(r is None for r in read) else {SLIDING: np.concatenate(read)}
         seq = np.asarray(pasts) + np.asarray(queries)
         self.recorder.locations("extend", tables, locs, seq, prefix_lens=np.asarray(pasts), req_ids=np.asarray(reqs),
-                                reads=reads)
+                                reads=reads, blocks_per_sector=self.sectors)
         self.facts["tokens written"] += int(sum(queries))
         self.facts["trash writes"] += int(sum((loc == PAD_SLOT_ID).sum() for loc in locs.values()))
         self.batch = []

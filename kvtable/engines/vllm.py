@@ -52,7 +52,9 @@ def backend_v2(*, debug: bool = False) -> object:
     from kvtable.engines._vllm_backend import make_backend
 
     _load(None)
-    return make_backend(debug=debug, v2=True)
+    from kvtable.engines._vllm_v2 import VllmV2Backend  # after the shims, as vLLM's own modules are
+
+    return make_backend(debug=debug, kind=VllmV2Backend)
 
 
 def backend_53982(*, debug: bool = False) -> object:

@@ -6,7 +6,8 @@ them, 0 or stale slots of an earlier occupant (``ReqToTokenPool.free`` leaves ro
 pages that are neither free nor in the batch; free rows (``ReqToTokenPool.free_slots``) hold stale slots;
 the free list (pages ``>= 1``, slot 0 is the sink) has room for the step and comes in any order; a SWA pool
 maps the live full slots (evicted ones to 0) and keeps the ``-1`` sentinel last, and an extend may declare a
-SWA tail (``alloc_extend_swa_tail``). A paged decode or verify may find its request over-allocated by an
+SWA tail where SGLang allocates one (``alloc_extend_swa_tail``: page size above 1, page-aligned prefixes, a
+tail from a page boundary). A paged decode or verify may find its request over-allocated by an
 earlier speculative step (``kv_allocated_len`` up to a page end past the committed length). Page size 1,
 SGLang's default, is drawn half the time.
 
@@ -100,7 +101,7 @@ def _step(draw: st.DrawFn, mode: AllocMode, kind: str, swa: bool | None, paged: 
     r = rng(draw)
     ps = PAGED_SIZES[shape[2] % len(PAGED_SIZES)] if paged else PAGE_SIZES[shape[2]]
     prefixes, seqs, how = _lengths(mode, kind, shape, r, edge)
-    if edge == "page-aligned":  # every prefix ends on a page boundary: no partial page, fresh pages only
+    if edge in ("page-aligned", "swa-tail"):  # every prefix ends on a page boundary: no partial page
         cut = [p - p % ps for p in prefixes]
         prefixes, seqs = cut, [s - p + c for p, s, c in zip(prefixes, seqs, cut, strict=True)]
     elif paged and not any(p % ps for p in prefixes):  # request 0 ends inside a page: its last page is partial
@@ -161,17 +162,27 @@ def _step(draw: st.DrawFn, mode: AllocMode, kind: str, swa: bool | None, paged: 
     swa_state = None
     if swa or (swa is None and kind == "valid" and r.random() < 0.25):
         swa_state = _swa(table, rows, held_to, ps, pool_pages, new, r, 0.6 if edge == "swa-evicted" else 0.2)
-        if mode == "extend" and (edge == "swa-tail" or r.random() < 0.3):  # SWA slots for each request's tail only
-            tails = [r.randrange(0, max(s - p, 0) + 1) for p, s in zip(prefixes, seqs, strict=True)]
-            swa_state = SwaState(swa_state.mapping, swa_state.free_pages, swa_state.pool_pages, tails)
+        if mode == "extend" and ps > 1 and not any(p % ps for p in prefixes) and (edge == "swa-tail"
+                                                                                or r.random() < 0.3):
+            swa_state = SwaState(swa_state.mapping, swa_state.free_pages, swa_state.pool_pages,
+                                 [_swa_tail(p, s, ps, r) for p, s in zip(prefixes, seqs, strict=True)])
     step = AllocStep(mode, table, rows, prefixes, seqs, free, ps, pool_pages, swa_state, allocated, free_rows)
     return AllocCase(step, kind, how or f"{mode}, page size {ps}" + (", SWA" if swa_state else "")
                      + (f", {edge}" if edge else ""))
 
 
+def _swa_tail(prefix: int, seq: int, ps: int, r: random.Random) -> int:
+    """A SWA tail as SGLang's disaggregated decode declares one (``disaggregation/decode.py``,
+    ``_swa_tail_len``): from a window start floored to a page, at or past the cached prefix (the radix match is
+    capped at ``fill_len - swa_tail_len``, ``_match_prefix_and_lock``), to the request's end."""
+    starts = [k * ps for k in range(prefix // ps, seq // ps + 1) if k * ps < seq] or [seq]
+    return seq - r.choice(starts)
+
+
 def _swa(table: list[list[int]], rows: list[int], prefixes: list[int], ps: int, pool_pages: int, new: int,
          r: random.Random, evict: float) -> SwaState:
-    """A SWA pool over the batch's live full pages: each mapped to its own SWA page, a front page evicted (0)."""
+    """A SWA pool over the batch's live full pages: each mapped to its own SWA page, a front page evicted (0); a
+    third of the pools hand out only pages past 256 (slot values no small-int cache or 8-bit type holds)."""
     full_pages: list[int] = []
     for row, prefix in zip(rows, prefixes, strict=True):
         for pos in range(0, max(prefix, 0), ps):
@@ -179,7 +190,8 @@ def _swa(table: list[list[int]], rows: list[int], prefixes: list[int], ps: int, 
                 full_pages.append(table[row][pos] // ps)
     last = {table[row][prefix - 1] // ps for row, prefix in zip(rows, prefixes, strict=True) if prefix > 0}
     total = len(full_pages) + new + len(rows) + r.randrange(0, 3)  # room for a tail starting inside a page
-    swa_ids = r.sample(range(1, total + 1), total)
+    base = 256 if r.random() < 1 / 3 else 0
+    swa_ids = [base + page for page in r.sample(range(1, total + 1), total)]
     mapping = [0] * ((pool_pages + 1) * ps) + [-1]
     taken = 0
     for page in full_pages:
@@ -188,7 +200,7 @@ def _swa(table: list[list[int]], rows: list[int], prefixes: list[int], ps: int, 
         for off in range(ps):
             mapping[page * ps + off] = swa_ids[taken] * ps + off
         taken += 1
-    return SwaState(mapping, swa_ids[taken:], total)
+    return SwaState(mapping, swa_ids[taken:], base + total)
 
 
 def alloc_cases(mode: AllocMode, kind: str = "valid", *, swa: bool | None = None, paged: bool = False,

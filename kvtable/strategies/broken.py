@@ -14,6 +14,7 @@ import torch
 from hypothesis import assume, reject
 from hypothesis import strategies as st
 
+from kvtable.contract import Mode
 from kvtable.reference import NULL_PAGE
 from kvtable.reference.model import Table, write_positions
 from kvtable.reference.tables import needed_columns
@@ -379,17 +380,18 @@ class Variant:
     def held(self, domain: Domain) -> bool:
         """Whether an engine whose state is ``domain`` can be handed this breach: no shape breach where every
         table is the runner's own tensor, no length breach its scheduler never builds (a live seq_len 0 among
-        them), no table without columns where every live row holds a page, no negative id where the tables hold
-        none."""
+        them), no row past a table as wide as the context, no table without columns where every live row holds a
+        page, no negative id where the tables hold none."""
         malformed = self.clause == "T1" and self.cheap  # dtype, rank, rows, columns, a group's table
         lengths = self.clause in ("T9", "W2")
         return ((domain.malformed_tables or not malformed) and (domain.broken_lengths or not lengths)
+                and (domain.narrow_tables or self.clause != "T8")
                 and (domain.negative_ids or not self.negative)
                 and (domain.zero_length_rows or self.name != "seq_len 0")
                 and (domain.empty_tables or self.name != "no columns"))
 
 
-_FIXED = ("decode", "verify", "reanchor")
+_FIXED: tuple[Mode, ...] = ("decode", "verify", "reanchor")
 _PADDED = CaseOptions(modes=_FIXED, min_pad=1, padding=True)
 VARIANTS: tuple[Variant, ...] = (
     Variant("T1", "wrong dtype", _t1_dtype, True),

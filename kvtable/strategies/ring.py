@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
-from kvtable.reference.ring import ring_columns
+from kvtable.reference.ring import ring_columns, ring_pages
 from kvtable.strategies.domain import current
 from kvtable.strategies.draws import BOOLEANS, between, pick
 
@@ -23,8 +23,9 @@ MAX_ROWS = 4
 PAGE_SIZES = (1, 2, 3, 4, 8)
 _POOL = st.lists(st.integers(1, 2**16), min_size=MAX_ROWS * MAX_WINDOW, max_size=MAX_ROWS * MAX_WINDOW, unique=True)
 """Distinct page ids, enough for every request's ring at page size 1 (drawn once per case)."""
-BREAKS = ("hole", "shared", "narrow")
-"""How ``ring_broken_cases`` breaks R1: page 0 in a used column, a page of another row's ring, a column short."""
+BREAKS = ("hole", "shared", "narrow", "past")
+"""How ``ring_broken_cases`` breaks R1: page 0 in a used column, a page of another row's ring, a column short,
+a fresh real page in the first column past ``ceil(window / ps)``."""
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,8 @@ class BrokenRing:
 
 @st.composite
 def ring_broken_cases(draw: st.DrawFn) -> BrokenRing:
-    """A valid ring step with one R1 breach: a used column at page 0, a page of another row's ring, or one column
-    fewer than the widest ring needs."""
+    """A valid ring step with one R1 breach: a used column at page 0, a page of another row's ring, one column
+    fewer than the widest ring needs, or a real page past the ring's ``ceil(window / ps)`` columns."""
     case = draw(ring_cases())
     rows = len(case.table)
     need = [ring_columns(p + e, case.window, case.page_size)
@@ -88,6 +89,12 @@ def ring_broken_cases(draw: st.DrawFn) -> BrokenRing:
         broken = RingCase([r[:width] for r in table], case.prefix_lens, case.extend_lens, case.page_size, case.window)
         return BrokenRing(broken, how, frozenset({(need.index(max(need)), None)}))
     row = draw(between(0, rows - 1))
+    if how == "past":
+        most, pad = ring_pages(case.window, case.page_size), pick(draw, current().tail_pads)
+        table = [r + [pad] * (most + 1 - len(r)) for r in table]
+        table[row][most] = 1 + max(page for r in table for page in r)
+        broken = RingCase(table, case.prefix_lens, case.extend_lens, case.page_size, case.window)
+        return BrokenRing(broken, how, frozenset({(row, most)}))
     col = draw(between(0, need[row] - 1))
     where = {(row, col)}
     if how == "hole":

@@ -19,14 +19,26 @@ from typing import Any
 
 import numpy as np
 
-from kvtable.reference.allocation import AllocMode, AllocOutcome, AllocStep, SwaState, judge_allocation
+from kvtable.reference.allocation import (
+    AllocMode,
+    AllocOutcome,
+    AllocStep,
+    PoolLedger,
+    SwaState,
+    judge_allocation,
+    swa_slot,
+)
 from kvtable.trace.judge import Violation
 from kvtable.trace.recorder import Recorder
+from kvtable.trace.schema import ALLOC_POOLS
 from kvtable.trace.store import Step
 from kvtable.trace.watching import call_watched
 
 OPERATION = {"decode": "alloc_decode", "verify": "alloc_verify", "extend": "alloc_extend"}
 INT32_SLOTS = 2**31
+POOL_FREES = "pool_frees"
+"""The header meta key of a trace that records every page its allocator put back as a ``free`` event (A6 then
+judges a page back on the free list without one, and a live position on a freed page)."""
 """The first slot id no int32 holds."""
 
 
@@ -57,6 +69,75 @@ def judge_allocator_step(step: Step) -> list[Violation]:
     return [Violation(step.index, "safety" if f.unsafe else "correct", f.clause, "req_to_token", f.row, f.token,
                       f.position, f.loc, f.reason if f.request is None else f"request {f.request}: {f.reason}")
             for f in judge_allocation(alloc_step(step), outcome)]
+
+
+class PoolJudge:
+    """A6 across an allocator trace's steps: a ``PoolLedger`` for the full pool (``req_to_token``) and one for the
+    SWA pool (``swa``), fed by each allocator step and by the ``free`` events between them. ``frees_recorded``:
+    the trace records every page its allocator put back (header meta ``pool_frees``, ``POOL_FREES``)."""
+
+    def __init__(self, *, frees_recorded: bool = False) -> None:
+        self.ledgers: dict[str, PoolLedger] = {}
+        self.frees_recorded = frees_recorded
+
+    def _ledger(self, pool: str, pool_pages: int) -> PoolLedger:
+        if pool not in self.ledgers:
+            self.ledgers[pool] = PoolLedger(pool_pages, "SWA " if pool == "swa" else "",
+                                            frees_recorded=self.frees_recorded)
+        return self.ledgers[pool]
+
+    def allocate(self, step: Step) -> list[Violation]:
+        """A recorded allocator step: its free list against what the earlier steps handed out and freed, then what
+        it handed out (a refused step hands out nothing)."""
+        a, ps = step.arrays, step.groups["req_to_token"].page_size
+        table = step.need("table", "req_to_token")
+        rows, prefix, seq = a["rows"].tolist(), step.need("prefix_lens").tolist(), step.need("seq_lens").tolist()
+        ids = a["req_ids"].tolist() if "req_ids" in a else list(range(len(rows)))
+        done = step.error is None and "recorded" in step.groups
+        pools = [("req_to_token", step.meta["pool_pages"], None, a["free_pages"], a.get("locs"), a.get("free_after"))]
+        if "swa/mapping" in a:
+            pools.append(("swa", step.meta["swa_pool_pages"], a["swa/mapping"].tolist(), a["swa/free_pages"],
+                          a.get("swa/locs"), a.get("swa/free_after")))
+        out: list[Violation] = []
+        for pool, pool_pages, mapping, free, locs, free_after in pools:
+            ledger = self._ledger(pool, pool_pages)
+            live: dict[int, str] = {}
+            for i, (row, end) in enumerate(zip(rows, prefix, strict=True)):
+                for pos in range(max(min(end, table.shape[1]), 0)):
+                    slot = int(table[row, pos]) if 0 <= row < len(table) else 0
+                    slot = swa_slot(mapping, slot) if mapping is not None else slot
+                    if slot >= ps:
+                        live.setdefault(slot // ps, f"request {ids[i]} (row {row}, position {pos})")
+            out += self._violations(step, pool, ps, ledger.before_step(free.tolist(), live))
+            if done and locs is not None:
+                tokens = [i for i, (p, q) in enumerate(zip(prefix, seq, strict=True))
+                          for _ in range(max(q - p, 0))]
+                handed = {int(loc) // ps: f"request {ids[tokens[k]] if k < len(tokens) else '?'} (step {step.index})"
+                          for k, loc in enumerate(locs.tolist()) if ps <= loc < (pool_pages + 1) * ps}
+                ledger.after_step(handed, None if free_after is None else free_after.tolist())
+        return out
+
+    def free(self, step: Step) -> list[Violation]:
+        """A free event of an allocator pool: every page freed must be held, not free nor freed already."""
+        out: list[Violation] = []
+        for pool, group in step.groups.items():
+            ledger = self.ledgers.get(pool)
+            pages = step.need("pages", pool).astype(np.int64).reshape(-1).tolist()
+            if ledger is not None:
+                out += self._violations(step, pool, group.page_size,
+                                        ledger.release(pages, f"the free at step {step.index}"))
+        return out
+
+    @staticmethod
+    def _violations(step: Step, pool: str, ps: int, faults: list[tuple[int, bool, str]]) -> list[Violation]:
+        return [Violation(step.index, "safety" if unsafe else "correct", "A6", pool, None, None, None, page * ps,
+                          reason) for page, unsafe, reason in faults]
+
+
+def is_pool_free(step: Step, declared: set[str]) -> bool:
+    """Whether a ``free`` step frees pages of an allocator's pool (``ALLOC_POOLS``, never declared as a group)."""
+    return step.kind == "free" and bool(step.groups) and all(g in ALLOC_POOLS and g not in declared
+                                                               for g in step.groups)
 
 
 class AllocSimulator:

@@ -23,11 +23,12 @@ from kvtable.backends.profiles import Profile, get_profile
 from kvtable.contract import GroupSpec
 from kvtable.errors import ContractViolation
 from kvtable.reference.graph import GraphModel
-from kvtable.trace.allocation import judge_allocator_step
+from kvtable.trace.allocation import POOL_FREES, PoolJudge, is_pool_free, judge_allocator_step
 from kvtable.trace.history import GroupHistory
 from kvtable.trace.judge import Violation, dropped, judge_group, judge_strict, step_tokens
 from kvtable.trace.ring import judge_ring
 from kvtable.trace.schema import KINDS, LOCATION_KINDS, TraceDamaged
+from kvtable.trace.sectors import judge_sectors
 from kvtable.trace.store import GroupStep, Step, TraceReader
 from kvtable.trace.window_front import unread_front
 
@@ -96,7 +97,8 @@ class Report:
 class TraceJudge:
     """Judges a trace's steps in order, keeping the state the rules across steps need."""
 
-    def __init__(self, profile: Profile, level: str, groups: Sequence[GroupSpec] = ()) -> None:
+    def __init__(self, profile: Profile, level: str, groups: Sequence[GroupSpec] = (), *, pool_frees: bool = False
+                 ) -> None:
         self.profile = profile
         self.tiers = LEVELS[level]
         self.level = level
@@ -105,6 +107,8 @@ class TraceJudge:
         self.rings = {g.group_id: g.window for g in groups if g.layout == "ring" and g.window is not None}
         """Ring groups (R1-R3) by id: their window; their steps are judged by ``judge_ring``."""
         self.history: dict[str, GroupHistory] = {}
+        self.pools = PoolJudge(frees_recorded=pool_frees)
+        """A6 across an allocator trace's steps and free events."""
         self.model: GraphModel | None = None
         self.saw_req_ids = False
         self.saw_locations = False
@@ -120,7 +124,7 @@ class TraceJudge:
     def judges(self) -> dict[str, Callable[[Step], list[Violation]]]:
         """Each step kind's judge: the one place a new kind is added (a kind with none is no trace's)."""
         return {**{kind: self._locations for kind in LOCATION_KINDS}, "replay": self._replay,
-                "allocate": judge_allocator_step, "graph": self._graph, "capture": _nothing, "free": self._pages,
+                "allocate": self._allocate, "graph": self._graph, "capture": _nothing, "free": self._pages,
                 "alloc": self._pages, "finish": self._finish}
 
     def feed(self, step: Step) -> list[Violation]:
@@ -143,7 +147,12 @@ class TraceJudge:
                                                   f"graph ({type(err).__name__}: {err})"]) from None
         return []
 
+    def _allocate(self, step: Step) -> list[Violation]:
+        return judge_allocator_step(step) + self.pools.allocate(step)
+
     def _pages(self, step: Step) -> list[Violation]:
+        if is_pool_free(step, set(self.families)):
+            return self.pools.free(step)
         for gid in step.groups:
             pages = step.need("pages", gid).astype(np.int64).reshape(-1)
             hist = self._history(gid)
@@ -163,6 +172,9 @@ class TraceJudge:
             g.locs is not None or (step.error is not None and step.error_group in (None, gid)))]
         if "strict" in self.tiers:
             out += judge_strict(self.profile, step, [gid for gid in attention if gid not in self.rings])
+        if step.seq_lens is not None:
+            rows = len(step.seq_lens)
+            out += judge_sectors(step, rows if step.actual_bs is None else min(step.actual_bs, rows), self.families)
         for gid, group in step.groups.items():
             if gid in attention and gid in self.rings:
                 out += judge_ring(self.profile, step, gid, kind, self.rings[gid])
@@ -288,7 +300,7 @@ def _judge_steps(reader: TraceReader, report: Report, profile: str | Profile | N
         level = "correct"
         report.notes.append("recorded without debug mode (meta 'debug'), where a backend refuses only what it sees "
                             "without a device sync: strictness not judged, level correct")
-    judge = TraceJudge(prof, level, header.specs)
+    judge = TraceJudge(prof, level, header.specs, pool_frees=bool(header.meta.get(POOL_FREES)))
     setup: list[Step] = []
     replays: deque[Step] = deque(maxlen=REPLAYS_KEPT)
     for step in reader.steps(shared=True):

@@ -188,8 +188,8 @@ Opener = Callable[[dict[str, Any], int, bool], TraceWriter]
 """Opens the trace of an engine run from its worker's header (the header, steps per chunk, fsync)."""
 
 
-def record_isolated(job: RecordJob | EngineJob, writer: TraceWriter | Opener, groups: tuple[GroupSpec, ...],
-                    timeout: float) -> Outcome:
+def record_isolated(job: RecordJob | EngineJob, writer: TraceWriter | MemoryWriter | Opener,
+                    groups: tuple[GroupSpec, ...], timeout: float) -> Outcome:
     """Run ``job`` in a worker, writing its steps through ``writer`` (or, an engine run, the one ``writer`` opens
     from the header the worker sends): closed when the run ends whole; left cut when the backend or engine
     stopped it or on Ctrl-C, which is re-raised once the trace is flushed."""
@@ -200,8 +200,7 @@ def record_isolated(job: RecordJob | EngineJob, writer: TraceWriter | Opener, gr
     process = context.Process(target=_serve, args=(child, job, groups), daemon=True, name="kvtable-record")
     process.start()
     child.close()
-    trace = _Trace(writer if isinstance(writer, TraceWriter) else None,
-                   None if isinstance(writer, TraceWriter) else writer)
+    trace = _Trace(None, writer) if callable(writer) else _Trace(writer)
     outcome = Outcome()
     try:
         with interrupts.deferred():  # Ctrl-C is taken between messages, never inside a write of the trace
@@ -223,7 +222,7 @@ def record_isolated(job: RecordJob | EngineJob, writer: TraceWriter | Opener, gr
 class _Trace:
     """The parent's side of the trace: its writer, or (an engine run, until its header comes) how to open it."""
 
-    writer: TraceWriter | None
+    writer: TraceWriter | MemoryWriter | None
     opener: Opener | None = None
 
 

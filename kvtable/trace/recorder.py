@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kvtable.contract import GroupSpec
-from kvtable.trace.schema import KINDS, LOCATION_KINDS, step_defects
+from kvtable.trace.schema import ALLOC_POOLS, KINDS, LOCATION_KINDS, step_defects
 from kvtable.trace.store import MemoryWriter, TraceWriter
 
 __all__ = ["KINDS", "LOCATION_KINDS", "RecordRefused", "Recorder", "host", "spec_dict"]
@@ -109,7 +109,7 @@ class Recorder:
         self.closed = True
 
     def _emit(self, kind: str, arrays: Mapping[str, Any], *, tables: Mapping[str, Any] | None = None,
-              groups: Mapping[str, int] | None = None, **fields: Any) -> int:
+              groups: Mapping[str, int] | None = None, declare: bool = True, **fields: Any) -> int:
         method = f"Recorder.{METHOD.get(kind, kind)}"
         if kind not in KINDS:
             raise RecordRefused(f"{method}: unknown step kind {kind!r}; expected one of {KINDS}")
@@ -131,7 +131,7 @@ class Recorder:
         if groups is not None:
             line["groups"] = dict(groups)
             new = [gid for gid in groups if gid not in self.declared]
-            if new and kind != "allocate":
+            if new and kind != "allocate" and declare:
                 line["declare"] = new
                 self.declared.update(new)
         self.writer.add(line, host_arrays, {gid: t for gid, t in host_tables.items() if t is not None})
@@ -150,23 +150,28 @@ class Recorder:
                   seq_lens: Any, *, page_sizes: Mapping[str, int] | None = None, n: int = 1,
                   actual_bs: int | None = None, prefix_lens: Any = None, req_ids: Any = None,
                   error: str | None = None, error_group: str | None = None, unsafe: str | None = None,
-                  injected: str | None = None, reads: Mapping[str, Any] | None = None) -> int:
+                  injected: str | None = None, reads: Mapping[str, Any] | None = None,
+                  blocks_per_sector: Mapping[str, int] | None = None) -> int:
         """A location step (decode / verify / reanchor / extend): each group's table and the locations the engine
         produced for it; ``reads``: a ring group's read locations (R3), its table row the request's ring pages.
         ``error``: the engine refused the step (in ``error_group``, after computing the groups in ``locs``; None:
         every group). ``unsafe``: what a sanitizer saw the step do that no output shows (an
         out-of-bounds read, a write into an input): a safety violation whatever the step returned or raised.
         ``injected``: an input fault put into the step on purpose (a simulator's), named with its violations.
-        Extend: ``seq_lens`` are ``prefix + extend`` per row. Returns the step number."""
+        Extend: ``seq_lens`` are ``prefix + extend`` per row. ``blocks_per_sector``: where the groups' pages are
+        blocks of sectors of one shared cache (transformers' ``CachePool``), each group's blocks per sector, so that
+        ``trace/shared-sector`` judges the groups' live pages across groups. Returns the step number."""
         if kind not in LOCATION_KINDS:
             raise ValueError(f"a location step is one of {LOCATION_KINDS}, got {kind!r}")
         locs = locs or {}
         arrays = {"seq_lens": seq_lens, "prefix_lens": prefix_lens, "req_ids": req_ids,
                   **{f"{gid}/locs": loc for gid, loc in locs.items()},
                   **{f"{gid}/reads": read for gid, read in (reads or {}).items()}}
+        meta = {} if blocks_per_sector is None else {"blocks_per_sector": {g: int(b) for g, b in
+                                                                            blocks_per_sector.items()}}
         return self._emit(kind, arrays, tables=tables, groups=self._page_sizes(list(tables), page_sizes),
                           n=n, actual_bs=actual_bs, error=error, error_group=error_group, unsafe=unsafe,
-                          injected=injected)
+                          injected=injected, meta=meta or None)
 
     def graph(self, specs: Sequence[GroupSpec], *, max_bs: int, max_kernel_pages: int, kernel_page_size: int,
               spec_n: int = 1, tail_pad: int = -1, expand: bool = True) -> int:
@@ -221,6 +226,13 @@ class Recorder:
     def free(self, group: str, pages: Any) -> int:
         """The engine returned these pages of ``group`` to its free list (their contents stay stale)."""
         return self._emit("free", {f"{group}/pages": pages}, groups=self._page_sizes([group], None))
+
+    def pool_free(self, pool: str, pages: Any, *, page_size: int) -> int:
+        """An allocator-driven engine freed these pages of ``pool`` (``ALLOC_POOLS``: ``req_to_token``, the full
+        pool, or ``swa``) between steps, e.g. a finished request's: A6 judges them across steps."""
+        if pool not in ALLOC_POOLS:
+            raise RecordRefused(f"Recorder.pool_free: pool {pool!r}, expected one of {ALLOC_POOLS}")
+        return self._emit("free", {f"{pool}/pages": pages}, groups={pool: page_size}, declare=False)
 
     def alloc(self, group: str, pages: Any) -> int:
         """The engine handed these pages of ``group`` out again."""

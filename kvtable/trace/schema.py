@@ -21,6 +21,9 @@ KINDS = (*LOCATION_KINDS, "replay", "graph", "capture", "free", "alloc", "finish
 ALLOC_MODES = ("decode", "verify", "extend")
 ALLOC_GROUPS = ("req_to_token", "recorded")
 """An allocator step's two tables: the token table it was handed and the one it recorded."""
+ALLOC_POOLS = ("req_to_token", "swa")
+"""The pools a ``free`` event of an allocator trace names (never declared as groups): the full pool, whose slots
+``req_to_token`` holds, and the SWA pool behind it (A6 across steps)."""
 SWA_ARRAYS = ("swa/mapping", "swa/free_pages", "swa/locs", "swa/recorded", "swa/free_after")
 """An allocator step's SWA pool, where it has one (A5; ``swa/free_after``, its free list after the step, A6)."""
 STEP_ARRAYS = ("seq_lens", "prefix_lens", "req_ids", "rows", "free_pages", "locs", "guard_before", "guard_after",
@@ -191,7 +194,7 @@ class StepLine:
         names = set(self.arrays)
         out = []
         gids = set(self.groups)
-        if self.kind != "allocate":
+        if self.kind != "allocate" and not (self.kind == "free" and gids <= set(ALLOC_POOLS)):
             out += [f"{what} names group {g!r}, which the trace never declared (the header's groups, a graph "
                     "event or a step's declare)" for g in sorted(gids - declared)]
         allowed = set(STEP_ARRAYS) | {f"{g}/{a}" for g in gids for a in GROUP_ARRAYS}

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvtable.conformance.properties import PROPERTIES, Property, select
-from kvtable.conformance.runner import PropertyResult, Report, run_properties
+from kvtable.conformance.report import Report
+from kvtable.conformance.result import PropertyResult
+from kvtable.conformance.runner import run_properties
 
 
 @dataclass

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -21,6 +22,8 @@ from kvtable.backends import (
     present_methods,
     spec_of,
 )
+from kvtable.backends.torch_backend import TorchBackend
+from kvtable.cli import main
 from kvtable.conformance.properties import select
 from kvtable.conformance.runner import run_conformance
 
@@ -134,3 +137,22 @@ def test_a_file_backend_imports_its_sibling_modules_from_any_directory(tmp_path:
     result = _kvtable("conform", "--backend", str(tmp_path / "adapter.py") + ":Decode", "--property", "decode_locs",
                       "--examples", "10", cwd=elsewhere)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+class Counted(TorchBackend):
+    """The torch backend, counting the plain (``debug=False``) instances built."""
+
+    built = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        Counted.built += not self.debug
+
+
+def test_conform_loads_its_backend_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """preflight loads the backend to check it; the run uses that one rather than loading it again."""
+    Counted.built = 0
+    status = main(["conform", "--backend", f"{__name__}:Counted", "--no-isolate", "--property", "decode_locs",
+                   "--examples", "3", "--no-progress"])
+    assert status == 0, capsys.readouterr().out
+    assert Counted.built == 1

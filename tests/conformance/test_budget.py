@@ -11,8 +11,10 @@ import pytest
 
 from kvtable.conformance import budget as budget_module
 from kvtable.conformance.budget import FLOOR_EXAMPLES, Budget
+from kvtable.conformance.context import make_context
+from kvtable.conformance.execute import run_property
 from kvtable.conformance.properties import select
-from kvtable.conformance.runner import make_context, run_conformance, run_property
+from kvtable.conformance.runner import run_conformance
 
 
 def _drawn(name: str, seconds: float | None) -> tuple[Any, list[str]]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from kvtable.conformance.execute import run_property
 from kvtable.conformance.properties import PROPERTIES, Property
-from kvtable.conformance.runner import run_property
 from kvtable.spec.clauses import CLAUSES
 
 UNTESTED = {"W0": "slot-meaning is the definition every location property compares against"}

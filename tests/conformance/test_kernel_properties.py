@@ -9,7 +9,8 @@ from kvtable.backends.torch_backend import TorchBackend
 from kvtable.conformance import kernel_model
 from kvtable.conformance.properties import select
 from kvtable.conformance.properties.kernels import place
-from kvtable.conformance.runner import NOT_APPLICABLE, run_conformance
+from kvtable.conformance.result import NOT_APPLICABLE
+from kvtable.conformance.runner import run_conformance
 from kvtable.impl.torch_kernels import TORCH_KERNELS, TorchKernels
 from kvtable.strategies.kernels import Layout
 

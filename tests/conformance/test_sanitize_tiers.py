@@ -14,9 +14,10 @@ if not triton_kernels.triton_available():
 from kvtable.backends.torch_backend import TorchBackend  # noqa: E402
 from kvtable.cli import main  # noqa: E402
 from kvtable.conformance.checks import Mismatch  # noqa: E402
+from kvtable.conformance.context import make_context  # noqa: E402
 from kvtable.conformance.levels import SAFETY  # noqa: E402
 from kvtable.conformance.properties import select  # noqa: E402
-from kvtable.conformance.runner import make_context, run_conformance  # noqa: E402
+from kvtable.conformance.runner import run_conformance  # noqa: E402
 from kvtable.conformance.sanitize import OUT_OF_BOUNDS, OutOfBoundsAccess, sanitizing  # noqa: E402
 from kvtable.conformance.watch import FOUND  # noqa: E402
 from kvtable.zoo.triton_mutants import mutant_kernels  # noqa: E402

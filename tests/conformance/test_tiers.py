@@ -10,7 +10,8 @@ from test_conformance_runner import DebugSkipsSharing
 from kvtable import ContractViolation, Unsupported
 from kvtable.backends.torch_backend import TorchBackend
 from kvtable.conformance.properties import select
-from kvtable.conformance.runner import NOT_APPLICABLE, run_conformance
+from kvtable.conformance.result import NOT_APPLICABLE
+from kvtable.conformance.runner import run_conformance
 
 
 class NoRatios(TorchBackend):

@@ -20,7 +20,7 @@ from kvtable.trace.store import TraceReader
 Run = Callable[..., CompletedProcess[str]]
 
 BACKEND = "kvtable.engines.sglang:backend"
-FAULT_PROPERTY = {"prefix-past-length": "alloc/prefix-past-length", "swa-translation-off-by-one": "alloc/swa-decode",
+FAULT_PROPERTY = {"prefix-past-length": "alloc/pool-extend", "swa-translation-off-by-one": "alloc/swa-decode",
                   "free-pages-launch-off-by-one": "alloc/extend"}
 """Each fault and a property that hands SGLang the input it breaks on."""
 
@@ -59,6 +59,9 @@ def test_real_run_is_clean(kvtable_in: Run, tmp_path: Path) -> None:
     assert "recorded 2" in done.stdout and "verify" in done.stdout
     verdict = _check(kvtable_in, tmp_path / "run")
     assert verdict["violation"] is None and verdict["steps"] >= 200, verdict
+    reader = TraceReader(tmp_path / "run")
+    freed = {pool for s in reader.steps() if s.kind == "free" for pool in s.groups}
+    assert freed == {"req_to_token", "swa"} and reader.header.meta["pool_frees"], freed  # A6 judged across steps
 
 
 @pytest.mark.parametrize("fault", sorted(FAULT_PROPERTY))

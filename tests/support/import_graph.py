@@ -39,33 +39,32 @@ def all_modules() -> list[str]:
     return sorted(m for m in found if path_of(m) is not None and not m.endswith(".__main__"))
 
 
-def _statements(tree: ast.Module, *, deferred: bool) -> list[ast.AST]:
-    """The import statements a module runs: all of them (``deferred``), or only those run when it is imported
-    (its top level, outside ``if TYPE_CHECKING:``), which are what an import cycle is made of."""
-    if deferred:
-        return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
+def _statements(tree: ast.Module, *, deferred: bool, typing: bool = True) -> list[ast.AST]:
+    """The import statements of a module: those run when it is imported (its top level, outside ``if
+    TYPE_CHECKING:``), which are what an import cycle is made of; with ``deferred`` those inside its functions
+    too; with ``typing`` (and ``deferred``) those only a type checker reads as well."""
     found: list[ast.AST] = []
-    todo: list[ast.stmt] = list(tree.body)
+    todo: list[ast.AST] = list(tree.body)
     while todo:
         node = todo.pop()
         if isinstance(node, ast.Import | ast.ImportFrom):
             found.append(node)
-        elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
-            todo += node.body + node.orelse
-        elif isinstance(node, ast.Try):
-            todo += node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body]
+        elif isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            todo += (node.body if typing and deferred else []) + node.orelse
+        elif deferred or isinstance(node, ast.If | ast.Try | ast.excepthandler):
+            todo += [child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt | ast.excepthandler)]
     return found
 
 
 @cache
-def direct_imports(module: str, *, deferred: bool = True) -> frozenset[str]:
+def direct_imports(module: str, *, deferred: bool = True, typing: bool = True) -> frozenset[str]:
     """Every module named by an import statement of ``module`` (``from a import b`` names ``a`` and ``a.b``),
-    with the packages above each one, which importing it runs too."""
+    with the packages above each one, which importing it runs too (``_statements`` says which statements)."""
     path = path_of(module)
     assert path is not None, module
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     named: set[str] = set()
-    for node in _statements(ast.parse(path.read_text()), deferred=deferred):
+    for node in _statements(ast.parse(path.read_text()), deferred=deferred, typing=typing):
         if isinstance(node, ast.Import):
             named.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

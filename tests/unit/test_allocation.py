@@ -289,3 +289,19 @@ def test_the_swa_free_list_is_accounted_as_its_own_pool() -> None:
     assert [(f.clause, f.unsafe) for f in lost] == [("A6", False)] and lost[0].reason.startswith("SWA page 4 is lost")
     held = judge_allocation(step, _outcome(step, [6], swa_locs=[3], swa_mapping=recorded, swa_free_pages=[4, 1]))
     assert [(f.clause, f.unsafe) for f in held] == [("A6", True)] and "SWA page 1" in held[0].reason
+
+
+def test_pool_ledger_judges_frees_across_steps_only_as_far_as_the_trace_records_them() -> None:
+    from kvtable.reference.allocation import PoolLedger
+
+    ledger = PoolLedger(4)
+    assert ledger.before_step([3, 4], {}) == []
+    ledger.after_step({3: "request 0"}, [4])
+    assert [(p, u) for p, u, _ in ledger.release([3, 9], "the free at step 1")] == [(9, True)]  # 9: outside
+    assert [r for _, _, r in ledger.release([4], "the free at step 2")] == [
+        "page 4 freed while on the free list: nobody held it (it will be handed out twice)"]
+    assert ledger.before_step([4], {3: "request 0 (row 1, position 0)"})[0][2].startswith("page 3 used after free")
+    blind = PoolLedger(4, frees_recorded=False)  # a trace that records none of its frees: nothing held is judged
+    blind.before_step([3, 4], {})
+    blind.after_step({3: "request 0"}, [4])
+    assert blind.before_step([3, 4], {}) == [] and PoolLedger(4).release([1], "a free") == []

@@ -108,3 +108,12 @@ def test_each_layout_clause_has_its_own_check_in_the_reference_order(swa: list, 
     with pytest.raises(ContractViolation) as got:
         group_locs(specs, {"swa": i32(swa), "full": i32(full)}, batch, debug=True)
     assert _where(expected.value) == _where(got.value) == where
+
+
+def test_int32_mirrors_are_summed_as_python_ints() -> None:
+    """An extend's ``prefix + extend`` from int32 numpy mirrors does not wrap past 2^31 (it gave location 0)."""
+    import numpy as np
+
+    batch = validate.extend_batch(np.array([2**31 - 1], np.int32), np.array([1], np.int32))
+    assert batch.seq_lens == (2**31,)
+    assert all(type(n) is int for n in (*batch.seq_lens, *batch.prefix_lens))

@@ -10,7 +10,7 @@ import pytest
 
 from kvtable.backends import load
 from kvtable.trace import Recorder, TraceReader, check_trace
-from kvtable.trace.allocation import AllocSimulator
+from kvtable.trace.allocation import POOL_FREES, AllocSimulator
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,3 +84,56 @@ def test_a_lost_free_page_fails_a6_at_the_first_step(tmp_path: Path) -> None:
             sim.step()
     v = check_trace(out).violation
     assert (v.step, v.tier, v.clause) == (0, "correct", "A6") and "is lost" in v.reason, v
+
+
+WIDTH, POOL = 4, 8
+
+
+def _allocate(rec: Recorder, table: np.ndarray, row: int, prefix: int, seq: int, free: list[int], req_id: int
+              ) -> np.ndarray:
+    """One page-size-1 allocator step of request ``req_id`` on ``row``: it takes the first free slots, records
+    them, and returns the table as recorded."""
+    locs = free[: seq - prefix]
+    recorded = table.copy()
+    recorded[row, prefix:seq] = locs
+    rec.allocation("extend" if prefix == 0 else "decode", table, [row], [prefix], [seq], free, page_size=1,
+                   pool_pages=POOL, locs=locs, recorded=recorded, req_ids=[req_id], free_after=free[seq - prefix:])
+    return recorded
+
+
+def _pool_trace(tmp_path: Path, name: str, events: str) -> Path:
+    """A hand-made allocator trace: request 0 takes slots 3 and 4, then ``events`` (free, free-again, finish,
+    use, new) follow, each as SGLang would record it or as a pool bug shows."""
+    out = tmp_path / name
+    table = np.zeros((3, WIDTH), np.int64)
+    with Recorder(out, profile="sglang", backend=None, meta={POOL_FREES: True}) as rec:
+        table = _allocate(rec, table, 1, 0, 2, [3, 4, 5, 6, 7, 8], req_id=0)
+        for event in events.split():
+            if event == "free":
+                rec.pool_free("req_to_token", [3, 4], page_size=1)
+            elif event == "free-again":
+                rec.pool_free("req_to_token", [3], page_size=1)
+            elif event == "finish":
+                rec.finish([0])
+            elif event == "use":  # request 0 decodes on over its freed slots 3 and 4 (staged, not yet listed)
+                table = _allocate(rec, table, 1, 2, 3, [5, 6, 7, 8], req_id=0)
+            elif event == "new":  # request 1 on row 2, with the free list as the allocator keeps it
+                free = [5, 6, 7, 8] if "free" in events else [3, 4, 5, 6, 7, 8]
+                table = _allocate(rec, table, 2, 0, 1, free, req_id=1)
+    return out
+
+
+def test_pool_frees_between_steps_check_clean(tmp_path: Path) -> None:
+    report = check_trace(_pool_trace(tmp_path, "clean", "finish free new"))
+    assert report.violation is None and report.steps == 4
+
+
+@pytest.mark.parametrize(("events", "step", "says"), [
+    ("finish free free-again", 3, "page 3 freed twice: the free at step 2 freed it already"),
+    ("free use", 2, "page 3 used after free: request 0 (row 1, position 0) holds it, but the free at step 1"),
+    ("new", 1, "page 3 is on the free list while request 0 (step 0) holds it: no free released it")])
+def test_a6_across_steps_names_double_free_use_after_free_and_free_while_held(
+        tmp_path: Path, events: str, step: int, says: str) -> None:
+    v = check_trace(_pool_trace(tmp_path, events.replace(" ", "-"), events)).violation
+    assert (v.step, v.tier, v.clause, v.group, v.loc) == (step, "safety", "A6", "req_to_token", 3), v
+    assert says in v.reason, v.reason

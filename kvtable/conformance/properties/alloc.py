@@ -30,12 +30,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from hypothesis import strategies as st
 
 from kvtable.alloc_contract import Allocation, AllocState
 from kvtable.conformance.alloc_calls import OPERATION, alloc_outcome, alloc_state, call_allocator
 from kvtable.conformance.checks import INT32_POOL, Mismatch, latent
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import CORRECTNESS, SAFETY
+from kvtable.conformance.properties.applies import BreachesHeld
 from kvtable.errors import ContractViolation, Unsupported
 from kvtable.impl.allocation import Allocator
 from kvtable.reference.allocation import AllocFault, AllocOutcome, AllocStep, alloc_tokens, judge_allocation
@@ -317,7 +319,7 @@ PROPERTIES = (
              "popped before it), rows, lengths", alloc_cases("decode", swa=None), _check(False),
              needs=_needs("decode")),
     Property("alloc/swa-tail", "A5", "extend steps with a declared SWA tail: the tail's tokens get free SWA "
-             "slots, the head's may get 0", alloc_cases("extend", swa=True, edge="swa-tail"), _check(False),
+             "slots, the head's may get 0", alloc_cases("extend", swa=True, paged=True, edge="swa-tail"), _check(False),
              needs=_needs("extend")),
     Property("alloc/swa-evicted", "A5", "decode steps whose requests' early SWA slots were evicted (mapped to 0): "
              "the translation of a live last slot is used, never an evicted one",
@@ -346,16 +348,19 @@ PROPERTIES = (
              _check(False), needs=_needs("extend")),
     Property("alloc/prefix-past-length", "A4", "an extend with a request whose prefix exceeds its length writes "
              "nothing before or past the output buffer (or is refused)", alloc_cases("extend", "prefix past length"),
-             _check(True), weight=2, tier=SAFETY, needs=_needs("extend")),
+             _check(True), weight=2, tier=SAFETY, needs=_needs("extend"),
+             not_applicable=BreachesHeld(("T9",), cheap=True, methods=_needs("extend"))),
     Property("alloc/short-verify", "A2", "a verify row shorter than N changes no other row of the token table "
              "(or is refused)", alloc_cases("verify", "short verify"), _check(True), weight=2, tier=SAFETY,
-             needs=_needs("verify")),
+             needs=_needs("verify"), not_applicable=BreachesHeld(("W2",), cheap=True, methods=_needs("verify"))),
     Property("alloc/int32-slots", "A1", "free slots past 2^31 - 1 are recorded as chosen, never wrapped (or the "
              f"step is refused); {INT32_POOL}", alloc_cases("decode", "int32 slots"), latent(_check(True), INT32_POOL),
              tier=SAFETY, needs=_needs("decode")),
 
     Property("alloc/debug-mode", "A1", "the debug-mode backend (its allocation checks on) answers valid decode, "
-             "verify and extend steps as the contract asks", alloc_cases("extend", swa=None), _debug_mode,
+             "verify and extend steps as the contract asks (paged SWA steps and declared SWA tails among them)",
+             st.one_of(alloc_cases("extend", swa=None), alloc_cases("extend", swa=True, paged=True),
+                       alloc_cases("extend", swa=True, paged=True, edge="swa-tail")), _debug_mode,
              debug=True, needs=("alloc_extend",)),
     Property("alloc/debug-checker", "A6", "check_allocation refuses each breach of kvtable's own allocation the "
              "reference finds (live slot, other row, wrong record, split page column, lost or re-freed page), "

@@ -12,7 +12,7 @@ from kvtable.conformance.calls import MODE_CLAUSE, check_group_locs, check_lone
 from kvtable.conformance.checks import Mismatch
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.properties.applies import LOCS, NeedsAny, calls
-from kvtable.contract import Batch, GroupSpec
+from kvtable.contract import Batch, GroupSpec, Mode
 from kvtable.errors import ContractViolation, Unsupported
 from kvtable.strategies import Case, cases
 from kvtable.strategies.batches import ceil_div, padded_row
@@ -55,7 +55,7 @@ def _debug_accepts_hole_before_page_one(ctx: Context, case: Case) -> None:
 class EmptyCase:
     """A batch of no rows in ``mode`` over groups of these page sizes and table widths."""
 
-    mode: str
+    mode: Mode
     page_sizes: tuple[int, ...]
     widths: tuple[int, ...]
     n: int

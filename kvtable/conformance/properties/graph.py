@@ -10,6 +10,7 @@ by ``init``).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
@@ -299,19 +300,17 @@ class GraphProtocol(RuleBasedStateMachine):
     """Random sequences of init, captures at several bs, replays with changing tables and seq_lens, the last
     replay again with fresh page ids, draft re-anchors on captured views, stale deliveries and bad steps."""
 
-    ctx: Context
-    """Bound by :meth:`bound`: the backend, profile and transcript this machine runs against."""
     views = Bundle("views")
 
-    @classmethod
-    def bound(cls, ctx: Context) -> type[GraphProtocol]:
-        """This machine bound to ``ctx``."""
-        return type(cls.__name__, (cls,), {"ctx": ctx})
-
-    def __init__(self) -> None:
+    def __init__(self, ctx: Context, on_teardown: Callable[[], None]) -> None:
+        """A machine running against ``ctx`` (backend, profile, transcript); ``on_teardown`` ends each run."""
         super().__init__()
+        self.ctx, self.on_teardown = ctx, on_teardown
         self.ctx.transcript.reset()
         self.harness: GraphHarness | None = None
+
+    def teardown(self) -> None:
+        self.on_teardown()
 
     @initialize(setup=_SETUP)
     def init(self, setup: GraphSetup) -> None:
@@ -420,5 +419,5 @@ PROPERTIES = (
              "at ratio > 1 among them) reads the views' kernel pages", reanchor_view_cases(), _graph_reanchor_views,
              needs=("graph", "reanchor_locs")),
     Property("graph/protocol", "G3", "random capture/replay/re-anchor/stale sequences match GraphModel",
-             None, None, weight=4, stateful=GraphProtocol.bound, needs=_NEEDS),
+             None, None, weight=4, stateful=GraphProtocol, needs=_NEEDS),
 )

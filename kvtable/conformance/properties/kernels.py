@@ -275,17 +275,23 @@ def _large_entry(draw: st.DrawFn, ps: int) -> int:
 
 @st.composite
 def _large_grouped_extend(draw: st.DrawFn) -> GroupedCase:
-    """``grouped_extend_locs`` at page sizes 2^20-2^30: the spans of later requests pass 2^31."""
-    requests, groups = draw(between(2, 3)), draw(between(1, 2))
-    page_sizes = [pick(draw, _LARGE_PAGE_SIZES) for _ in range(groups)]
-    widths = [draw(between(1, 3)) for _ in range(groups)]
+    """``grouped_extend_locs`` at page sizes 2^20-2^30: the spans of later requests pass 2^31. Half the time the
+    edge of many blocks: 8 requests at page size 2^28, each crossing its first page boundary (16 blocks of 2^28
+    tokens pass 2^31 with every position below 2^29)."""
+    cross = draw(BOOLEANS)
+    requests, groups = (8, 1) if cross else (draw(between(2, 3)), draw(between(1, 2)))
+    page_sizes = [2**28] if cross else [pick(draw, _LARGE_PAGE_SIZES) for _ in range(groups)]
+    widths = [draw(between(2 if cross else 1, 3)) for _ in range(groups)]
     tables = [[[_large_entry(draw, ps) for _ in range(w)] for _ in range(requests)]
               for ps, w in zip(page_sizes, widths, strict=True)]
     reach = min(w * ps for w, ps in zip(widths, page_sizes, strict=True))
-    extend = [draw(between(0, 3)) for _ in range(requests)]
-    prefix = [reach - e - draw(between(0, 5)) if draw(BOOLEANS) else draw(between(0, 3)) for e in extend]
-    prefix = [max(p, 0) for p in prefix]
-    extend = [min(e, reach - p) for p, e in zip(prefix, extend, strict=True)]
+    if cross:
+        prefix, extend = [2**28 - 1] * requests, [2] * requests
+    else:
+        extend = [draw(between(0, 3)) for _ in range(requests)]
+        prefix = [reach - e - draw(between(0, 5)) if draw(BOOLEANS) else draw(between(0, 3)) for e in extend]
+        prefix = [max(p, 0) for p in prefix]
+        extend = [min(e, reach - p) for p, e in zip(prefix, extend, strict=True)]
     cap = sum(extend) + draw(between(0, 2))
     return GroupedCase(tables, page_sizes, prefix, extend, cap, draw_layouts(draw, [2] * (groups + 1)))
 

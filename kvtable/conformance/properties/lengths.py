@@ -4,6 +4,7 @@ number for the extend mirror, is refused."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy
 from hypothesis import reject
@@ -27,7 +28,7 @@ class Mirrors:
 
     case: Case
     prefix: list
-    extend: object
+    extend: Any  # a list, or one bare number: handed over as drawn
 
     @property
     def valid(self) -> bool:

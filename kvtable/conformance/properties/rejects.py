@@ -13,15 +13,19 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from kvtable import reference
 from kvtable.conformance.calls import check_group_locs, lone_call
-from kvtable.conformance.checks import expect_raises, judge
+from kvtable.conformance.checks import Mismatch, expect_raises, judge
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.graph_harness import GraphHarness
 from kvtable.conformance.levels import STRICTNESS
 from kvtable.conformance.properties.applies import LONE, BreachesHeld, NeedsAny, calls
 from kvtable.conformance.properties.group_locs import check_int32_locs
+from kvtable.contract import Mode
+from kvtable.errors import ContractViolation
 from kvtable.reference import Batch, GroupSpec
+from kvtable.reference.model import check_page_size
 from kvtable.strategies import Broken, Case, CaseOptions, broken_cases, draw_case
 from kvtable.strategies.batches import ceil_div, padded_row, top_page
 from kvtable.strategies.draws import BOOLEANS, between, pick
@@ -97,6 +101,23 @@ def _debug(clause: str) -> st.SearchStrategy[Broken]:
     return broken_cases([clause])
 
 
+_COLUMN_ZERO = st.builds(
+    lambda ps, entry, mode: Case((GroupSpec("full0", "full", ps),), {"full0": [[entry, 5]]},
+                                 Batch((ps + 1,)) if mode == "decode" else Batch.extend((0,), (ps + 1,))),
+    st.sampled_from((1, 2, 4)), st.sampled_from((0, -1)), st.sampled_from(("decode", "extend")))
+"""A full group's one live row whose column 0, which its queries read (and at page size 1 write), holds page 0 or
+the tail pad: the first column, the edge a reference whose read window starts one token late misses."""
+
+
+def _rejects_column_zero(ctx: Context, case: Case) -> None:
+    """T4: the reference refuses the row naming T4 at column 0 (else it has a gap), and so does debug mode."""
+    where = frozenset({("full0", 0, 0)})
+    expect_raises("T4", f"the reference's table check on column 0 = {case.tables['full0'][0][0]}",
+                  lambda: reference.check_tables(list(case.specs), dict(case.tables), case.batch), where=where)
+    expect_raises("T4", f"group_locs on column 0 = {case.tables['full0'][0][0]}",
+                  lambda: ctx.debug_backend.group_locs(list(case.specs), case.tensors(), case.batch), where=where)
+
+
 _DEBUG = "debug mode refuses every breach of the clause, naming it and the offending group, row and column"
 
 
@@ -123,7 +144,7 @@ def _window_start_mid_page(draw: st.DrawFn) -> Edge:
     col = draw(between(0, 2))
     read_start = col * ps + draw(between(1, ps - 1))
     first = read_start + window - 1
-    mode = "decode" if n == 1 else pick(draw, ("verify", "reanchor"))
+    mode: Mode = "decode" if n == 1 else pick(draw, ("verify", "reanchor"))
     seq = first + n
     end = ceil_div(seq, ps)
     width = end + draw(between(0, 2))
@@ -180,6 +201,18 @@ def _page_size_past_2_30(draw: st.DrawFn) -> Case:
     return Case((GroupSpec("full0", "full", ps),), {"full0": [[1, -1]]}, batch)
 
 
+def _rejects_huge_page_size(ctx: Context, case: Case) -> None:
+    """W5: the page size is refused in any mode; and the reference that judges it must accept 2^30 itself, the
+    largest page size W5 allows (its locations at 2^30 are the large-page kernel properties' to judge: the
+    reference lists a row's slots, 2^30 per page)."""
+    try:
+        check_page_size(2**30, group="full0")
+    except ContractViolation as err:
+        raise Mismatch("W5", f"the reference refuses page size 2^30, the largest W5 allows: {err}",
+                       kind="reference refuses the W5 edge") from err
+    check_int32_locs(ctx, case)
+
+
 @dataclass(frozen=True)
 class TwoDevices:
     """A valid two-group case whose table ``moved`` is handed over on the meta device, the other where it is."""
@@ -193,7 +226,7 @@ def _tables_on_two_devices(draw: st.DrawFn) -> TwoDevices:
     """Two full groups (page sizes drawn apart), one request of any mode; either table moves to meta."""
     sizes = [pick(draw, (1, 2, 4)) for _ in range(2)]
     seq, n = draw(between(1, 8)), draw(between(1, 2))
-    mode = pick(draw, ("decode", "verify", "extend") if seq >= n else ("decode", "extend"))
+    mode: Mode = pick(draw, ("decode", "verify", "extend") if seq >= n else ("decode", "extend"))
     if mode == "extend":
         prefix = draw(between(0, seq))
         batch = Batch.extend((prefix,), (seq - prefix,))
@@ -230,7 +263,8 @@ def _rejects_graph_sizes(ctx: Context, arg: tuple[GraphSetup, int]) -> None:
     valid), as the reference does (``GraphHarness.init`` judges it)."""
     setup, size = arg
     for field in _GRAPH_SIZES:
-        GraphHarness(ctx, replace(setup, **{field: size})).init()
+        sizes: dict[str, Any] = {field: size}
+        GraphHarness(ctx, replace(setup, **sizes)).init()
 
 
 PROPERTIES = (
@@ -248,12 +282,15 @@ PROPERTIES = (
              needs=("group_locs",)),
     Property("rejects/T4", "T4", "T4: " + _DEBUG, _debug("T4"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",)),
+    Property("rejects/T4-column-zero", "T4", "debug mode and the reference refuse a full group's row whose "
+             "column 0 holds page 0 or the tail pad (page sizes 1, 2, 4)", _COLUMN_ZERO, _rejects_column_zero,
+             debug=True, tier=STRICTNESS, needs=("group_locs",)),
     Property("rejects/T5", "T5", "T5: " + _DEBUG, _debug("T5"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",)),
     Property("rejects/T7", "T7", "T7: " + _DEBUG, _debug("T7"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",)),
     Property("rejects/T8", "T8", "T8: " + _DEBUG, _debug("T8"), _rejects_debug, debug=True, tier=STRICTNESS,
-             needs=("group_locs",)),
+             needs=("group_locs",), not_applicable=BreachesHeld(("T8",))),
     Property("rejects/T9", "T9", "T9: " + _DEBUG, _debug("T9"), _rejects_debug, debug=True, tier=STRICTNESS,
              needs=("group_locs",), not_applicable=BreachesHeld(("T9",))),
     Property("rejects/W2", "W2", "W2: " + _DEBUG, _debug("W2"), _rejects_debug, debug=True, tier=STRICTNESS,
@@ -270,7 +307,8 @@ PROPERTIES = (
              "one is refused in debug mode, naming its entry", _w5_edge(), _w5_exact_edge, debug=True,
              tier=STRICTNESS, needs=("group_locs",)),
     Property("rejects/page-size-past-2^30", "W5", "a page size above 2^30 (no real page has int32 slots) is "
-             "refused in any mode", _page_size_past_2_30(), check_int32_locs, tier=STRICTNESS,
+             "refused in any mode, and the reference accepts 2^30 itself", _page_size_past_2_30(),
+             _rejects_huge_page_size, tier=STRICTNESS,
              not_applicable=NeedsAny(("group_locs", "decode_locs", "extend_locs"))),
     Property("rejects/T1-devices", "T1", "tables of one batch on two devices (one on meta) are refused in any "
              "mode", _tables_on_two_devices(), _rejects_two_devices, tier=STRICTNESS, needs=("group_locs",),

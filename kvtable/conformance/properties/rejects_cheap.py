@@ -9,7 +9,7 @@ from kvtable.conformance.calls import lone_call
 from kvtable.conformance.checks import expect_raises, judge
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import STRICTNESS
-from kvtable.conformance.properties.applies import LOCS, BreachesHeld, NeedsAny, calls
+from kvtable.conformance.properties.applies import BreachesHeld, calls
 from kvtable.conformance.properties.rejects import expect_broken
 from kvtable.strategies import Broken, broken_cases
 
@@ -47,7 +47,7 @@ PROPERTIES = (
     Property("rejects-cheap/T1", "T1", "T1 " + _CHEAP, _cheap("T1"), _rejects_cheap, tier=STRICTNESS,
              not_applicable=BreachesHeld(("T1",), cheap=True)),
     Property("rejects-cheap/T8", "T8", "T8 " + _CHEAP, _cheap("T8"), _rejects_cheap, tier=STRICTNESS,
-             not_applicable=NeedsAny(LOCS)),
+             not_applicable=BreachesHeld(("T8",), cheap=True)),
     Property("rejects-cheap/T9", "T9", "T9 " + _CHEAP, _cheap("T9"), _rejects_cheap, tier=STRICTNESS,
              not_applicable=BreachesHeld(("T9",), cheap=True)),
     Property("rejects-cheap/W2", "W2", "W2 " + _CHEAP, _cheap("W2"), _rejects_cheap, tier=STRICTNESS,

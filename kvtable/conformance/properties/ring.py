@@ -70,17 +70,23 @@ def _reads(ctx: Context, case: RingCase) -> None:
 
 
 def _rejects(ctx: Context, broken: BrokenRing) -> None:
+    """Debug mode refuses the broken ring naming R1 and an entry of the breach, and so does the reference that
+    judges every other ring property (a reference that let the breach through would pass it as valid)."""
+    case, where = broken.case, frozenset((None, row, col) for row, col in broken.where)
+    expect_raises("R1", f"the reference's ring writes on a ring with {broken.how}",
+                  lambda: ctx.profile.ring_write_locs(case.table, case.prefix_lens, case.extend_lens, case.page_size,
+                                                      case.window), where=where)
     backend = ctx.debug_backend
-    expect_raises("R1", f"ring_locs on a ring with {broken.how}", lambda: backend.ring_locs(*broken.case.args()),
-                  where=frozenset((None, row, col) for row, col in broken.where))
+    expect_raises("R1", f"ring_locs on a ring with {broken.how}", lambda: backend.ring_locs(*case.args()), where=where)
 
 
 PROPERTIES = (
     Property("ring/slots-safe", "R1", "every ring write is its token's own slot, the sink or the pad slot; every read "
              "a sentinel, the sink or a slot of the request's own ring (valid and broken rings)", ring_any_cases(),
              _slots_safe, weight=2, tier=SAFETY, needs=_NEEDS),
-    Property("ring/rejects", "R1", "debug mode refuses a ring with page 0 in a used column, a page of another ring, "
-             "or too few columns, naming R1 and the entry", ring_broken_cases(), _rejects, debug=True,
+    Property("ring/rejects", "R1", "debug mode and the reference refuse a ring with page 0 in a used column, a page "
+             "of another ring, too few columns, or a real page past ceil(window / ps) columns, naming R1 and the "
+             "entry", ring_broken_cases(), _rejects, debug=True,
              tier=STRICTNESS, needs=_NEEDS),
     Property("ring/writes", "R2", "ring writes: the last min(q, window) tokens at their R1 slots, earlier ones at the "
              "sink or pad slot", _CASES, _writes, weight=2, needs=_NEEDS),

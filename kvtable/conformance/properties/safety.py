@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kvtable.conformance.calls import check_safe, decode_padding, lone_call
-from kvtable.conformance.checks import INT32_POOL, latent
+from kvtable import reference
+from kvtable.conformance.calls import check_safe, decode_padding, lone_call, token_slots
+from kvtable.conformance.checks import INT32_POOL, Mismatch, latent
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import SAFETY
 from kvtable.conformance.properties.applies import LOCS, NeedsAny, calls
 from kvtable.errors import Unsupported
+from kvtable.strategies import Case, cases
 from kvtable.strategies.unsafe import UNSAFE_KINDS, UnsafeCase, unsafe_cases
 
 _ANY_LOCS = NeedsAny(LOCS)
@@ -25,6 +27,14 @@ def scrubbed_dummy_rows(ctx: Context) -> str | None:
     if ctx.profile.scrubs_dummy_rows:
         return (f"profile {ctx.profile.name!r} scrubs padded rows to page 0 (T2), so a backend may read them; "
                 "profiles whose dummy rows are never read (vllm, tokenspeed) run this property")
+    return _ANY_LOCS(ctx)
+
+
+def narrow_tables(ctx: Context) -> str | None:
+    """N/A where the profile's engine keeps one table as wide as its context (``Domain.narrow_tables``)."""
+    if not ctx.profile.domain.narrow_tables:
+        return (f"profile {ctx.profile.name!r}: its engine's table is as wide as the context and admission keeps "
+                "every request inside it, so no row reaches past its table (T8)")
     return _ANY_LOCS(ctx)
 
 
@@ -66,6 +76,26 @@ def _check(clause: str) -> Callable[[Context, UnsafeCase], None]:
     return check
 
 
+def _judge_sees_other_pages(ctx: Context, case: Case) -> None:
+    """The safety oracle itself: the reference's own extend locations pass it, and each token's write moved to the
+    same offset of another real page of its row's table (the lowest and the highest) is flagged, at that token."""
+    tokens = token_slots(case, None)
+    for spec in case.attention:
+        gid, ps, table = spec.group_id, spec.block_granularity, case.tables[spec.group_id]
+        locs = reference.batch_locs(table, case.batch, ps, group=gid)
+        if bad := reference.unsafe_writes(table, locs, tokens, ps, group=gid):
+            raise Mismatch("W3", f"the safety oracle flags the reference's own locations of {gid!r}: {bad[0]}",
+                           tier=SAFETY, kind="oracle flags a correct write")
+        for k, ((row, _), loc) in enumerate(zip(tokens, locs, strict=True)):
+            pages = sorted({p for p in table[row] if p > 0} - {loc // ps})
+            for page in pages[:1] + pages[-1:]:
+                moved = [*locs[:k], page * ps + loc % ps, *locs[k + 1:]]
+                if not any(w.token == k for w in reference.unsafe_writes(table, moved, tokens, ps, group=gid)):
+                    raise Mismatch("W3", f"the safety oracle misses token {k} of {gid!r} (row {row}) written to "
+                                   f"page {page} instead of page {loc // ps}", tier=SAFETY,
+                                   kind="oracle misses another page")
+
+
 _SUMMARY = "non-debug calls on {} write only own slots, the sink or the pad slot (or refuse)"
 PROPERTIES = (
     Property("safety/garbage-dummy-rows", "T2", _SUMMARY.format("garbage in dummy rows"),
@@ -76,9 +106,12 @@ PROPERTIES = (
     Property("safety/pad-inside", "T4", _SUMMARY.format("-1 inside the live range (decode, verify, extend)"),
              unsafe_cases(UNSAFE_KINDS[1]), _check("T4"), weight=2, tier=SAFETY, not_applicable=_ANY_LOCS),
     Property("safety/narrow-table", "T8", _SUMMARY.format("a table narrower than its group's sequence"),
-             unsafe_cases(UNSAFE_KINDS[3]), _check("T8"), tier=SAFETY, not_applicable=_ANY_LOCS),
+             unsafe_cases(UNSAFE_KINDS[3]), _check("T8"), tier=SAFETY, not_applicable=narrow_tables),
     Property("safety/int32-wrap", "W5", _SUMMARY.format("a needed page whose slots pass 2^31 - 1 (the int32 store "
              f"would wrap to a negative or another page's slot); {INT32_POOL}"), unsafe_cases(UNSAFE_KINDS[4]),
              latent(_check("W5"), INT32_POOL),
              tier=SAFETY, not_applicable=_ANY_LOCS),
+    Property("safety/oracle-sees-other-pages", "W3", "the safety oracle passes the reference's own extend "
+             "locations and flags each token moved to another real page of its row (the lowest, the highest)",
+             cases(modes=("extend",), writes=True), _judge_sees_other_pages, tier=SAFETY, not_applicable=_ANY_LOCS),
 )
