@@ -81,6 +81,15 @@ class Domain:
     empty_tables: bool = True
     """Whether a group's table can have no columns (T1); not where a live attention row always holds its current
     page (tokenspeed's graph fill asserts at least one source column)."""
+    short_seq_lens: bool = True
+    """Whether a graph replay can be handed fewer ``seq_lens`` than its bs (G4); not where the wrapper always hands its
+    persistent lengths buffer of ``max_bs`` entries (tokenspeed's input buffers)."""
+    oversized_replays: bool = True
+    """Whether a graph replay can be handed a bs past ``max_bs`` (G3); not where the wrapper pads every batch to a
+    captured size (tokenspeed's ``cuda_graph_wrapper.py``; its unpack kernel would write past the table stack)."""
+    negative_prefixes: bool = True
+    """Whether an extend row's prefix (its cached token count) can be negative (T9); not where the prefix is a count
+    the scheduler keeps (tokenspeed's ``extend_prefix_lens_cpu``). A prefix past its length stays with this flag."""
     contiguous_args: tuple[str, ...] = ()
     """Fused-kernel arguments (``backend.kernels``) the engine always builds as fresh contiguous tensors: the
     kernel strategies lay these out contiguous, never as the strided views they draw for others."""
@@ -556,13 +565,21 @@ TOKENSPEED = Profile(
   sub-pages ``0 .. r-1`` of dummy block 0 and the expanded tail is 0, not -1.
 - ``tokenspeed-kernel/.../ops/kvcache/triton.py`` (``compute_group_decode_locs``): clamped positions, a
   clamped page, no column bound, int32 output; the location buffer's tail past ``bs*N`` is untouched.
-- What its scheduler never builds is not drawn (``domain``): a live row reaches the location code holding at
-  least its current token (the decode path ``_compute_decode_group_out_cache_locs`` takes ``seq_len - 1``
-  unclamped and relies on it), and ``python/tokenspeed/runtime/execution/cuda_graph_wrapper.py`` sets the
-  padded rows' ``seq_lens`` to 1, so no live row has seq_len 0 (``zero_length_rows = False``); every group's
-  table has a column, the current page of each live row (``_fill_group_graph_buffers`` asserts
-  ``source_cols >= 1``), so no table without columns (``empty_tables = False``). Other broken lengths (a short
-  verify row, a prefix past its length) stay drawn: its scheduler's chunking can publish them (#709).
+- What its scheduler never builds is not drawn (``domain``): every table reaches the backend through
+  ``python/tokenspeed/runtime/layers/attention/backends/cache_metadata.py`` (``CacheBatchMetadata``), which builds it
+  with ``python/tokenspeed/runtime/engine/scheduler_utils.py`` (``block_tables_from_forward_op``,
+  ``expected_group_ids``): exactly the published groups, int32, 2-D, ``num_reqs`` rows, at least one column, page ids
+  in ``-1 .. max``, or a ValueError before any location code runs (``malformed_tables = False``); an extend row's
+  prefix is the count of its cached tokens, never negative (``negative_prefixes = False``;
+  ``_compute_extend_group_out_cache_locs`` turns the CPU mirrors into positions as they are); a live row reaches the
+  location code holding at least its current token (the decode path ``_compute_decode_group_out_cache_locs`` takes
+  ``seq_len - 1`` unclamped and relies on it), and ``python/tokenspeed/runtime/execution/cuda_graph_wrapper.py`` sets
+  the padded rows' ``seq_lens`` to 1, so no live row has seq_len 0 (``zero_length_rows = False``); every group's table
+  has a column, the current page of each live row (``_fill_group_graph_buffers`` asserts ``source_cols >= 1``), so no
+  table without columns (``empty_tables = False``); a replay reads ``seq_lens[:bs]`` of the wrapper's persistent
+  lengths buffer (``_fill_group_graph_buffers``; ``input_buffer.py`` fills ``[bs:]`` with 1), never a shorter one
+  (``short_seq_lens = False``; ``compute_group_decode_locs`` would read past it). Other broken lengths (a short verify
+  row, a prefix past its length) stay drawn: its scheduler's chunking can publish them (#709).
 - ``.../attention/backends/mha.py`` (``MHAAttnBackend``, CUDA-graph capture): for target verify the captured
   ``seq_lens`` buffer is seeded with ``clamp_min(seq, N)``, so a replayed row shorter than N (a dummy row at
   seq_len 1) writes positions ``0 .. N-1``, slots ``0 .. N-1`` of page 0 for a dummy row
@@ -573,7 +590,9 @@ TOKENSPEED = Profile(
   builds ``meta`` fresh and contiguous each step (``Domain.contiguous_args``).""",
     subpage_holes=True, clamp_short_verify=True, buffers_at="first-capture", replay_bs0="noop",
     extra_groups="ignore", mha_verify_clamp=True, packed_tail=True,
-    domain=Domain(contiguous_args=("packed", "meta", "dst"), zero_length_rows=False, empty_tables=False),
+    domain=Domain(contiguous_args=("packed", "meta", "dst"), zero_length_rows=False, empty_tables=False,
+                  malformed_tables=False, negative_prefixes=False, short_seq_lens=False,
+                  oversized_replays=False),
 )
 
 TRTLLM = Profile(

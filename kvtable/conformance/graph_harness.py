@@ -104,10 +104,18 @@ class GraphHarness:
             raise Mismatch(clause, f"table_buffers[{gid!r}] has shape {shape}, expected "
                            f"{(self.setup.max_bs, len(group.table[0]))} (width ceil(max_kernel_pages*K/B)*r)")
         shape = tuple(self.runner.loc_buffers[gid].shape)
-        if shape != (len(group.locs),):
+        if shape not in self._loc_shapes(len(group.locs)):
             raise Mismatch(clause, f"loc_buffers[{gid!r}] has shape {shape}, expected ({len(group.locs)},) "
-                           "= max_bs * spec_n")
+                           "= max_bs * spec_n" + ("" if self.ctx.profile.buffers_at_init else
+                                                  " (allocated lazily: max_bs * the tokens per request captured)"))
         self.allocated.add(gid)
+
+    def _loc_shapes(self, full: int) -> list[tuple[int]]:
+        """The location buffer shapes G1/G2 accept: ``max_bs * spec_n``; an engine allocating at first capture may
+        size it ``max_bs * N`` for the tokens per request of its captures so far (tokenspeed's seed mixin)."""
+        if self.ctx.profile.buffers_at_init:
+            return [(full,)]
+        return [(self.setup.max_bs * n,) for n in range(1, self.setup.spec_n + 1)]
 
     def allocate(self, gid: str) -> None:
         """G1 at a group's first capture (lazy engines): its buffers now exist and hold zeros, as the model's do.
@@ -145,12 +153,13 @@ class GraphHarness:
                                f"{first_difference(got[row], group.table[row])}\n  got      {got[row]}\n"
                                f"  expected {group.table[row]}")
             got_locs = self.runner.loc_buffers[gid].tolist()
-            if got_locs != group.locs:
-                i = next(i for i, (g, e) in enumerate(zip(got_locs, group.locs, strict=True)) if g != e)
+            want_locs = group.locs[: len(got_locs)]  # a lazily sized buffer covers the tokens it was captured for
+            if got_locs != want_locs:
+                i = next(i for i, (g, e) in enumerate(zip(got_locs, want_locs, strict=True)) if g != e)
                 where = ("an entry >= bs*N, which replay must leave untouched" if i >= self._last_locs
                          else "an entry < bs*N")
                 raise Mismatch(loc_clause, f"loc_buffers[{gid!r}] index {i} ({where}): got {got_locs[i]}, "
-                               f"expected {group.locs[i]}\n  got      {got_locs}\n  expected {group.locs}")
+                               f"expected {want_locs[i]}\n  got      {got_locs}\n  expected {want_locs}")
 
     _last_bs = 0
     _last_locs = 0
@@ -210,6 +219,8 @@ class GraphHarness:
         assert self.model is not None
         model, profile = self.model, self.ctx.profile
         delivered = step.tensors() if tables is OWN_TABLES else tables
+        if not profile.buffers_at_init and isinstance(delivered, Mapping) and self._never_captured(step, delivered):
+            return  # such an engine replays only graphs it captured, with the groups they were captured with
 
         def model_replay() -> None:
             profile.replay(model, step.bs, delivered, list(step.seq_lens), step.tokens_per_req,
@@ -227,6 +238,14 @@ class GraphHarness:
                 self.last = step
         self.check_buffers()
         self.check_views()
+
+    def _never_captured(self, step: Replay, delivered: Mapping[str, Any]) -> bool:
+        """Whether a replay delivers a group with no buffers yet, or more tokens than a lazily sized location
+        buffer was captured for: a graph the engine never captured, so never replays."""
+        assert self.model is not None
+        groups = set(delivered) & set(self.model.groups)
+        return bool(groups - self.allocated) or any(
+            step.bs * step.tokens_per_req > len(self.runner.loc_buffers[gid]) for gid in groups)
 
     def accepted(self, err: Mismatch, step: Replay | None, what: str) -> Mismatch:
         """An accepted step the model refuses: a missing refusal (strictness), unless the locations a captured
@@ -281,6 +300,8 @@ class GraphHarness:
         elif kind == "missing group":
             delivered = {g: t for g, t in tables.items() if g != attention[0]}
         elif kind == "extra group":
+            if not self.ctx.profile.domain.malformed_tables:
+                return  # the engine's tables are exactly its published groups (tokenspeed's bridge refuses others)
             delivered = {**tables, "ghost": as_tensor([[1]])}
         elif kind == "empty table":
             delivered = {**tables, attention[-1]: torch.zeros((step.bs, 0), dtype=torch.int32)}
@@ -384,9 +405,13 @@ class GraphHarness:
         if kind == "replay bs 0":
             step = replace(step, bs=0, actual_bs=None, live_seq=())
         elif kind == "replay bs > max_bs":
+            if not self.ctx.profile.domain.oversized_replays:
+                return  # the engine's wrapper replays only the sizes it captured
             step = replace(step, bs=setup.max_bs + 1, seq_lens=step.seq_lens + (1,) * setup.max_bs, actual_bs=None)
         elif kind == "replay N > spec_n":
             step = replace(step, tokens_per_req=setup.spec_n + 1)
         else:
+            if not self.ctx.profile.domain.short_seq_lens:
+                return  # the engine's wrapper always hands its whole lengths buffer
             step = replace(step, seq_lens=step.seq_lens[: step.bs - 1])
         self.replay(step, clause="G4" if kind == "replay short seq_lens" else "G3")

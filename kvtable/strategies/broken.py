@@ -334,7 +334,7 @@ def _t9_prefix(draw: st.DrawFn, case: Case) -> Mutated:
     assert case.batch.prefix_lens is not None
     prefix = list(case.batch.prefix_lens)
     seq = case.batch.seq_lens[row]
-    prefix[row] = pick(draw, (-1, seq + 1))
+    prefix[row] = pick(draw, (-1, seq + 1) if current().negative_prefixes else (seq + 1,))
     batch = replace(case.batch, prefix_lens=tuple(prefix))
     return (replace(case, batch=batch), f"row {row} has prefix {prefix[row]} and seq_len {seq}",
             _cells(None, row, [None]))

@@ -112,7 +112,8 @@ def test_a_lazy_runner_fails_graph_init_under_a_profile_that_allocates_at_init()
     assert "table_buffers for groups []" in result.failures[0].message
 
 
-def test_a_lazy_runner_refusing_replays_before_its_first_capture_fails_replay_fill() -> None:
+def test_a_lazy_runner_refusing_replays_before_its_first_capture_passes_replay_fill() -> None:
+    """tokenspeed's wrapper replays only graphs it captured: a replay before any capture is a step it never takes."""
     class RefusesUncaptured(ts.LazyGroupGraphBuffers):
         def replay(self, bs, tables, seq_lens, tokens_per_req=1, *, actual_bs=None):
             if bs and not self.table_buffers:
@@ -122,8 +123,7 @@ def test_a_lazy_runner_refusing_replays_before_its_first_capture_fails_replay_fi
     report = run_conformance(_with_runner(RefusesUncaptured), examples=100, seed=0, profile="tokenspeed",
                              properties=select(["graph/replay-fill"]), shrink=False)
     [result] = report.results
-    assert result.status == "failed", report.details()
-    assert any("crashed with RuntimeError: replay before any capture" in f.message for f in result.failures)
+    assert result.status == "passed" and result.examples, report.details()
 
 
 # -- graph/stale-seq-lens: the safety tier, stale lengths on the tail pad inside the width -----------------
