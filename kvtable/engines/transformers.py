@@ -263,23 +263,12 @@ def workload(seed: int, steps: int) -> list[tuple[list[int], int]]:
             for _ in range(steps // 2 + 8)]
 
 
-@contextmanager
-def one_thread(torch: Any) -> Iterator[None]:
-    """torch on one intra-op thread while a run lasts: the model is tiny, and OpenMP workers spinning on a shared CPU
-    cost far more than they give (a 60-batch run: 7 s on one thread, 53 s on two, under load)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def record(out: str | Path, *, steps: int, seed: int, fault: str | None = None) -> RunSummary:
     """Drive transformers' continuous batching for ``steps`` batches (fewer if its workload runs out first) and
     record each through ``Recorder``."""
     import torch
 
+    from kvtable.conformance.threads import one_thread
     from kvtable.trace import Recorder
 
     tf = _engine()
@@ -295,7 +284,7 @@ def record(out: str | Path, *, steps: int, seed: int, fault: str | None = None) 
                   steps_per_chunk=32) as recorder:
         requests = workload(seed, steps)
         observer = _Observer(recorder, steps, groups, len(requests))
-        with one_thread(torch), faulted(tf, fault), observed(tf, observer):
+        with one_thread(), faulted(tf, fault), observed(tf, observer):
             manager = model.init_continuous_batching(generation_config=generation,
                                                      continuous_batching_config=batching)
             for i, (prompt, new_tokens) in enumerate(requests):
