@@ -102,6 +102,8 @@ class Transcript:
     runners: int = 0
     aliases: dict[tuple[Any, ...], str] = field(default_factory=dict)
     """Tensors the transcript names (a captured buffer view), by where their data lives."""
+    on_call: Callable[[str], object] | None = None
+    """Told of each call before it runs (in this process: the memory watch of ``kvtable.conformance.memory``)."""
 
     def reset(self) -> None:
         self.lines.clear()
@@ -123,6 +125,8 @@ class Transcript:
 
     def calling(self, statement: str) -> None:
         """A call is about to run; a worker's streaming transcript sends it ahead, so it survives a crash."""
+        if self.on_call is not None:
+            self.on_call(statement)
 
     def text(self) -> str:
         return "\n".join(self.lines)

@@ -20,7 +20,6 @@ database failure is raised in the parent as the usage error it is.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
 import time
 from collections import deque
@@ -42,6 +41,7 @@ from kvtable.conformance.counterexample import counterexample_text
 from kvtable.conformance.database import DatabaseFailed
 from kvtable.conformance.execute import run_property
 from kvtable.conformance.levels import SAFETY
+from kvtable.conformance.memory import MEMORY, Growth, resident_bytes
 from kvtable.conformance.options import DEFAULT_MAX_MEMORY_GROWTH, DEFAULT_TIMEOUT_S
 from kvtable.conformance.preflight import check_backend
 from kvtable.conformance.properties import BY_NAME, Property
@@ -54,7 +54,6 @@ __all__ = ["CRASH", "MEMORY", "TIMEOUT", "WorkerSetup", "process_pool", "run_iso
 
 CRASH = "crash"
 TIMEOUT = "timeout"
-MEMORY = "memory"
 POISONED = ("CUDA error", "device-side assert", "illegal memory access")
 """An error naming one of these left the worker's CUDA context unusable: a crash, and a fresh worker."""
 _CONTEXT = multiprocessing.get_context("forkserver")
@@ -98,15 +97,6 @@ class _StreamingTranscript(Transcript):
 
     def calling(self, statement: str) -> None:
         self.conn.send(("calling", statement, resident_bytes()))
-
-
-def resident_bytes() -> int:
-    """This process's resident memory in bytes (``/proc/self/statm``; 0 where there is none: not watched)."""
-    try:
-        with open("/proc/self/statm", "rb") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 class _PipeDatabase(ExampleDatabase):
@@ -190,20 +180,15 @@ class _Worker:
     calling: str = ""
     examples: int = 0
     heard: float = field(default_factory=time.monotonic)
-    resident: int | None = None
-    """The worker's resident bytes at the property's first call (growth is measured from it)."""
-    last: tuple[str, int] = ("", 0)
-    """The call made last and the resident bytes before it."""
-    grew_in: dict[str, int] = field(default_factory=dict)
-    """Resident bytes gained across each operation's calls in this property."""
+    growth: Growth = field(default_factory=Growth)
+    """The worker's resident memory across this property's calls."""
 
     @property
     def ready(self) -> bool:
         return bool(self.spec)
 
     def assign(self, job: _Job, budget: Budget | None) -> None:
-        self.job, self.lines, self.calling, self.examples, self.resident = job, [], "", 0, None
-        self.last, self.grew_in = ("", 0), {}
+        self.job, self.lines, self.calling, self.examples, self.growth = job, [], "", 0, Growth()
         self.heard, job.started = time.monotonic(), time.perf_counter()
         self.conn.send((job.prop.name, job.examples, None if budget is None else budget.share(job.prop.name)))
 
@@ -340,21 +325,10 @@ class _Pool:
     def _watch_memory(self, worker: _Worker, statement: str, resident: int) -> PropertyResult | None:
         """A ``memory`` verdict once the worker's resident memory grew past the bound since the property began,
         naming the operation whose calls gained the most."""
-        op, before = worker.last
-        worker.last = (statement.partition(" = ")[2].partition("(")[0] or statement.partition("(")[0], resident)
-        if worker.resident is None or not resident:
-            worker.resident = resident
-            return None
-        if op:
-            worker.grew_in[op] = worker.grew_in.get(op, 0) + resident - before
-        grown = resident - worker.resident
+        grown = worker.growth.calling(statement, resident)
         if grown <= self.max_memory_growth or worker.job is None:
             return None
-        top = max(worker.grew_in, key=worker.grew_in.__getitem__)
-        why = (f"grew its resident memory by {grown / 2**30:.2f} GiB across the property's examples, "
-               f"{worker.grew_in[top] / 2**30:.2f} GiB of it in {top}(...) (past --max-memory-growth "
-               f"{self.max_memory_growth / 2**30:g} GiB; killed)")
-        return _lost(worker, MEMORY, why, worker.spec)
+        return _lost(worker, MEMORY, worker.growth.why(grown, self.max_memory_growth, "killed"), worker.spec)
 
     def _database(self, op: str, args: tuple[bytes, ...]) -> tuple[bool, Any]:
         try:

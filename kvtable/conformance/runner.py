@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from typing import Any
 
 from hypothesis.database import ExampleDatabase
@@ -21,10 +22,12 @@ from kvtable.backends.profiles import Profile, get_profile
 from kvtable.conformance.budget import Budget
 from kvtable.conformance.context import BackendLike, make_context
 from kvtable.conformance.core import Context, Property
+from kvtable.conformance.counterexample import counterexample_text
 from kvtable.conformance.database import KeyedDatabase, database_prefix
 from kvtable.conformance.execute import run_property
 from kvtable.conformance.isolation import WorkerSetup, run_isolated
-from kvtable.conformance.levels import DEFAULT_LEVEL, LEVELS
+from kvtable.conformance.levels import DEFAULT_LEVEL, LEVELS, SAFETY
+from kvtable.conformance.memory import MEMORY, Growth, resident_bytes
 from kvtable.conformance.options import DEFAULT_MAX_MEMORY_GROWTH, DEFAULT_TIMEOUT_S
 from kvtable.conformance.properties import PROPERTIES
 from kvtable.conformance.report import Report
@@ -79,7 +82,8 @@ def run_properties(backend: BackendLike, properties: Sequence[Property], *, exam
     else:
         assert ctx is not None
         results = _in_process(ctx, spec, properties, examples, seed=seed, database=database, shrink=shrink,
-                              level=level, sanitize=sanitize, budget=budget)
+                              level=level, sanitize=sanitize, budget=budget,
+                              max_memory_growth=max_memory_growth or DEFAULT_MAX_MEMORY_GROWTH)
     return _collect(report, results, properties, progress)
 
 
@@ -104,12 +108,30 @@ def _collect(report: Report, results: Iterator[PropertyResult], properties: Sequ
 
 def _in_process(ctx: Context, spec: str, properties: Sequence[Property], examples: Callable[[Property], int], *,
                 seed: int, database: ExampleDatabase | None, shrink: bool, level: str, sanitize: bool,
-                budget: Budget | None = None) -> Iterator[PropertyResult]:
-    """Each property's result, run in this process (under ``--sanitize``'s Triton guard if asked)."""
+                budget: Budget | None = None, max_memory_growth: int = DEFAULT_MAX_MEMORY_GROWTH
+                ) -> Iterator[PropertyResult]:
+    """Each property's result, run in this process (under ``--sanitize``'s Triton guard if asked); a property
+    across whose examples the backend's resident memory grew past ``max_memory_growth`` is a ``memory`` verdict."""
     with sanitizing() if sanitize else nullcontext():
         for prop in properties:
-            yield run_property(prop, ctx, examples=examples(prop), seed=seed, spec=spec, database=database,
-                               shrink=shrink, level=level, seconds=None if budget is None else budget.share(prop.name))
+            growth = Growth()
+            ctx.transcript.on_call = lambda statement, growth=growth: growth.calling(statement, resident_bytes())
+            try:
+                result = run_property(prop, ctx, examples=examples(prop), seed=seed, spec=spec, database=database,
+                                      shrink=shrink, level=level,
+                                      seconds=None if budget is None else budget.share(prop.name))
+            finally:
+                ctx.transcript.on_call = None
+            grown = growth.calling("", resident_bytes())
+            yield result if grown <= max_memory_growth else _grown(result, spec, growth.why(
+                grown, max_memory_growth, "in this process: run it isolated to stop it at the bound"))
+
+
+def _grown(result: PropertyResult, spec: str, why: str) -> PropertyResult:
+    """``result`` as a ``memory`` verdict: the backend's memory grew past the bound while the property ran."""
+    message = f"the backend {why}"
+    return replace(result, status=MEMORY, tier=SAFETY, message=message, failures=[],
+                   counterexample=counterexample_text(spec, "", f"{MEMORY.upper()}: {message}"))
 
 
 @contextmanager

@@ -126,3 +126,22 @@ def test_a_backend_whose_memory_grows_past_the_bound_gets_a_memory_verdict_namin
     assert re.search(rf"grew its resident memory by {grown} across the property's examples, {grown} of it in "
                      r"backend\.decode_locs\(\.\.\.\)", memory), memory
     assert "(past --max-memory-growth 0.25 GiB; killed)" in memory
+
+
+def test_in_this_process_a_growing_backend_gets_a_memory_verdict_naming_the_operation(
+        capsys: pytest.CaptureFixture) -> None:
+    """``--no-isolate``: nothing can be killed, but the property whose examples grew the memory past the bound
+    is a ``memory`` verdict naming the operation, never a pass (issue 29)."""
+    from runs_backends import LeaksALittleOnDecode
+
+    try:
+        rc, out = _conform(capsys, "LeaksALittleOnDecode", "--no-isolate", "--max-memory-growth", "32M")
+    finally:
+        LeaksALittleOnDecode.kept.clear()
+    assert rc == EXIT_FAILED
+    assert _row(out, "decode_locs")[3] == "MEMORY" and _row(out, "decode_locs")[-1] == "safety"
+    assert [_row(out, p)[3] for p in ("rejects/T1", "verify_locs", "graph/init")] == ["PASSED"] * 3
+    memory = out[out.index("=== MEMORY [W1 decode-loc] decode_locs"):]
+    assert re.search(r"grew its resident memory by 0\.\d\d GiB across the property's examples, 0\.\d\d GiB of it "
+                     r"in backend\.decode_locs\(\.\.\.\) \(past --max-memory-growth 0\.03125 GiB; in this process",
+                     memory), memory
