@@ -209,8 +209,8 @@ def test_the_readme_shows_the_minimal_adapter_as_tested() -> None:
 @pytest.mark.slow
 def test_strictness_notes_under_a_scheduler_validating_profile_are_one_line_per_clause() -> None:
     props = select(["rejects-cheap/T8", "rejects/T8", "lengths/numpy-ints"])
-    report = run_conformance("examples/sglang_style.py:backend", examples=20, seed=0, profile="sglang",
-                             properties=props)
+    report = run_conformance("examples/sglang_style.py:backend", examples=20, seed=0, profile="sglang+any",
+                             properties=props)  # the wide domain: SGLang's scheduler never builds a narrow table
     assert report.passed, report.details()
     notes = [line for line in report.notes().splitlines() if line.startswith("note ")]
     assert len(notes) == 1 and notes[0].startswith("note [strictness] T8 table-width: "), notes

@@ -159,9 +159,10 @@ CALL_ONLY_LONE_LOCS = {
     "decode_locs", "verify_locs", "extend_locs", "group_locs/int32-edge", "rejects/n", "rejects/actual-bs",
     "rejects-cheap/T1", "rejects-cheap/T8", "rejects-cheap/T9", "rejects-cheap/W2", "safety/stale-seq-len",
     "safety/pad-inside", "safety/narrow-table", "safety/int32-wrap",
-    "rejects/page-size-past-2^30", "lengths/numpy-ints"}
+    "rejects/page-size-past-2^30", "lengths/numpy-ints", "safety/oracle-sees-other-pages"}
 """Every property that can run on decode, verify and extend alone under the kvtable profile (the others need
-another operation; safety/garbage-dummy-rows runs under profiles whose padded rows are never read)."""
+another operation; safety/garbage-dummy-rows runs under profiles whose padded rows are never read;
+safety/oracle-sees-other-pages checks the safety oracle itself wherever locations are judged)."""
 
 
 @pytest.mark.slow
