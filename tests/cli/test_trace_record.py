@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from record_interrupt import interrupt_at_step
 
 from kvtable.cli import main
 from kvtable.exitcodes import EXIT_CUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
@@ -96,20 +97,7 @@ def test_a_pool_past_int32_crosses_slot_2_31_and_the_summary_says_so(tmp_path: P
 def test_ctrl_c_keeps_the_trace_so_far_cut_and_exits_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C reaches the recording process (its worker ignores it) as its fifth step comes in."""
-    import os
-    import signal
-
-    import kvtable.trace.isolated as isolated
-
-    handle, steps = isolated._handle, []
-
-    def interrupted_at_the_fifth_step(message: tuple, *args: object) -> bool:
-        steps.append(message[0] == "step")
-        if sum(steps) == 5 and steps[-1]:
-            os.kill(os.getpid(), signal.SIGINT)
-        return handle(message, *args)
-
-    monkeypatch.setattr(isolated, "_handle", interrupted_at_the_fifth_step)
+    interrupt_at_step(monkeypatch, 5)
     assert _record(tmp_path / "t", "torch") == EXIT_INTERRUPTED
     out, err = capsys.readouterr()
     assert out.startswith("INTERRUPTED after 5 steps: the trace up to them is kept at") and "(cut)" in out

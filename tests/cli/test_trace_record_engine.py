@@ -7,6 +7,7 @@ from pathlib import Path
 
 import crashing_engine
 import pytest
+from record_interrupt import interrupt_at_step
 
 from kvtable.cli import main
 from kvtable.exitcodes import EXIT_CUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PASSED
@@ -52,20 +53,7 @@ def test_ctrl_c_keeps_an_engine_run_so_far_cut_and_exits_130(crashing: None, tmp
                                                              monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C reaches the recording process (its worker ignores it) as the engine's third step comes in."""
-    import os
-    import signal
-
-    import kvtable.trace.isolated as isolated
-
-    handle, steps = isolated._handle, []
-
-    def interrupted_at_the_third_step(message: tuple, *args: object) -> bool:
-        steps.append(message[0] == "step")
-        if sum(steps) == 3 and steps[-1]:
-            os.kill(os.getpid(), signal.SIGINT)
-        return handle(message, *args)
-
-    monkeypatch.setattr(isolated, "_handle", interrupted_at_the_third_step)
+    interrupt_at_step(monkeypatch, 3)
     assert _record(tmp_path / "t") == EXIT_INTERRUPTED
     out, err = capsys.readouterr()
     assert out.startswith("INTERRUPTED after 3 steps: the trace up to them is kept at") and "(cut)" in out
