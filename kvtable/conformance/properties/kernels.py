@@ -326,13 +326,11 @@ PROPERTIES = (
     Property("kernels/replay-fill", "G3", "backend.kernels: replay fill on pitched views; rows >= bs and "
              "the buffer around the view untouched", fill_cases(), check_replay_fill,
              not_applicable=missing_kernels),
-    Property("kernels/zero-width", "G4", "backend.kernels' fixed-count fast path with one group's table "
-             "column-less: its tokens sink into page 0", _zero_width_grouped_locs(), check_grouped_locs,
-             not_applicable=missing_grouped_locs),
     Property("kernels/large-page-extend", "W3", "backend.kernels' extend fast path at page sizes 2^20-2^30 "
              "(spans past 2^31) equals the stacked kernel", _large_grouped_extend(), check_grouped_extend_locs,
              not_applicable=missing_grouped_extend),
-    Property("kernels/large-page-locs", "G4", "backend.kernels' fixed-count fast path at page sizes 2^20-2^30, "
-             "lengths near and past the width", _large_grouped_locs(), check_grouped_locs,
-             not_applicable=missing_grouped_locs),
+    Property("kernels/grouped-locs-edges", "G4", "backend.kernels' fixed-count fast path at its edges: a group "
+             "whose table has no column (its tokens sink into page 0), page sizes 2^20-2^30 with lengths near "
+             "and past the width", st.one_of(_zero_width_grouped_locs(), _large_grouped_locs()),
+             check_grouped_locs, weight=2, not_applicable=missing_grouped_locs),
 )
