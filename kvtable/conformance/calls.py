@@ -34,6 +34,19 @@ def loc_dtypes(ctx: Context) -> tuple[torch.dtype, ...]:
 
 def lone_call(ctx: Context, backend: Any, case: Case, gid: str) -> tuple[str, Outcome, Callable[[], Any]]:
     """The lone-table call of the case's mode for group ``gid``: (description, expected, backend call)."""
+    what, call, expect = _lone(ctx, backend, case, gid)
+    return what, outcome(expect), call
+
+
+def lone_backend_call(ctx: Context, backend: Any, case: Case, gid: str) -> tuple[str, Callable[[], Any]]:
+    """``lone_call`` without the expected outcome, for a property that judges the result otherwise (the safety
+    oracle, a refusal): the reference is not run for an answer no one reads."""
+    what, call, _ = _lone(ctx, backend, case, gid)
+    return what, call
+
+
+def _lone(ctx: Context, backend: Any, case: Case, gid: str) -> tuple[str, Callable[[], Any], Callable[[], Any]]:
+    """(description, backend call, reference call) of the case's mode for group ``gid``."""
     profile = ctx.profile
     tensor = case.tensors()[gid]
 
@@ -45,19 +58,20 @@ def lone_call(ctx: Context, backend: Any, case: Case, gid: str) -> tuple[str, Ou
     seq = list(batch.seq_lens)
     if batch.mode == "decode":
         padded = decode_padding(backend, batch.actual_bs)
-        return (f"decode_locs[{gid}]", outcome(lambda: profile.decode_locs(table(), seq, ps, padded)),
-                lambda: backend.decode_locs(tensor, case.seq_tensor(), ps,
-                                            **({} if padded is None else {"actual_bs": padded})))
+        return (f"decode_locs[{gid}]", lambda: backend.decode_locs(tensor, case.seq_tensor(), ps,
+                                                                   **({} if padded is None else {"actual_bs": padded})),
+                lambda: profile.decode_locs(table(), seq, ps, padded))
     if batch.mode == "verify":
-        return (f"verify_locs[{gid}]", outcome(lambda: profile.verify_locs(table(), seq, ps, batch.n, batch.actual_bs)),
-                lambda: backend.verify_locs(tensor, case.seq_tensor(), ps, batch.n, actual_bs=batch.actual_bs))
+        return (f"verify_locs[{gid}]",
+                lambda: backend.verify_locs(tensor, case.seq_tensor(), ps, batch.n, actual_bs=batch.actual_bs),
+                lambda: profile.verify_locs(table(), seq, ps, batch.n, batch.actual_bs))
     if batch.mode == "reanchor":
-        return (f"reanchor_locs[{gid}]", outcome(lambda: profile.reanchor_locs(table(), seq, ps, batch.n)),
-                lambda: backend.reanchor_locs(tensor, case.seq_tensor(), ps, batch.n))
+        return (f"reanchor_locs[{gid}]", lambda: backend.reanchor_locs(tensor, case.seq_tensor(), ps, batch.n),
+                lambda: profile.reanchor_locs(table(), seq, ps, batch.n))
     assert batch.prefix_lens is not None
     prefix, extend = list(batch.prefix_lens), case.extend_lens
-    return (f"extend_locs[{gid}]", outcome(lambda: profile.extend_locs(table(), prefix, extend, ps)),
-            lambda: backend.extend_locs(tensor, prefix, extend, ps))
+    return (f"extend_locs[{gid}]", lambda: backend.extend_locs(tensor, prefix, extend, ps),
+            lambda: profile.extend_locs(table(), prefix, extend, ps))
 
 
 def decode_padding(backend: Any, actual_bs: int | None) -> int | None:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from kvtable.conformance.calls import lone_call, tensor_compare
+from kvtable.conformance.calls import lone_backend_call, lone_call, tensor_compare
 from kvtable.conformance.checks import Mismatch, check_tensor, expect_raises, judge
 from kvtable.conformance.checks import reference_outcome as outcome
 from kvtable.conformance.core import Context, Property
@@ -55,7 +55,7 @@ def _unit_invariance(ctx: Context, case: Case) -> None:
         kernel_spec = GroupSpec(spec.group_id, spec.family, k, window=spec.window)
         kernel_case = replace(case, specs=(kernel_spec,), tables={spec.group_id: case.tables[spec.group_id]},
                               raw={spec.group_id: expanded})
-        what, _, call = lone_call(ctx, ctx.backend, kernel_case, spec.group_id)
+        what, call = lone_backend_call(ctx, ctx.backend, kernel_case, spec.group_id)
         _, expected, _ = lone_call(ctx, ctx.backend, replace(case, specs=(spec,)), spec.group_id)
         judge("E3", f"{what} on expand_table(r={ratio}) at K={k}", expected, call,
               tensor_compare(ctx, "E3", what))

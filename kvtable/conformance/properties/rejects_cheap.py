@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from kvtable.conformance.calls import lone_call
+from kvtable.conformance.calls import lone_backend_call, lone_call
 from kvtable.conformance.checks import expect_raises, judge
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import STRICTNESS
@@ -29,7 +29,7 @@ def _rejects_cheap(ctx: Context, b: Broken) -> None:
         return
     if b.clause == "T1":
         for gid in sorted(set(b.case.raw) & attention):  # a malformed tensor is T1 for every call taking it
-            what, _, call = lone_call(ctx, ctx.backend, b.case, gid)
+            what, call = lone_backend_call(ctx, ctx.backend, b.case, gid)
             expect_raises("T1", f"{what} on {b.how}", call)
     else:  # lone calls get the lengths as CPU mirrors (extend) or a CPU tensor: T8/T9/W2 cost no sync there either
         for gid in sorted(attention & set(b.case.tables)):

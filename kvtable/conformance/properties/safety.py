@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvtable import reference
-from kvtable.conformance.calls import check_safe, decode_padding, lone_call, token_slots
+from kvtable.conformance.calls import check_safe, decode_padding, lone_backend_call, token_slots
 from kvtable.conformance.checks import INT32_POOL, Mismatch, latent
 from kvtable.conformance.core import Context, Property
 from kvtable.conformance.levels import SAFETY
@@ -68,7 +68,7 @@ def _check(clause: str) -> Callable[[Context, UnsafeCase], None]:
         actual_bs = (case.batch.actual_bs if mode == "verify" else
                      decode_padding(ctx.backend, case.batch.actual_bs) if mode == "decode" else None)
         for spec in case.attention:
-            what, _, call = lone_call(ctx, ctx.backend, case, spec.group_id)
+            what, call = lone_backend_call(ctx, ctx.backend, case, spec.group_id)
             refused, got = _refused(call)
             if not refused:
                 _judge(ctx, clause, what, u, spec.group_id, got, actual_bs)
