@@ -10,10 +10,11 @@ raises it instead of running the op.
 
 A dispatch mode costs every aten op a trip through Python (about 6 us, more than most ops on a table), and most of
 a backend's ops index nothing: so the guard is a function mode screening each torch call first (about 2 us). A
-call of ``NO_INDEXING`` (arithmetic, comparisons, views, reductions, factories, metadata: ops whose kernels
-dispatch no indexing op) runs as it is; ``index_select`` and ``tensor[index]`` with plain integer index tensors are
-checked as the aten op they are (the same check, the same message); every other call runs under ``IndexOps``, the
-dispatch mode that checks each aten op it dispatches. A C++ custom op is a ``torch.ops`` call, never skipped.
+call of ``NO_INDEXING`` (arithmetic, comparisons, views, reductions, sorts, factories, metadata: ops whose kernels
+dispatch no indexing op) runs as it is; ``index_select``, ``tensor[index]`` and ``tensor[index] = value`` with plain
+integer index tensors are checked as the aten op they are (the same check, the same message); every other call runs
+under ``IndexOps``, the dispatch mode that checks each aten op it dispatches. A C++ custom op is a ``torch.ops``
+call, never skipped.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ _NO_INDEXING_NAMES = (
     "__add__ __radd__ __iadd__ __sub__ __rsub__ __isub__ __mul__ __rmul__ __imul__ __floordiv__ __rfloordiv__ "
     "__ifloordiv__ __mod__ __rmod__ __truediv__ __rtruediv__ __neg__ __and__ __rand__ __iand__ __or__ __ror__ "
     "__ior__ __xor__ __rxor__ __invert__ __lt__ __le__ __gt__ __ge__ __eq__ __ne__ __lshift__ __rshift__ __len__ "
-    "__int__ __bool__ __index__ __hash__"
+    "__int__ __bool__ __index__ __hash__ sort argsort searchsorted"
 ).split()
 NO_INDEXING = frozenset(
     [getattr(owner, name) for owner in (torch, torch.Tensor) for name in _NO_INDEXING_NAMES if hasattr(owner, name)]
@@ -66,10 +67,12 @@ NO_INDEXING = frozenset(
 """Torch calls whose kernels dispatch no indexing op: they run outside ``IndexOps`` (a view's bounds, like
 ``select``'s, torch checks on the host)."""
 _GETITEM = torch.Tensor.__getitem__
+_SETITEM = torch.Tensor.__setitem__
 _INDEX_SELECT = frozenset({torch.Tensor.index_select, torch.index_select})
 _BASIC = frozenset({int, slice, type(None), type(Ellipsis)})
 """``tensor[...]`` with only these is views (``select``, ``slice``): no indexing op."""
 _INDEX_DTYPES = (torch.int64, torch.int32)
+_MASK_DTYPES = frozenset({torch.bool, torch.uint8})
 SMALL_INDEX = 64
 """Up to this many indices, their least and greatest are read as a list (one op) instead of ``aminmax`` (three)."""
 
@@ -112,10 +115,13 @@ class IndexGuard(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is _GETITEM and not kwargs and len(args) == 2:
             items = args[1] if type(args[1]) is tuple else (args[1],)
-            if all(type(i) in _BASIC for i in items):
+            if _BASIC.issuperset(map(type, items)):
                 return func(*args)
             if _plain(items) and isinstance(args[0], torch.Tensor) and len(items) <= args[0].dim():
                 return self._checked(_advanced("aten.index", "read", args[0], items), func, args)
+        elif func is _SETITEM and not kwargs and len(args) == 3 and type(args[1]) is not tuple and _plain(args[1:2]) \
+                and isinstance(args[0], torch.Tensor) and args[0].dim() >= 1:
+            return self._checked(_advanced("aten.index_put_", "write", args[0], args[1:2]), func, args)
         elif func in _INDEX_SELECT and not kwargs and len(args) == 3 and type(args[1]) is int and _plain(args[2:]):
             return self._checked(_bounds("aten.index_select", "read", args[0], args[1], args[2]), func, args)
         with self.ops:
@@ -186,7 +192,7 @@ def _advanced(op: str, access: str, self: torch.Tensor, indices: Sequence[torch.
         if index is None:
             dim += 1
             continue
-        if index.dtype in (torch.bool, torch.uint8):  # a mask: each of its sizes must fit the dimension it covers
+        if index.dtype in _MASK_DTYPES:  # a mask: each of its sizes must fit the dimension it covers
             for k, size in enumerate(index.shape):
                 if dim + k < self.dim() and size > self.shape[dim + k]:
                     return OutOfBoundsIndex(op, access, size - 1, (), dim + k, self.shape[dim + k], tuple(self.shape))
@@ -212,7 +218,7 @@ def _bounds(op: str, access: str, self: Any, dim: int, index: Any) -> OutOfBound
             or index.dtype == torch.bool:
         return None
     if index.numel() <= SMALL_INDEX:
-        values = index.reshape(-1).tolist()
+        values = index.tolist() if index.dim() == 1 else index.reshape(-1).tolist()
         low, high = min(values), max(values)
     else:
         low, high = (int(v) for v in torch.aminmax(index))

@@ -88,6 +88,11 @@ SCREENED = {
     "an int32 index tensor": lambda t: t[torch.tensor([1, 3], dtype=torch.int32)],
     "repeat_interleave (an index_select inside)": lambda t: t.reshape(-1)[:2].repeat_interleave(torch.tensor([1, 2])),
     "a write": lambda t: t.clone().__setitem__(torch.tensor([3]), 1),
+    "a write in bounds": lambda t: t.clone().__setitem__(torch.tensor([2, -3]), torch.tensor([[5], [6]])),
+    "an int32 write past the end": lambda t: t.clone().__setitem__(torch.tensor([1, 9], dtype=torch.int32), 0),
+    "a write through two index tensors": lambda t: t.clone().__setitem__((torch.tensor([0]), torch.tensor([4])), 1),
+    "a write into a 0-d tensor": lambda t: t[0, 0].clone().__setitem__(torch.tensor([0]), 1),
+    "sort, argsort and searchsorted": lambda t: torch.searchsorted(t.reshape(-1).sort().values, t.argsort(dim=1)),
     "arithmetic, views and a narrow past the end": lambda t: (t + 1)[1:].view(-1).narrow(0, 6, 4),
 }
 
