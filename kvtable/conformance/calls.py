@@ -48,7 +48,7 @@ def lone_backend_call(ctx: Context, backend: Any, case: Case, gid: str) -> tuple
 def _lone(ctx: Context, backend: Any, case: Case, gid: str) -> tuple[str, Callable[[], Any], Callable[[], Any]]:
     """(description, backend call, reference call) of the case's mode for group ``gid``."""
     profile = ctx.profile
-    tensor = case.tensors()[gid]
+    tensor = case.tensor(gid)
 
     def table() -> Table:  # the plain rows, after the T1 checks a backend makes on the tensor it gets
         return as_table(tensor, group=gid)

@@ -86,6 +86,10 @@ class Case:
         out.update(self.raw)
         return out
 
+    def tensor(self, group_id: str) -> Any:
+        """``tensors()[group_id]``, without converting the other groups' tables."""
+        return self.raw[group_id] if group_id in self.raw else as_tensor(self.tables[group_id])
+
     def seq_tensor(self) -> torch.Tensor:
         return torch.tensor(self.batch.seq_lens, dtype=torch.int32)
 

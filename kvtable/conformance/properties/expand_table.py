@@ -51,7 +51,7 @@ def _unit_invariance(ctx: Context, case: Case) -> None:
     k = case.kernel_page_size
     for spec in case.attention:
         ratio = page_ratio(spec.block_granularity, k)
-        expanded = ctx.backend.expand_table(case.tensors()[spec.group_id], ratio, tail_pad=case.tail_pad)
+        expanded = ctx.backend.expand_table(case.tensor(spec.group_id), ratio, tail_pad=case.tail_pad)
         kernel_spec = GroupSpec(spec.group_id, spec.family, k, window=spec.window)
         kernel_case = replace(case, specs=(kernel_spec,), tables={spec.group_id: case.tables[spec.group_id]},
                               raw={spec.group_id: expanded})
