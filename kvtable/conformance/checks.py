@@ -27,6 +27,8 @@ RUNNER_CALLS = frozenset({"capture", "replay"})
 KERNEL_CALLS = frozenset({"stacked_locs", "stacked_extend_locs", "replay_fill", "grouped_locs",
                           "grouped_extend_locs"})
 """The fused operations of ``backend.kernels``: they write their outputs in place and return None."""
+RECORDED_CALLS = BACKEND_CALLS | RUNNER_CALLS | KERNEL_CALLS
+"""Every call a ``Recorded`` proxy records (the others pass through)."""
 
 
 class Mismatch(AssertionError):
@@ -175,7 +177,7 @@ class Recorded:
         if attr == "kernels" and value is not None:
             self._transcript.note(f"kernels = {self._name}.kernels")
             return Recorded(value, "kernels", self._transcript, self._device)
-        if attr not in BACKEND_CALLS | RUNNER_CALLS | KERNEL_CALLS or not callable(value):
+        if attr not in RECORDED_CALLS or not callable(value):
             return value
 
         def call(*args: Any, **kwargs: Any) -> Any:
