@@ -1,4 +1,5 @@
-"""Debug mode: impl's own table validator and strong write checker over a step, one readback for every verdict."""
+"""Debug mode: impl's own table validator and strong write checker over a step, one readback for a valid step
+(a breach reads its entry back in a second)."""
 
 from __future__ import annotations
 

@@ -34,9 +34,9 @@ class Finding:
 def first_entry(flags: torch.Tensor, *values: torch.Tensor) -> torch.Tensor:
     """``[flat index of the first True of flags (row-major), *each value at that index]`` as int64, sync-free
     (called only for a check known to have a True)."""
-    index = torch.argmax(flags.reshape(-1).to(torch.uint8))  # a tensor index: reading it as an int would sync
-    picked = [torch.broadcast_to(v, flags.shape).reshape(-1)[index] for v in values]
-    return torch.stack([index, *picked]).to(torch.int64)
+    index = torch.argmax(flags.reshape(-1).to(torch.uint8)).reshape(1)  # a tensor: reading it as an int syncs
+    picked = [torch.broadcast_to(v, flags.shape).reshape(-1).index_select(0, index) for v in values]
+    return torch.cat([index, *picked]).to(torch.int64)
 
 
 def raise_first(findings: Sequence[Finding]) -> None:

@@ -61,11 +61,6 @@ def spans(seq: torch.Tensor, prefix: torch.Tensor | None, mode: Mode, n: int, li
     return Spans(seq, (seq - (1 if mode == "decode" else n)).clamp_min(0), None, mode, n, live_rows)
 
 
-def _writing(flags: torch.Tensor, writes: torch.Tensor | None) -> torch.Tensor:
-    """``flags`` of the rows that write (all of them when ``writes`` is None)."""
-    return flags if writes is None else flags & writes
-
-
 @dataclass(frozen=True)
 class GroupView:
     """One group's table: all its rows (``whole``), the live rows and the padded rows of the batch, as given
@@ -92,9 +87,11 @@ class GroupView:
 
     @cached_property
     def end(self) -> torch.Tensor:
-        """``ceil(seq / ps)``: one past the last column a live row writes, ``[live_rows, 1]``."""
+        """``ceil(seq / ps)``: one past the last column a live row writes (0 for a row that writes nothing, so no
+        column counts as written or needed), ``[live_rows, 1]``."""
         ps = self.spec.block_granularity
-        return (self.spans.live_seq + (ps - 1)) // ps
+        end = (self.spans.live_seq + (ps - 1)) // ps
+        return end if self.spans.live_writes is None else end * self.spans.live_writes
 
     @cached_property
     def needed(self) -> torch.Tensor:
@@ -105,7 +102,7 @@ class GroupView:
             window = self.spec.window or 0
             start = (self.spans.live_first - (window - 1)).clamp_min(0) // self.spec.block_granularity
             upto = upto & (self.col >= start)
-        return _writing(upto, self.spans.live_writes)
+        return upto
 
     @cached_property
     def real(self) -> torch.Tensor:
@@ -186,7 +183,7 @@ def _t2_dummy_rows(v: GroupView) -> Finding | None:
 
 def _t8_width(v: GroupView) -> Finding:
     """T8 table-width: a live writing row's last column, ``ceil(seq / ps) - 1``, exists."""
-    flags = _writing(v.end > v.width, v.spans.live_writes)
+    flags = v.end > v.width
 
     def explain(index: int, values: Sequence[int]) -> ContractViolation:
         seq, end = values
@@ -284,7 +281,7 @@ def _t7_shared_write(v: GroupView) -> Finding:
     low = rows[torch.searchsorted(ordered, v.real_pages)]
     high = rows[torch.searchsorted(ordered, v.real_pages, right=True) - 1]
     ps = v.spec.block_granularity
-    writes = _writing((v.col >= v.spans.live_first // ps) & (v.col < v.end), v.spans.live_writes)
+    writes = (v.col >= v.spans.live_first // ps) & (v.col < v.end)
     flags = v.real & writes & (low != high)
 
     def probe() -> tuple[torch.Tensor, ...]:
