@@ -29,8 +29,11 @@ def debug_check(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tenso
     seq = upload(batch.seq_lens, device, torch.int64)
     prefix = None if batch.prefix_lens is None else upload(batch.prefix_lens, device, torch.int64)
     s = spans(seq, prefix, batch.mode, batch.n, batch.live_rows)
-    tokens = batch_tokens(batch, device) if batch.mode == "extend" else \
-        fixed_tokens(seq, batch.live_rows, batch.tokens_per_row)
+    if batch.mode == "reanchor":
+        tokens = None
+    else:
+        tokens = batch_tokens(batch, device) if batch.mode == "extend" else \
+            fixed_tokens(seq, batch.live_rows, batch.tokens_per_row)
     _raise_first_breach(specs, tables, s, locs, tokens, tail_pad)
 
 
@@ -42,18 +45,18 @@ def debug_check_device(specs: Mapping[str, GroupSpec], tables: Mapping[str, torc
         return
     seq = seq_lens.to(device=device, dtype=torch.int64)
     s = spans(seq, None, mode, n, live_rows)
-    _raise_first_breach(specs, tables, s, locs, fixed_tokens(seq, live_rows, 1 if mode == "decode" else n),
-                        tail_pad)
+    tokens = None if mode == "reanchor" else fixed_tokens(seq, live_rows, 1 if mode == "decode" else n)
+    _raise_first_breach(specs, tables, s, locs, tokens, tail_pad)
 
 
 def _raise_first_breach(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tensor], s: Spans,
-                        locs: Mapping[str, torch.Tensor], tokens: tuple[torch.Tensor, torch.Tensor],
+                        locs: Mapping[str, torch.Tensor], tokens: tuple[torch.Tensor, torch.Tensor] | None,
                         tail_pad: int) -> None:
     """Every verdict of the step in the contract's order, read back in one transfer (a breach's entry in a
-    second)."""
+    second); D1/D2 on the written ``tokens`` (none for a re-anchor)."""
     findings = [] if s.mode == "extend" else length_findings(s)
     findings += table_findings(specs, tables, s, tail_pad)
-    if s.mode != "reanchor":
+    if tokens is not None:
         findings += _write_findings(specs, tables, locs, *tokens, s.live_rows)
     raise_first(findings)
 
