@@ -33,7 +33,7 @@ def random_case(rng: random.Random) -> dict[str, Any]:
     mode = rng.choice(MODES)
     n = 1 if mode in ("decode", "extend") else rng.randint(1, 3)
     bs = rng.randint(1, 4)
-    live = rng.randint(1, bs)
+    live = rng.randint(0 if rng.random() < 0.05 else 1, bs)
     seq = [rng.randint(1, 40) for _ in range(live)] + [1] * (bs - live)
     prefix = [rng.randint(0, s) for s in seq] if mode == "extend" else None
     tail_pad = rng.choice([-1, 0])
