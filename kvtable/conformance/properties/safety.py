@@ -86,11 +86,16 @@ def _judge_sees_other_pages(ctx: Context, case: Case) -> None:
         if bad := reference.unsafe_writes(table, locs, tokens, ps, group=gid):
             raise Mismatch("W3", f"the safety oracle flags the reference's own locations of {gid!r}: {bad[0]}",
                            tier=SAFETY, kind="oracle flags a correct write")
-        for k, ((row, _), loc) in enumerate(zip(tokens, locs, strict=True)):
-            pages = sorted({p for p in table[row] if p > 0} - {loc // ps})
-            for page in pages[:1] + pages[-1:]:
-                moved = [*locs[:k], page * ps + loc % ps, *locs[k + 1:]]
-                if not any(w.token == k for w in reference.unsafe_writes(table, moved, tokens, ps, group=gid)):
+        others = [sorted({p for p in table[row] if p > 0} - {loc // ps}) for (row, _), loc in
+                  zip(tokens, locs, strict=True)]
+        # every token moved at once, to its lowest (then its highest) other page: the oracle judges each output entry
+        # by its own token alone, so one call over the whole batch flags each move (not one call per token)
+        flagged = [{w.token for w in reference.unsafe_writes(
+            table, [pages[end] * ps + loc % ps if pages else loc for pages, loc in zip(others, locs, strict=True)],
+            tokens, ps, group=gid)} for end in (0, -1)]
+        for k, ((row, _), loc, pages) in enumerate(zip(tokens, locs, others, strict=True)):
+            for moves, page in zip(flagged, pages[:1] + pages[-1:], strict=False):
+                if k not in moves:
                     raise Mismatch("W3", f"the safety oracle misses token {k} of {gid!r} (row {row}) written to "
                                    f"page {page} instead of page {loc // ps}", tier=SAFETY,
                                    kind="oracle misses another page")
