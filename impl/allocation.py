@@ -245,12 +245,17 @@ def _check_swa(state: AllocState, swa: SwaPool, before: torch.Tensor, allocation
         raise ContractViolation("A5", f"mapping[{slot}] records {int(mapping[slot])}, expected {int(expected[slot])}")
 
 
+NO_COLUMN = -(2**62)
+"""The partial page column of a request with no partially filled last page: no token's column."""
+
+
 class Allocator:
     """kvtable's own allocator-driven step in torch (A1-A6): each request's new positions (from its allocated
     length) take the rest of its partially filled last page, then whole free pages in free-list order; tokens at
     negative positions (a verify row shorter than N) get slots too but own no cell, so nothing records them. The
     chosen slots go to ``state.out`` at each request's output offset and are recorded in a copy of the token
-    table, returned with the free list that is left (a view of the one handed in, never written)."""
+    table, returned with the free list that is left (a view of the one handed in, never written). What depends
+    only on the lengths is counted on the host lists they come in; the per-token work is a few batched ops."""
 
     def out_starts(self, extend: torch.Tensor) -> torch.Tensor:
         """Each request's first output entry: the sum of the extend lengths before it (a negative one counts 0)."""
@@ -268,46 +273,70 @@ class Allocator:
 
     def allocate(self, state: AllocState) -> Allocation:
         before, ps = state.req_to_token, state.page_size
-        prefix, seq = _starts(state), torch.tensor(list(state.seq_lens))
-        rows = torch.tensor(list(state.rows))
-        req, pos = _tokens(state)
-        width = before.shape[1]
-        last = torch.where(prefix > 0, before[rows, (prefix - 1).clamp(0, width - 1)].long(), -1)
-        locs, taken = _choose(req, pos, prefix, seq, last, state.free_pages, ps)
-        starts = self.out_starts(seq - prefix)
-        _scatter(state.out, starts[req] + pos - prefix[req], locs)
+        plan = _Plan(state, before.shape[1])
+        last = before[plan.row, plan.last_col].long()  # each token's request's last slot before the step
+        col = torch.div(plan.pos, ps, rounding_mode="floor")
+        candidate, index = col == plan.partial_col, plan.page_shift + col
+        locs = _choose(plan, candidate, index, last, state.free_pages, ps)
+        starts = self.out_starts(torch.tensor(plan.extend))
+        _scatter(state.out, starts[plan.req] + plan.rank, locs)
         table = before.to(self.table_dtype((state.pool_pages + 1) * ps))
-        self.record(table, rows[req], pos, locs)
-        free = state.free_pages[taken:]
+        self.record(table, plan.row, plan.pos, locs)
+        free = state.free_pages[plan.pages:]
         if state.swa is None:
             return Allocation(state.out, table, free_pages=free)
         mapping = state.swa.mapping.clone()
-        swa_last = torch.where(last >= 0, mapping[last.clamp_min(0)], -1)
-        swa_locs, swa_taken = _choose(req, pos, prefix, seq, swa_last, state.swa.free_pages, ps)
+        held = (plan.has_prefix > 0) & (last >= 0)  # a request without a prefix has no last slot
+        swa_last = torch.where(held, mapping[torch.where(held, last, 0)], -1)
+        swa_locs = _choose(plan, candidate, index, swa_last, state.swa.free_pages, ps)
         mapping[locs] = swa_locs
         return Allocation(state.out, table, swa_locs.to(torch.int32), mapping, free_pages=free,
-                          swa_free_pages=state.swa.free_pages[swa_taken:])
+                          swa_free_pages=state.swa.free_pages[plan.pages:])
 
 
-def _choose(req: torch.Tensor, pos: torch.Tensor, prefix: torch.Tensor, seq: torch.Tensor, last: torch.Tensor,
-            free_pages: torch.Tensor, ps: int) -> tuple[torch.Tensor, int]:
-    """Each token's slot: on its request's partial last page (the page of ``last``) where its column is that
-    page's, else on the next free page its request takes (one per new column, negative columns too); and the
-    number of free pages taken."""
-    partial = (ps > 1) & (prefix > 0) & (prefix % ps != 0) & (last >= 0)
-    first_new = torch.where(prefix > 0, torch.div(prefix + ps - 1, ps, rounding_mode="floor"),
-                            torch.div(prefix, ps, rounding_mode="floor"))
-    new_pages = (torch.div(seq + ps - 1, ps, rounding_mode="floor") - first_new).clamp_min(0)
-    if int(new_pages.sum()) > free_pages.numel():
-        raise RuntimeError(f"out of memory: the step needs {int(new_pages.sum())} free pages, "
-                           f"{free_pages.numel()} are free")
-    page_start = torch.cumsum(new_pages, 0) - new_pages
-    col = torch.div(pos, ps, rounding_mode="floor")
-    on_partial = partial[req] & (col == first_new[req] - 1)
-    index = (page_start[req] + col - first_new[req]).clamp(0, max(free_pages.numel() - 1, 0))
-    fresh = free_pages[index] if free_pages.numel() else torch.zeros_like(pos)  # no page taken: all partial
-    page = torch.where(on_partial, torch.div(last[req], ps, rounding_mode="floor"), fresh)
-    return page * ps + pos % ps, int(new_pages.sum())
+class _Plan:
+    """One step's arithmetic on its lengths, done on the host lists they come in (no device data is read): per
+    request its output count, its first new page column and where its free pages start in the free list, then
+    per token (one batched ``repeat_interleave``) its request, row, position, rank in the output, the column of
+    its request's partial page, the shift from its page column to its free-list index, and the column of its
+    request's last slot (and whether it has one)."""
+
+    def __init__(self, state: AllocState, width: int) -> None:
+        ps = state.page_size
+        starts = list(state.prefix_lens if state.allocated_lens is None else state.allocated_lens)
+        per_request, counts, self.extend = [], [], []
+        out = pages = 0
+        for i, (start, seq, row) in enumerate(zip(starts, state.seq_lens, state.rows, strict=True)):
+            count = max(seq - start, 0)
+            first_new = -(-start // ps) if start > 0 else start // ps
+            partial = ps > 1 and start > 0 and start % ps != 0
+            per_request.append((i, row, start - out, -out, first_new - 1 if partial else NO_COLUMN,
+                                pages - first_new, min(max(start - 1, 0), width - 1), int(start > 0)))
+            counts.append(count)
+            self.extend.append(seq - start)
+            out += count
+            pages += max((seq + ps - 1) // ps - first_new, 0)
+        self.pages = pages
+        """The free pages the step takes."""
+        ranks = torch.arange(out)
+        tokens = torch.tensor(per_request, dtype=torch.long).reshape(len(per_request), 8).repeat_interleave(
+            torch.tensor(counts, dtype=torch.long), dim=0, output_size=out)
+        (self.req, self.row, pos_shift, rank_shift, self.partial_col, self.page_shift, self.last_col,
+         self.has_prefix) = tokens.unbind(1)
+        self.pos, self.rank = pos_shift + ranks, rank_shift + ranks
+
+
+def _choose(plan: _Plan, candidate: torch.Tensor, index: torch.Tensor, last: torch.Tensor, free_pages: torch.Tensor,
+            ps: int) -> torch.Tensor:
+    """Each token's slot: on its request's partial last page (the page of ``last``, its request's last slot) where
+    its column is that page's (``candidate``), else on the free page at ``index`` in the free list."""
+    free = free_pages.numel()
+    if plan.pages > free:
+        raise RuntimeError(f"out of memory: the step needs {plan.pages} free pages, {free} are free")
+    on_partial = candidate & (last >= 0)
+    fresh = free_pages[index.clamp(0, free - 1)] if free else torch.zeros_like(plan.pos)  # no page taken: all partial
+    page = torch.where(on_partial, torch.div(last, ps, rounding_mode="floor"), fresh)
+    return page * ps + plan.pos % ps
 
 
 def _scatter(out: torch.Tensor, offsets: torch.Tensor, values: torch.Tensor) -> None:
@@ -315,6 +344,7 @@ def _scatter(out: torch.Tensor, offsets: torch.Tensor, values: torch.Tensor) -> 
     before 0 or past the view lands in the memory around it (the storage must hold it)."""
     if not offsets.numel():
         return
-    lo, hi = min(int(offsets.min()), 0), max(int(offsets.max()) + 1, out.numel())
+    lo, hi = (int(v) for v in torch.aminmax(offsets))
+    lo, hi = min(lo, 0), max(hi + 1, out.numel())
     span = out.as_strided((hi - lo,), (1,), out.storage_offset() + lo)
-    span[offsets - lo] = values.to(out.dtype)
+    span[offsets - lo if lo else offsets] = values.to(out.dtype)
