@@ -9,6 +9,7 @@ The output buffer's surroundings are the caller's to guard; A4 here is the one-l
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 import torch
@@ -17,7 +18,7 @@ from kvtable.alloc_contract import Allocation, AllocState, SwaPool
 from kvtable.errors import ContractViolation
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 
 def _first(mask: torch.Tensor) -> int | None:
@@ -269,17 +270,18 @@ class Allocator:
     def record(self, table: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, locs: torch.Tensor) -> None:
         """Record each token's slot at its own cell; a token with no cell (position < 0) records nothing."""
         own = pos >= 0
-        table[rows[own], pos[own]] = locs[own].to(table.dtype)
+        if not bool(own.all()):  # host tensors: no sync
+            rows, pos, locs = rows[own], pos[own], locs[own]
+        table[rows, pos] = locs.to(table.dtype)
 
     def allocate(self, state: AllocState) -> Allocation:
         before, ps = state.req_to_token, state.page_size
-        plan = _Plan(state, before.shape[1])
-        last = before[plan.row, plan.last_col].long()  # each token's request's last slot before the step
+        plan = _Plan(state, before.shape[1], self.out_starts)
+        last = before.reshape(-1)[plan.last_cell].long()  # each token's request's last slot before the step
         col = torch.div(plan.pos, ps, rounding_mode="floor")
         candidate, index = col == plan.partial_col, plan.page_shift + col
         locs = _choose(plan, candidate, index, last, state.free_pages, ps)
-        starts = self.out_starts(torch.tensor(plan.extend))
-        _scatter(state.out, starts[plan.req] + plan.rank, locs)
+        _scatter(state.out, plan, locs)
         table = before.to(self.table_dtype((state.pool_pages + 1) * ps))
         self.record(table, plan.row, plan.pos, locs)
         free = state.free_pages[plan.pages:]
@@ -296,34 +298,39 @@ class Allocator:
 
 class _Plan:
     """One step's arithmetic on its lengths, done on the host lists they come in (no device data is read): per
-    request its output count, its first new page column and where its free pages start in the free list, then
-    per token (one batched ``repeat_interleave``) its request, row, position, rank in the output, the column of
-    its request's partial page, the shift from its page column to its free-list index, and the column of its
-    request's last slot (and whether it has one)."""
+    request its output count and offset (``out_starts``), its first new page column and where its free pages
+    start in the free list; then per token (one batched ``repeat_interleave``, none where each request has one
+    token) its row, position, output offset, the column of its request's partial page, the shift from its page
+    column to its free-list index, and the cell of its request's last slot (and whether it has one)."""
 
-    def __init__(self, state: AllocState, width: int) -> None:
+    def __init__(self, state: AllocState, width: int, out_starts: Callable[[torch.Tensor], torch.Tensor]) -> None:
         ps = state.page_size
         starts = list(state.prefix_lens if state.allocated_lens is None else state.allocated_lens)
-        per_request, counts, self.extend = [], [], []
+        seqs = list(state.seq_lens)
+        offsets = out_starts(torch.tensor([seq - start for start, seq in zip(starts, seqs, strict=True)],
+                                          dtype=torch.long)).tolist()
+        per_request, counts, self.spans = [], [], []
         out = pages = 0
-        for i, (start, seq, row) in enumerate(zip(starts, state.seq_lens, state.rows, strict=True)):
+        for start, seq, row, offset in zip(starts, seqs, state.rows, offsets, strict=True):
             count = max(seq - start, 0)
             first_new = -(-start // ps) if start > 0 else start // ps
             partial = ps > 1 and start > 0 and start % ps != 0
-            per_request.append((i, row, start - out, -out, first_new - 1 if partial else NO_COLUMN,
-                                pages - first_new, min(max(start - 1, 0), width - 1), int(start > 0)))
+            per_request.append((row, start - out, offset - out, first_new - 1 if partial else NO_COLUMN,
+                                pages - first_new, row * width + min(max(start - 1, 0), width - 1), int(start > 0)))
             counts.append(count)
-            self.extend.append(seq - start)
+            if count:
+                self.spans.append((offset, count))
             out += count
             pages += max((seq + ps - 1) // ps - first_new, 0)
         self.pages = pages
         """The free pages the step takes."""
         ranks = torch.arange(out)
-        tokens = torch.tensor(per_request, dtype=torch.long).reshape(len(per_request), 8).repeat_interleave(
-            torch.tensor(counts, dtype=torch.long), dim=0, output_size=out)
-        (self.req, self.row, pos_shift, rank_shift, self.partial_col, self.page_shift, self.last_col,
+        tokens = torch.tensor(per_request, dtype=torch.long).reshape(len(per_request), 7)
+        if out != len(counts) or any(c != 1 for c in counts):
+            tokens = tokens.repeat_interleave(torch.tensor(counts, dtype=torch.long), dim=0, output_size=out)
+        (self.row, pos_shift, offset_shift, self.partial_col, self.page_shift, self.last_cell,
          self.has_prefix) = tokens.unbind(1)
-        self.pos, self.rank = pos_shift + ranks, rank_shift + ranks
+        self.pos, self.offsets = pos_shift + ranks, offset_shift + ranks
 
 
 def _choose(plan: _Plan, candidate: torch.Tensor, index: torch.Tensor, last: torch.Tensor, free_pages: torch.Tensor,
@@ -339,12 +346,16 @@ def _choose(plan: _Plan, candidate: torch.Tensor, index: torch.Tensor, last: tor
     return page * ps + plan.pos % ps
 
 
-def _scatter(out: torch.Tensor, offsets: torch.Tensor, values: torch.Tensor) -> None:
-    """``out[offsets] = values`` through ``out``'s storage, as a kernel's pointer arithmetic writes: an offset
-    before 0 or past the view lands in the memory around it (the storage must hold it)."""
-    if not offsets.numel():
+def _scatter(out: torch.Tensor, plan: _Plan, values: torch.Tensor) -> None:
+    """``out[plan.offsets] = values`` through ``out``'s storage, as a kernel's pointer arithmetic writes: an offset
+    before 0 or past the view lands in the memory around it (the storage must hold it). The offsets are known on
+    the host: where they run on without a gap (every request after the one before), one copy."""
+    if not plan.spans:
         return
-    lo, hi = (int(v) for v in torch.aminmax(offsets))
-    lo, hi = min(lo, 0), max(hi + 1, out.numel())
+    if all(offset == before + count for (before, count), (offset, _) in itertools.pairwise(plan.spans)):
+        out.as_strided((values.numel(),), (1,), out.storage_offset() + plan.spans[0][0]).copy_(values)
+        return
+    lo = min(min(offset for offset, _ in plan.spans), 0)
+    hi = max(max(offset + count for offset, count in plan.spans), out.numel())
     span = out.as_strided((hi - lo,), (1,), out.storage_offset() + lo)
-    span[offsets - lo if lo else offsets] = values.to(out.dtype)
+    span[plan.offsets - lo if lo else plan.offsets] = values.to(out.dtype)
