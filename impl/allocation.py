@@ -27,6 +27,16 @@ def _first(mask: torch.Tensor) -> int | None:
     return int(hits[0, 0]) if hits.numel() else None
 
 
+def _first_hit(checks: Sequence[tuple[torch.Tensor, str]]) -> tuple[int, str] | None:
+    """The first True of the first mask with one (masks of one shape, in order) and what that check names: one
+    stacked reduction where no check hits, instead of one ``nonzero`` per mask."""
+    hit = torch.stack([mask for mask, _ in checks]).any(1).tolist()
+    for (mask, what), found in zip(checks, hit, strict=True):
+        if found:
+            return int(mask.nonzero()[0, 0]), what
+    return None
+
+
 def _starts(state: AllocState) -> torch.Tensor:
     """Each request's first position to allocate: its allocated length, else its prefix."""
     return torch.tensor(list(state.prefix_lens if state.allocated_lens is None else state.allocated_lens))
@@ -93,11 +103,10 @@ def _slots(clause: str, state: AllocState, locs: torch.Tensor, free: torch.Tenso
     lo = torch.full((int(column.max()) + 1 if column.numel() else 0,), 2**62).scatter_reduce(
         0, column, torch.where(page > 0, page, 2**62), "amin")
     checks.append(((page > 0) & (pos >= 0) & (page != lo[column]), "a page other than its page column's"))
-    for mask, what in checks:
-        k = _first(mask)
-        if k is not None:
-            raise ContractViolation(clause, f"token {k} (request {int(req[k])}, position {int(pos[k])}) chose "
-                                    f"slot {int(locs[k])}: {what}", row=int(rows[req[k]]))
+    if (first := _first_hit(checks)) is not None:
+        k, what = first
+        raise ContractViolation(clause, f"token {k} (request {int(req[k])}, position {int(pos[k])}) chose "
+                                f"slot {int(locs[k])}: {what}", row=int(rows[req[k]]))
 
 
 def check_allocation(before: torch.Tensor, state: AllocState, allocation: Allocation) -> None:
@@ -189,9 +198,10 @@ def _check_pool(ps: int, pool_pages: int, free_before: torch.Tensor, free_after:
     new = (locs >= ps) & (page != partial[req])
     column = req * (2**32) + torch.div(pos, ps, rounding_mode="floor")
     pages, cols = page[new], column[new]
-    for p in torch.unique(pages).tolist():
-        if torch.unique(cols[pages == p]).numel() > 1:
-            raise ContractViolation("A6", f"{pool}page {p} handed out twice, to two page columns")
+    handed = torch.unique(torch.stack([pages, cols]), dim=1)[0]  # each (page, column) once, by page
+    twice = _first(handed[1:] == handed[:-1])
+    if twice is not None:
+        raise ContractViolation("A6", f"{pool}page {int(handed[twice])} handed out twice, to two page columns")
     k = _first(new & ~torch.isin(page, free_before))
     if k is not None:
         raise ContractViolation("A6", f"{pool}page {int(page[k])} handed out again to request {int(req[k])}: it was "
@@ -203,11 +213,10 @@ def _check_pool(ps: int, pool_pages: int, free_before: torch.Tensor, free_after:
     listed = torch.cat([free, freed.reshape(-1)])
     held = torch.cat([pages, torch.div(live, ps, rounding_mode="floor")])
     _, inverse, counts = torch.unique(listed, return_inverse=True, return_counts=True)
-    for mask, what in (((listed < 1) | (listed > pool_pages), "outside the pool"), (counts[inverse] > 1,
-                       "free twice"), (torch.isin(listed, held), "free while the batch holds it")):
-        k = _first(mask)
-        if k is not None:
-            raise ContractViolation("A6", f"{pool}page {int(listed[k])} on the free list or freed: {what}")
+    first = _first_hit((((listed < 1) | (listed > pool_pages), "outside the pool"), (counts[inverse] > 1, "free twice"),
+                        (torch.isin(listed, held), "free while the batch holds it")))
+    if first is not None:
+        raise ContractViolation("A6", f"{pool}page {int(listed[first[0]])} on the free list or freed: {first[1]}")
     k = _first(torch.isin(free, free_before, invert=True) & torch.isin(free, freed, invert=True))
     if k is not None:
         raise ContractViolation("A6", f"{pool}page {int(free[k])} is on the free list after the step, but it was "
