@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
 
 def _first(mask: torch.Tensor) -> int | None:
-    """Index of the first True of a 1-D mask, or None."""
-    hits = mask.nonzero()
-    return int(hits[0, 0]) if hits.numel() else None
+    """Index of the first True of a 1-D mask, or None (an ``any`` first: most masks hold none, and a ``nonzero``
+    costs more, under an index guard most of all)."""
+    return int(mask.nonzero()[0, 0]) if bool(mask.any()) else None
 
 
 def _first_hit(checks: Sequence[tuple[torch.Tensor, str]]) -> tuple[int, str] | None:
@@ -132,9 +132,9 @@ def check_allocation(before: torch.Tensor, state: AllocState, allocation: Alloca
     allowed = torch.zeros_like(before, dtype=torch.bool)
     allowed[rows[own & ~misplaced], pos[own & ~misplaced]] = True
     _check_moved(state, before, after, moved_rows, allowed)
-    changed = ((after != before.long()) & ~allowed).nonzero()
-    if changed.numel():
-        row, col = (int(v) for v in changed[0])
+    changed = (after != before.long()) & ~allowed
+    if bool(changed.any()):
+        row, col = (int(v) for v in changed.nonzero()[0])
         raise ContractViolation("A2", f"cell changed from {int(before[row, col])} to {int(after[row, col])}, not a "
                                 "cell of this step's tokens", row=row, col=col)
     live = _live(state, before)
@@ -177,7 +177,7 @@ def _check_ends(state: AllocState, allocation: Allocation) -> None:
 def _check_moved(state: AllocState, before: torch.Tensor, after: torch.Tensor, rows: torch.Tensor,
                  allowed: torch.Tensor) -> None:
     """A1: a request moved to a fresh row has its earlier slots there (they may change: ``allowed`` marks them)."""
-    for i in (rows != torch.tensor(list(state.rows))).nonzero().flatten().tolist():
+    for i in [i for i, moved in enumerate((rows != torch.tensor(list(state.rows))).tolist()) if moved]:
         start = max(int(_starts(state)[i]), 0)
         old, new = before[state.rows[i], :start].long(), after[int(rows[i]), :start]
         col = _first(old != new)
