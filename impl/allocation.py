@@ -243,11 +243,11 @@ def _check_swa(state: AllocState, swa: SwaPool, before: torch.Tensor, allocation
         counts = torch.bincount(req, minlength=len(state.rows))
         rank = torch.arange(req.numel()) - (torch.cumsum(counts, 0) - counts)[req]
         head = rank < (counts - torch.tensor(list(swa.tail_lens)))[req]
-    _slots("A5", state, swa_locs, swa.free_pages, (swa.pool_pages + 1) * state.page_size,
-           _partial(state, before, swa.mapping), live_swa[live_swa >= state.page_size], req, pos, head)
-    swa_partial = _partial(state, before, swa.mapping)
+    swa_partial, swa_live = _partial(state, before, swa.mapping), live_swa[live_swa >= state.page_size]
+    _slots("A5", state, swa_locs, swa.free_pages, (swa.pool_pages + 1) * state.page_size, swa_partial, swa_live,
+           req, pos, head)
     _check_pool(state.page_size, swa.pool_pages, swa.free_pages, allocation.swa_free_pages, None, swa_locs,
-                live_swa[live_swa >= state.page_size], swa_partial, req, pos, rows=state.rows, pool="SWA ")
+                swa_live, swa_partial, req, pos, rows=state.rows, pool="SWA ")
     expected = swa.mapping.clone()
     expected[locs] = swa_locs
     slot = _first(expected != mapping)
