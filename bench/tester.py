@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from kvtable.bench.harness import Section, Settings
 
@@ -144,6 +145,8 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
             section.targets.append(Target.at_least(
                 f"{command}, torch: examples per CPU second over {c['commit']}'s", SPEEDUP,
                 Spread(ratio["min"], ratio["median"], ratio["max"])))
+        if kind == "conform" and len(result["candidates"]) > 1:
+            _family_table(section, result["candidates"], examples)
     if not settings.baselines and not alone:
         section.skipped.append("no --baseline given: this checkout's rates only, no ratio to an earlier commit")
     if rows:
@@ -153,6 +156,19 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
             "columns": ["command", "commit", "candidate", "properties", "examples", "cpu_s", "startup_cpu_s",
                         "examples/cpu_s", "examples/wall_s", "this / it"],
             "rows": rows})
+
+
+def _family_table(section: Section, candidates: Sequence[dict[str, Any]], examples: int) -> None:
+    """conform's wall ms per example per property family, this checkout beside each baseline."""
+    from kvtable.bench.tester_profile import family
+    from kvtable.bench.version_runs import family_rows
+
+    columns, rows = family_rows(candidates, family)
+    section.tables.append({
+        "title": f"conform --examples {examples} per property family beside the earlier commits: wall ms per "
+                 "example over the rounds (one torch thread, so about CPU on a quiet machine); this / it is the "
+                 "speed ratio on the properties both commits have",
+        "columns": columns, "rows": rows})
 
 
 def profile(section: Section, examples: int, *, smoke: bool = False) -> None:

@@ -15,7 +15,7 @@ import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,8 @@ cpu1, wall1 = time.process_time(), time.perf_counter()
 report = run()
 json.dump({"kvtable": kvtable.__file__, "examples": sum(r.examples for r in report.results),
            "properties": len(report.results), "passed": report.passed, "cpu_s": time.process_time() - cpu1,
-           "wall_s": time.perf_counter() - wall1, "startup_cpu_s": cpu1 - cpu0}, sys.stdout)
+           "wall_s": time.perf_counter() - wall1, "startup_cpu_s": cpu1 - cpu0,
+           "per_property": {r.property: [r.seconds, r.examples] for r in report.results}}, sys.stdout)
 """
 """What each candidate process runs: only APIs every compared commit has (no example database: fresh draws)."""
 
@@ -77,7 +78,48 @@ def compare(baselines: Sequence[str], kind: str, examples: int, rounds: int) -> 
             "passed": all(r["passed"] for r in done),
             "cpu_s": _spread([r["cpu_s"] for r in done]), "startup_cpu_s": _spread([r["startup_cpu_s"] for r in done]),
             "examples_per_cpu_s": _spread(rates), "examples_per_wall_s": _spread(walls),
-            "this_over_it": _spread(ratios)})
+            "this_over_it": _spread(ratios), "per_property": _summed([r["per_property"] for r in done])})
+    return out
+
+
+def family_rows(candidates: Sequence[dict[str, Any]], family: Callable[[str], str]
+                ) -> tuple[list[str], list[list[Any]]]:
+    """Per property family: each candidate's properties and wall ms per example (its rounds summed), and this
+    checkout's speed over each baseline's on the properties both have (>1: faster now)."""
+    this = next(c for c in candidates if c["this"])
+    others = [c for c in candidates if not c["this"]]
+    columns = ["family", "this: properties", "this: ms/example"]
+    for c in others:
+        columns += [f"{c['commit']}: properties", f"{c['commit']}: ms/example", f"this / {c['commit']} (shared)"]
+    names = sorted({family(p) for c in candidates for p in c["per_property"]})
+    rows = []
+    for name in [*names, "all"]:
+        def timed(c: dict[str, Any], among: set[str] | None = None, name: str = name) -> list[list[float]]:
+            return [v for p, v in c["per_property"].items()
+                    if name in ("all", family(p)) and (among is None or p in among)]
+        row: list[Any] = [name, len(timed(this)), _ms(timed(this))]
+        for c in others:
+            shared = set(this["per_property"]) & set(c["per_property"])
+            mine, theirs = _ms(timed(this, shared)), _ms(timed(c, shared))
+            row += [len(timed(c)), _ms(timed(c)), round(theirs / mine, 2) if mine and theirs else None]
+        rows.append(row)
+    return columns, rows
+
+
+def _ms(timed: Sequence[Sequence[float]]) -> float | None:
+    """Milliseconds per example over ``[seconds, examples]`` pairs (None without examples)."""
+    examples = sum(e for _, e in timed)
+    return round(1000 * sum(s for s, _ in timed) / examples, 2) if examples else None
+
+
+def _summed(rounds: Sequence[dict[str, list[float]]]) -> dict[str, list[float]]:
+    """Each property's seconds and examples summed over the rounds."""
+    out: dict[str, list[float]] = {}
+    for per in rounds:
+        for name, (seconds, examples) in per.items():
+            got = out.setdefault(name, [0.0, 0])
+            got[0] += seconds
+            got[1] += examples
     return out
 
 

@@ -15,7 +15,7 @@ import torch
 from kvtable.contract import NULL_PAGE, Batch
 from kvtable.errors import ContractViolation
 from kvtable.impl import validate
-from kvtable.impl.findings import Finding, first_entry, raise_first
+from kvtable.impl.findings import Finding, raise_first
 from kvtable.impl.tokens import batch_tokens
 
 _NULL, _FOREIGN, _SHIFTED, _REPEATED = range(4)
@@ -36,41 +36,46 @@ def write_findings(table: torch.Tensor, locs: object, rows: torch.Tensor, positi
                    live_rows: int, *, group: str | None = None) -> list[Finding]:
     """D1/D2 for the tokens ``(rows, positions)`` of the live rows, as findings on the table's device (nothing
     read back)."""
-    if not isinstance(locs, torch.Tensor) or locs.dtype.is_floating_point or locs.dtype.is_complex \
-            or locs.dtype == torch.bool:
-        what = locs.dtype if isinstance(locs, torch.Tensor) else type(locs).__name__
+    dtype = locs.dtype if isinstance(locs, torch.Tensor) else None
+    if dtype is None or dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        what = type(locs).__name__ if dtype is None else dtype
         raise ContractViolation("D1", f"write locations are an integer tensor, got {what}", group=group)
-    if locs.numel() != rows.numel():
-        raise ContractViolation("D1", f"{locs.numel()} write locations for {rows.numel()} tokens", group=group)
-    if not rows.numel():
+    assert isinstance(locs, torch.Tensor)
+    tokens = rows.numel()
+    if locs.numel() != tokens:
+        raise ContractViolation("D1", f"{locs.numel()} write locations for {tokens} tokens", group=group)
+    if not tokens:
         return []
     loc = locs.reshape(-1).to(device=table.device, dtype=torch.int64)
+    width = table.shape[1]
     col = positions // page_size
-    past = col >= table.shape[1]
+    past = col >= width
 
     def explain_past(token: int, values: Sequence[int]) -> ContractViolation:
         row, pos, at = values
-        return ContractViolation("D1", f"position {pos} needs column {at} past the table's {table.shape[1]}",
+        return ContractViolation("D1", f"position {pos} needs column {at} past the table's {width}",
                                  group=group, row=row, col=at)
 
-    own = table[rows, col.clamp_max(table.shape[1] - 1)].to(torch.int64)
+    own = table[rows, col.clamp_max(width - 1)]
     page, offset = loc // page_size, loc % page_size
     null = (loc < 0) | (page == NULL_PAGE)
     foreign = page != own
     shifted = offset != positions % page_size
-    first_writer = _first_writer(loc)
-    kind = torch.where(null, _NULL, torch.where(foreign, _FOREIGN, torch.where(shifted, _SHIFTED, _REPEATED)))
-    bad = null | foreign | shifted | (first_writer != torch.arange(loc.numel(), device=loc.device))
-    owner = _owner(table[:live_rows], page)
-    probe = first_entry(bad, kind, rows, positions, col, loc, page, offset, own, rows[first_writer],
-                        positions[first_writer], owner)
+    ordered, order = torch.sort(loc, stable=True)
+    first_writer = order[torch.searchsorted(ordered, loc)]  # the earliest token (in output order) on each slot
+    bad = null | foreign | shifted | (first_writer != torch.arange(tokens, device=loc.device))
+
+    def probe() -> tuple[torch.Tensor, ...]:
+        kind = torch.where(null, _NULL, torch.where(foreign, _FOREIGN, torch.where(shifted, _SHIFTED, _REPEATED)))
+        return (bad, kind, rows, positions, col, loc, page, offset, own, rows[first_writer], positions[first_writer],
+                _owner(table[:live_rows], page))
 
     def explain(token: int, values: Sequence[int]) -> ContractViolation:
         what, row, pos, at, slot, written, off, mine, other_row, other_pos, where = values
         if what == _NULL:
             message = f"position {pos} writes location {slot}, in the null page 0"
         elif what == _FOREIGN:
-            whose = "no live row" if where < 0 else f"row {where // table.shape[1]} col {where % table.shape[1]}"
+            whose = "no live row" if where < 0 else f"row {where // width} col {where % width}"
             message = f"position {pos} writes page {written} ({whose}), its own page is {mine}"
         elif what == _SHIFTED:
             message = f"position {pos} writes offset {off} of page {written}, expected {pos % page_size}"
@@ -79,18 +84,7 @@ def write_findings(table: torch.Tensor, locs: object, rows: torch.Tensor, positi
                                      f"by position {pos}", group=group, row=row, col=at)
         return ContractViolation("D1", message, group=group, row=row, col=at)
 
-    return [Finding(first_entry(past, rows, positions, col), explain_past), Finding(probe, explain)]
-
-
-def _first_writer(loc: torch.Tensor) -> torch.Tensor:
-    """For each token, the earliest token (in output order) writing the same location."""
-    order = torch.sort(loc, stable=True).indices
-    ordered = loc[order]
-    index = torch.arange(loc.numel(), device=loc.device)
-    starts = torch.where(torch.cat([ordered.new_ones(1, dtype=torch.bool), ordered[1:] != ordered[:-1]]), index, 0)
-    first = torch.empty_like(order)
-    first[order] = order[starts.cummax(0).values]
-    return first
+    return [Finding(past, lambda: (past, rows, positions, col), explain_past), Finding(bad, probe, explain)]
 
 
 def _owner(live_table: torch.Tensor, page: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Debug mode: impl's own table validator and strong write checker over a step, one readback for every verdict."""
+"""Debug mode: impl's own table validator and strong write checker over a step, one readback for a valid step
+(a breach reads its entry back in a second)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,15 @@ def debug_check(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tenso
     device = _readable_device(tables)
     if device is None or batch.bs == 0:  # no rows: nothing written, nothing to check
         return
+    seq = upload(batch.seq_lens, device, torch.int64)
     prefix = None if batch.prefix_lens is None else upload(batch.prefix_lens, device, torch.int64)
-    s = spans(upload(batch.seq_lens, device, torch.int64), prefix, batch.mode, batch.n, batch.live_rows)
-    _raise_first_breach(specs, tables, s, locs, batch_tokens(batch, device), tail_pad)
+    s = spans(seq, prefix, batch.mode, batch.n, batch.live_rows)
+    if batch.mode == "reanchor":
+        tokens = None
+    else:
+        tokens = batch_tokens(batch, device) if batch.mode == "extend" else \
+            fixed_tokens(seq, batch.live_rows, batch.tokens_per_row)
+    _raise_first_breach(specs, tables, s, locs, tokens, tail_pad)
 
 
 def debug_check_device(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tensor], seq_lens: torch.Tensor,
@@ -36,18 +43,20 @@ def debug_check_device(specs: Mapping[str, GroupSpec], tables: Mapping[str, torc
     device = _readable_device(tables)
     if device is None or seq_lens.shape[0] == 0:  # no rows: nothing written, nothing to check
         return
-    s = spans(seq_lens.to(device), None, mode, n, live_rows)
-    _raise_first_breach(specs, tables, s, locs, fixed_tokens(s.seq, live_rows, 1 if mode == "decode" else n),
-                        tail_pad)
+    seq = seq_lens.to(device=device, dtype=torch.int64)
+    s = spans(seq, None, mode, n, live_rows)
+    tokens = None if mode == "reanchor" else fixed_tokens(seq, live_rows, 1 if mode == "decode" else n)
+    _raise_first_breach(specs, tables, s, locs, tokens, tail_pad)
 
 
 def _raise_first_breach(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.Tensor], s: Spans,
-                        locs: Mapping[str, torch.Tensor], tokens: tuple[torch.Tensor, torch.Tensor],
+                        locs: Mapping[str, torch.Tensor], tokens: tuple[torch.Tensor, torch.Tensor] | None,
                         tail_pad: int) -> None:
-    """Every verdict of the step in the contract's order, read back in one transfer."""
+    """Every verdict of the step in the contract's order, read back in one transfer (a breach's entry in a
+    second); D1/D2 on the written ``tokens`` (none for a re-anchor)."""
     findings = [] if s.mode == "extend" else length_findings(s)
     findings += table_findings(specs, tables, s, tail_pad)
-    if s.mode != "reanchor":
+    if tokens is not None:
         findings += _write_findings(specs, tables, locs, *tokens, s.live_rows)
     raise_first(findings)
 
@@ -57,8 +66,9 @@ def _write_findings(specs: Mapping[str, GroupSpec], tables: Mapping[str, torch.T
                     live_rows: int) -> list[Finding]:
     """D1/D2 for every group's live tokens (the locations of padded rows follow them and are not checked)."""
     findings: list[Finding] = []
+    tokens = rows.numel()
     for gid in sorted(locs):
-        findings += write_findings(tables[gid], locs[gid][: rows.numel()], rows, positions,
+        findings += write_findings(tables[gid], locs[gid][:tokens], rows, positions,
                                    specs[gid].block_granularity, live_rows, group=gid)
     return findings
 

@@ -1,8 +1,8 @@
-"""Device-side breach flags gathered lazily and read back once: the debug validator's only host-device sync.
+"""Device-side breach flags read back once: the debug validator's only host-device sync on a valid step.
 
-A ``Finding`` holds, as a small int64 device tensor, the flat index of the first offending entry of one
-check (or -1) and the values its error message needs at that entry. ``raise_first`` concatenates every
-finding's probe, reads them back in one transfer and raises the first breach in the order given.
+A ``Finding`` holds one check's flags as a device tensor, nothing reduced yet. ``raise_first`` reduces each
+check's flags to one ``any``, reads them all back in one transfer and, only when one is set, builds that first
+failing check's probe (the first flagged entry and the values its message needs) and reads it back too.
 """
 
 from __future__ import annotations
@@ -17,50 +17,35 @@ from kvtable.errors import ContractViolation
 Explain = Callable[[int, Sequence[int]], ContractViolation]
 """Builds the error from the offending entry's flat index and the probed values at it."""
 
+Probe = Callable[[], Sequence[torch.Tensor]]
+"""Builds, for a breach only, ``(flags in report order, *values)``; each value broadcasts to the flags' shape."""
+
 
 @dataclass(frozen=True)
 class Finding:
-    """One check's verdict, still on the device: ``probe = [first index or -1, *values at it]``."""
+    """One check's verdict, still on the device: ``flags`` set anywhere is a breach (in any order), ``probe``
+    names its first entry in report (row-major) order and the values there."""
 
-    probe: torch.Tensor
+    flags: torch.Tensor
+    probe: Probe
     explain: Explain
 
 
 def first_entry(flags: torch.Tensor, *values: torch.Tensor) -> torch.Tensor:
-    """``[index of the first True of flags (row-major) or -1, *each value at that index]`` as int64, sync-free.
-
-    ``values`` have the shape of ``flags`` (or broadcast to it).
-    """
-    flat = flags.reshape(-1)
-    if flat.numel() == 0:
-        return torch.full((1 + len(values),), -1, dtype=torch.int64, device=flags.device)
-    index = torch.argmax(flat.to(torch.uint8)).reshape(1)  # a tensor index: reading it as an int would sync
-    first = torch.where(flat.index_select(0, index), index, -1)
-    picked = [v.expand(flags.shape).reshape(-1).index_select(0, index).to(torch.int64) for v in values]
-    return torch.cat([first, *picked])
+    """``[flat index of the first True of flags (row-major), *each value at that index]`` as int64, sync-free
+    (called only for a check known to have a True)."""
+    index = torch.argmax(flags.reshape(-1).to(torch.uint8)).reshape(1)  # a tensor: reading it as an int syncs
+    picked = [torch.broadcast_to(v, flags.shape).reshape(-1).index_select(0, index) for v in values]
+    return torch.cat([index, *picked]).to(torch.int64)
 
 
 def raise_first(findings: Sequence[Finding]) -> None:
-    """Read every probe back in one transfer and raise the first breach found, in ``findings`` order."""
+    """Read every check's ``any`` back in one transfer; for the first set, in ``findings`` order, read its
+    probe back and raise its breach."""
     if not findings:
         return
-    device = findings[0].probe.device
-    probes = [f.probe.to(device) for f in findings]
-    values = torch.cat(probes).tolist()
-    start = 0
-    for finding, probe in zip(findings, probes, strict=True):
-        end = start + probe.numel()
-        if values[start] >= 0:
-            raise finding.explain(values[start], values[start + 1: end])
-        start = end
-
-
-def repeated(values: torch.Tensor) -> torch.Tensor:
-    """1-D: True for every element equal to an earlier one (a stable sort, then neighbours compared)."""
-    order = torch.sort(values, stable=True).indices
-    ordered = values[order]
-    later = torch.zeros_like(values, dtype=torch.bool)
-    later[1:] = ordered[1:] == ordered[:-1]
-    flags = torch.zeros_like(later)
-    flags[order] = later
-    return flags
+    hits = torch.stack([finding.flags.any() for finding in findings]).tolist()
+    for finding, hit in zip(findings, hits, strict=True):
+        if hit:
+            index, *values = first_entry(*finding.probe()).tolist()
+            raise finding.explain(index, values)

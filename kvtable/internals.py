@@ -17,7 +17,7 @@ PRIVATE: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # name: (module, attribute ("": the module itself), attributes kvtable reads or swaps on it; grid_idx is
     # read inside a launch, where set_grid_idx put it)
     "ConjectureResult": ("hypothesis.internal.conjecture.data", "ConjectureResult", ()),
-    "hypothesis_providers": ("hypothesis.internal.conjecture.providers", "", ("_get_local_constants",)),
+    "hypothesis_providers": ("hypothesis.internal.conjecture.providers", "", ("_get_local_constants", "Constants")),
     "triton_interpreter": ("triton.runtime.interpreter", "", ("_implicit_cvt", "_get_np_dtype")),
     "interpreter_builder": ("triton.runtime.interpreter", "interpreter_builder",
                             ("set_grid_idx", "create_masked_load", "create_masked_store")),
@@ -52,7 +52,7 @@ def without_local_constants() -> None:
     tests ran before a derandomized one changes what that one draws. Off (for kvtable's own test session): the
     same test draws the same examples in any order."""
     providers = private("hypothesis_providers")
-    empty = type(providers._get_local_constants())()  # Constants() holds no constant of any type
+    empty = providers.Constants()  # no constant of any type (built, not mined: mining reads Hypothesis' storage)
     providers._get_local_constants = lambda: empty
 
 

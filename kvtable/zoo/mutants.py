@@ -197,7 +197,7 @@ MUTANTS: tuple[SourceMutant, ...] = (
                  (("null = (loc < 0) | (page == NULL_PAGE)", "null = loc < 0"),),
                  "D1", "checker accepts a real token writing page 0 (caught only by a write through a hole)"),
     SourceMutant("checker-no-d2", "checker",
-                 ((" | (first_writer != torch.arange(loc.numel(), device=loc.device))", ""),),
+                 ((" | (first_writer != torch.arange(tokens, device=loc.device))", ""),),
                  "D2", "checker does not look for two tokens sharing a slot"),
 )
 

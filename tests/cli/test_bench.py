@@ -173,3 +173,19 @@ def test_quick_extend_measures_its_target(tmp_path):
         assert gather["got"] is None and gather["verdict"] == "not measured"
     assert doc["sections"]["extend"]["moved"]
     assert {(r["groups"], r["bs"]) for r in doc["sections"]["extend"]["records"]} >= {(3, 256)}
+
+
+def test_family_rows_compare_each_family_on_the_properties_both_commits_have():
+    from kvtable.bench.tester_profile import family
+    from kvtable.bench.version_runs import family_rows
+
+    this = {"this": True, "commit": "new", "per_property": {
+        "decode_locs": [0.2, 100], "rejects/T1": [0.6, 100], "alloc/decode": [0.3, 100]}}
+    base = {"this": False, "commit": "old", "per_property": {"decode_locs": [0.4, 100], "rejects/T1": [0.3, 100]}}
+    columns, rows = family_rows([this, base], family)
+    assert columns == ["family", "this: properties", "this: ms/example", "old: properties", "old: ms/example",
+                       "this / old (shared)"]
+    assert rows == [["alloc", 1, 3.0, 0, None, None],
+                    ["locs", 1, 2.0, 1, 4.0, 2.0],
+                    ["rejects", 1, 6.0, 1, 3.0, 0.5],
+                    ["all", 3, 3.67, 2, 3.5, 0.88]]  # shared: (4 + 3) / (2 + 6) ms, alloc/decode left out
