@@ -9,6 +9,7 @@ The output buffer's surroundings are the caller's to guard; A4 here is the one-l
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 import torch
@@ -17,13 +18,23 @@ from kvtable.alloc_contract import Allocation, AllocState, SwaPool
 from kvtable.errors import ContractViolation
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 
 def _first(mask: torch.Tensor) -> int | None:
-    """Index of the first True of a 1-D mask, or None."""
-    hits = mask.nonzero()
-    return int(hits[0, 0]) if hits.numel() else None
+    """Index of the first True of a 1-D mask, or None (an ``any`` first: most masks hold none, and a ``nonzero``
+    costs more, under an index guard most of all)."""
+    return int(mask.nonzero()[0, 0]) if bool(mask.any()) else None
+
+
+def _first_hit(checks: Sequence[tuple[torch.Tensor, str]]) -> tuple[int, str] | None:
+    """The first True of the first mask with one (masks of one shape, in order) and what that check names: one
+    stacked reduction where no check hits, instead of one ``nonzero`` per mask."""
+    hit = torch.stack([mask for mask, _ in checks]).any(1).tolist()
+    for (mask, what), found in zip(checks, hit, strict=True):
+        if found:
+            return int(mask.nonzero()[0, 0]), what
+    return None
 
 
 def _starts(state: AllocState) -> torch.Tensor:
@@ -92,11 +103,10 @@ def _slots(clause: str, state: AllocState, locs: torch.Tensor, free: torch.Tenso
     lo = torch.full((int(column.max()) + 1 if column.numel() else 0,), 2**62).scatter_reduce(
         0, column, torch.where(page > 0, page, 2**62), "amin")
     checks.append(((page > 0) & (pos >= 0) & (page != lo[column]), "a page other than its page column's"))
-    for mask, what in checks:
-        k = _first(mask)
-        if k is not None:
-            raise ContractViolation(clause, f"token {k} (request {int(req[k])}, position {int(pos[k])}) chose "
-                                    f"slot {int(locs[k])}: {what}", row=int(rows[req[k]]))
+    if (first := _first_hit(checks)) is not None:
+        k, what = first
+        raise ContractViolation(clause, f"token {k} (request {int(req[k])}, position {int(pos[k])}) chose "
+                                f"slot {int(locs[k])}: {what}", row=int(rows[req[k]]))
 
 
 def check_allocation(before: torch.Tensor, state: AllocState, allocation: Allocation) -> None:
@@ -122,9 +132,9 @@ def check_allocation(before: torch.Tensor, state: AllocState, allocation: Alloca
     allowed = torch.zeros_like(before, dtype=torch.bool)
     allowed[rows[own & ~misplaced], pos[own & ~misplaced]] = True
     _check_moved(state, before, after, moved_rows, allowed)
-    changed = ((after != before.long()) & ~allowed).nonzero()
-    if changed.numel():
-        row, col = (int(v) for v in changed[0])
+    changed = (after != before.long()) & ~allowed
+    if bool(changed.any()):
+        row, col = (int(v) for v in changed.nonzero()[0])
         raise ContractViolation("A2", f"cell changed from {int(before[row, col])} to {int(after[row, col])}, not a "
                                 "cell of this step's tokens", row=row, col=col)
     live = _live(state, before)
@@ -167,7 +177,7 @@ def _check_ends(state: AllocState, allocation: Allocation) -> None:
 def _check_moved(state: AllocState, before: torch.Tensor, after: torch.Tensor, rows: torch.Tensor,
                  allowed: torch.Tensor) -> None:
     """A1: a request moved to a fresh row has its earlier slots there (they may change: ``allowed`` marks them)."""
-    for i in (rows != torch.tensor(list(state.rows))).nonzero().flatten().tolist():
+    for i in [i for i, moved in enumerate((rows != torch.tensor(list(state.rows))).tolist()) if moved]:
         start = max(int(_starts(state)[i]), 0)
         old, new = before[state.rows[i], :start].long(), after[int(rows[i]), :start]
         col = _first(old != new)
@@ -188,9 +198,10 @@ def _check_pool(ps: int, pool_pages: int, free_before: torch.Tensor, free_after:
     new = (locs >= ps) & (page != partial[req])
     column = req * (2**32) + torch.div(pos, ps, rounding_mode="floor")
     pages, cols = page[new], column[new]
-    for p in torch.unique(pages).tolist():
-        if torch.unique(cols[pages == p]).numel() > 1:
-            raise ContractViolation("A6", f"{pool}page {p} handed out twice, to two page columns")
+    handed = torch.unique(torch.stack([pages, cols]), dim=1)[0]  # each (page, column) once, by page
+    twice = _first(handed[1:] == handed[:-1])
+    if twice is not None:
+        raise ContractViolation("A6", f"{pool}page {int(handed[twice])} handed out twice, to two page columns")
     k = _first(new & ~torch.isin(page, free_before))
     if k is not None:
         raise ContractViolation("A6", f"{pool}page {int(page[k])} handed out again to request {int(req[k])}: it was "
@@ -202,11 +213,10 @@ def _check_pool(ps: int, pool_pages: int, free_before: torch.Tensor, free_after:
     listed = torch.cat([free, freed.reshape(-1)])
     held = torch.cat([pages, torch.div(live, ps, rounding_mode="floor")])
     _, inverse, counts = torch.unique(listed, return_inverse=True, return_counts=True)
-    for mask, what in (((listed < 1) | (listed > pool_pages), "outside the pool"), (counts[inverse] > 1,
-                       "free twice"), (torch.isin(listed, held), "free while the batch holds it")):
-        k = _first(mask)
-        if k is not None:
-            raise ContractViolation("A6", f"{pool}page {int(listed[k])} on the free list or freed: {what}")
+    first = _first_hit((((listed < 1) | (listed > pool_pages), "outside the pool"), (counts[inverse] > 1, "free twice"),
+                        (torch.isin(listed, held), "free while the batch holds it")))
+    if first is not None:
+        raise ContractViolation("A6", f"{pool}page {int(listed[first[0]])} on the free list or freed: {first[1]}")
     k = _first(torch.isin(free, free_before, invert=True) & torch.isin(free, freed, invert=True))
     if k is not None:
         raise ContractViolation("A6", f"{pool}page {int(free[k])} is on the free list after the step, but it was "
@@ -233,11 +243,11 @@ def _check_swa(state: AllocState, swa: SwaPool, before: torch.Tensor, allocation
         counts = torch.bincount(req, minlength=len(state.rows))
         rank = torch.arange(req.numel()) - (torch.cumsum(counts, 0) - counts)[req]
         head = rank < (counts - torch.tensor(list(swa.tail_lens)))[req]
-    _slots("A5", state, swa_locs, swa.free_pages, (swa.pool_pages + 1) * state.page_size,
-           _partial(state, before, swa.mapping), live_swa[live_swa >= state.page_size], req, pos, head)
-    swa_partial = _partial(state, before, swa.mapping)
+    swa_partial, swa_live = _partial(state, before, swa.mapping), live_swa[live_swa >= state.page_size]
+    _slots("A5", state, swa_locs, swa.free_pages, (swa.pool_pages + 1) * state.page_size, swa_partial, swa_live,
+           req, pos, head)
     _check_pool(state.page_size, swa.pool_pages, swa.free_pages, allocation.swa_free_pages, None, swa_locs,
-                live_swa[live_swa >= state.page_size], swa_partial, req, pos, rows=state.rows, pool="SWA ")
+                swa_live, swa_partial, req, pos, rows=state.rows, pool="SWA ")
     expected = swa.mapping.clone()
     expected[locs] = swa_locs
     slot = _first(expected != mapping)
@@ -245,12 +255,17 @@ def _check_swa(state: AllocState, swa: SwaPool, before: torch.Tensor, allocation
         raise ContractViolation("A5", f"mapping[{slot}] records {int(mapping[slot])}, expected {int(expected[slot])}")
 
 
+NO_COLUMN = -(2**62)
+"""The partial page column of a request with no partially filled last page: no token's column."""
+
+
 class Allocator:
     """kvtable's own allocator-driven step in torch (A1-A6): each request's new positions (from its allocated
     length) take the rest of its partially filled last page, then whole free pages in free-list order; tokens at
     negative positions (a verify row shorter than N) get slots too but own no cell, so nothing records them. The
     chosen slots go to ``state.out`` at each request's output offset and are recorded in a copy of the token
-    table, returned with the free list that is left (a view of the one handed in, never written)."""
+    table, returned with the free list that is left (a view of the one handed in, never written). What depends
+    only on the lengths is counted on the host lists they come in; the per-token work is a few batched ops."""
 
     def out_starts(self, extend: torch.Tensor) -> torch.Tensor:
         """Each request's first output entry: the sum of the extend lengths before it (a negative one counts 0)."""
@@ -264,57 +279,92 @@ class Allocator:
     def record(self, table: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, locs: torch.Tensor) -> None:
         """Record each token's slot at its own cell; a token with no cell (position < 0) records nothing."""
         own = pos >= 0
-        table[rows[own], pos[own]] = locs[own].to(table.dtype)
+        if not bool(own.all()):  # host tensors: no sync
+            rows, pos, locs = rows[own], pos[own], locs[own]
+        table[rows, pos] = locs.to(table.dtype)
 
     def allocate(self, state: AllocState) -> Allocation:
         before, ps = state.req_to_token, state.page_size
-        prefix, seq = _starts(state), torch.tensor(list(state.seq_lens))
-        rows = torch.tensor(list(state.rows))
-        req, pos = _tokens(state)
-        width = before.shape[1]
-        last = torch.where(prefix > 0, before[rows, (prefix - 1).clamp(0, width - 1)].long(), -1)
-        locs, taken = _choose(req, pos, prefix, seq, last, state.free_pages, ps)
-        starts = self.out_starts(seq - prefix)
-        _scatter(state.out, starts[req] + pos - prefix[req], locs)
+        plan = _Plan(state, before.shape[1], self.out_starts)
+        last = before.reshape(-1)[plan.last_cell].long()  # each token's request's last slot before the step
+        col = torch.div(plan.pos, ps, rounding_mode="floor")
+        candidate, index = col == plan.partial_col, plan.page_shift + col
+        locs = _choose(plan, candidate, index, last, state.free_pages, ps)
+        _scatter(state.out, plan, locs)
         table = before.to(self.table_dtype((state.pool_pages + 1) * ps))
-        self.record(table, rows[req], pos, locs)
-        free = state.free_pages[taken:]
+        self.record(table, plan.row, plan.pos, locs)
+        free = state.free_pages[plan.pages:]
         if state.swa is None:
             return Allocation(state.out, table, free_pages=free)
         mapping = state.swa.mapping.clone()
-        swa_last = torch.where(last >= 0, mapping[last.clamp_min(0)], -1)
-        swa_locs, swa_taken = _choose(req, pos, prefix, seq, swa_last, state.swa.free_pages, ps)
+        held = (plan.has_prefix > 0) & (last >= 0)  # a request without a prefix has no last slot
+        swa_last = torch.where(held, mapping[torch.where(held, last, 0)], -1)
+        swa_locs = _choose(plan, candidate, index, swa_last, state.swa.free_pages, ps)
         mapping[locs] = swa_locs
         return Allocation(state.out, table, swa_locs.to(torch.int32), mapping, free_pages=free,
-                          swa_free_pages=state.swa.free_pages[swa_taken:])
+                          swa_free_pages=state.swa.free_pages[plan.pages:])
 
 
-def _choose(req: torch.Tensor, pos: torch.Tensor, prefix: torch.Tensor, seq: torch.Tensor, last: torch.Tensor,
-            free_pages: torch.Tensor, ps: int) -> tuple[torch.Tensor, int]:
-    """Each token's slot: on its request's partial last page (the page of ``last``) where its column is that
-    page's, else on the next free page its request takes (one per new column, negative columns too); and the
-    number of free pages taken."""
-    partial = (ps > 1) & (prefix > 0) & (prefix % ps != 0) & (last >= 0)
-    first_new = torch.where(prefix > 0, torch.div(prefix + ps - 1, ps, rounding_mode="floor"),
-                            torch.div(prefix, ps, rounding_mode="floor"))
-    new_pages = (torch.div(seq + ps - 1, ps, rounding_mode="floor") - first_new).clamp_min(0)
-    if int(new_pages.sum()) > free_pages.numel():
-        raise RuntimeError(f"out of memory: the step needs {int(new_pages.sum())} free pages, "
-                           f"{free_pages.numel()} are free")
-    page_start = torch.cumsum(new_pages, 0) - new_pages
-    col = torch.div(pos, ps, rounding_mode="floor")
-    on_partial = partial[req] & (col == first_new[req] - 1)
-    index = (page_start[req] + col - first_new[req]).clamp(0, max(free_pages.numel() - 1, 0))
-    fresh = free_pages[index] if free_pages.numel() else torch.zeros_like(pos)  # no page taken: all partial
-    page = torch.where(on_partial, torch.div(last[req], ps, rounding_mode="floor"), fresh)
-    return page * ps + pos % ps, int(new_pages.sum())
+class _Plan:
+    """One step's arithmetic on its lengths, done on the host lists they come in (no device data is read): per
+    request its output count and offset (``out_starts``), its first new page column and where its free pages
+    start in the free list; then per token (one batched ``repeat_interleave``, none where each request has one
+    token) its row, position, output offset, the column of its request's partial page, the shift from its page
+    column to its free-list index, and the cell of its request's last slot (and whether it has one)."""
+
+    def __init__(self, state: AllocState, width: int, out_starts: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        ps = state.page_size
+        starts = list(state.prefix_lens if state.allocated_lens is None else state.allocated_lens)
+        seqs = list(state.seq_lens)
+        offsets = out_starts(torch.tensor([seq - start for start, seq in zip(starts, seqs, strict=True)],
+                                          dtype=torch.long)).tolist()
+        per_request, counts, self.spans = [], [], []
+        out = pages = 0
+        for start, seq, row, offset in zip(starts, seqs, state.rows, offsets, strict=True):
+            count = max(seq - start, 0)
+            first_new = -(-start // ps) if start > 0 else start // ps
+            partial = ps > 1 and start > 0 and start % ps != 0
+            per_request.append((row, start - out, offset - out, first_new - 1 if partial else NO_COLUMN,
+                                pages - first_new, row * width + min(max(start - 1, 0), width - 1), int(start > 0)))
+            counts.append(count)
+            if count:
+                self.spans.append((offset, count))
+            out += count
+            pages += max((seq + ps - 1) // ps - first_new, 0)
+        self.pages = pages
+        """The free pages the step takes."""
+        ranks = torch.arange(out)
+        tokens = torch.tensor(per_request, dtype=torch.long).reshape(len(per_request), 7)
+        if out != len(counts) or any(c != 1 for c in counts):
+            tokens = tokens.repeat_interleave(torch.tensor(counts, dtype=torch.long), dim=0, output_size=out)
+        (self.row, pos_shift, offset_shift, self.partial_col, self.page_shift, self.last_cell,
+         self.has_prefix) = tokens.unbind(1)
+        self.pos, self.offsets = pos_shift + ranks, offset_shift + ranks
 
 
-def _scatter(out: torch.Tensor, offsets: torch.Tensor, values: torch.Tensor) -> None:
-    """``out[offsets] = values`` through ``out``'s storage, as a kernel's pointer arithmetic writes: an offset
-    before 0 or past the view lands in the memory around it (the storage must hold it)."""
-    if not offsets.numel():
+def _choose(plan: _Plan, candidate: torch.Tensor, index: torch.Tensor, last: torch.Tensor, free_pages: torch.Tensor,
+            ps: int) -> torch.Tensor:
+    """Each token's slot: on its request's partial last page (the page of ``last``, its request's last slot) where
+    its column is that page's (``candidate``), else on the free page at ``index`` in the free list."""
+    free = free_pages.numel()
+    if plan.pages > free:
+        raise RuntimeError(f"out of memory: the step needs {plan.pages} free pages, {free} are free")
+    on_partial = candidate & (last >= 0)
+    fresh = free_pages[index.clamp(0, free - 1)] if free else torch.zeros_like(plan.pos)  # no page taken: all partial
+    page = torch.where(on_partial, torch.div(last, ps, rounding_mode="floor"), fresh)
+    return page * ps + plan.pos % ps
+
+
+def _scatter(out: torch.Tensor, plan: _Plan, values: torch.Tensor) -> None:
+    """``out[plan.offsets] = values`` through ``out``'s storage, as a kernel's pointer arithmetic writes: an offset
+    before 0 or past the view lands in the memory around it (the storage must hold it). The offsets are known on
+    the host: where they run on without a gap (every request after the one before), one copy."""
+    if not plan.spans:
         return
-    lo, hi = min(int(offsets.min()), 0), max(int(offsets.max()) + 1, out.numel())
+    if all(offset == before + count for (before, count), (offset, _) in itertools.pairwise(plan.spans)):
+        out.as_strided((values.numel(),), (1,), out.storage_offset() + plan.spans[0][0]).copy_(values)
+        return
+    lo = min(min(offset for offset, _ in plan.spans), 0)
+    hi = max(max(offset + count for offset, count in plan.spans), out.numel())
     span = out.as_strided((hi - lo,), (1,), out.storage_offset() + lo)
-    span[offsets - lo] = values.to(out.dtype)
+    span[plan.offsets - lo if lo else plan.offsets] = values.to(out.dtype)

@@ -62,7 +62,8 @@ def write_findings(table: torch.Tensor, locs: object, rows: torch.Tensor, positi
     foreign = page != own
     shifted = offset != positions % page_size
     ordered, order = torch.sort(loc, stable=True)
-    first_writer = order[torch.searchsorted(ordered, loc)]  # the earliest token (in output order) on each slot
+    # the earliest token (in output order) on each slot; searchsorted copies (and warns about) a strided view
+    first_writer = order[torch.searchsorted(ordered, loc.contiguous())]
     bad = null | foreign | shifted | (first_writer != torch.arange(tokens, device=loc.device))
 
     def probe() -> tuple[torch.Tensor, ...]:
@@ -93,5 +94,5 @@ def _owner(live_table: torch.Tensor, page: torch.Tensor) -> torch.Tensor:
     if flat.numel() == 0:
         return torch.full_like(page, -1)
     ordered, order = torch.sort(flat, stable=True)
-    at = torch.searchsorted(ordered, page).clamp_max(flat.numel() - 1)
+    at = torch.searchsorted(ordered, page.contiguous()).clamp_max(flat.numel() - 1)
     return torch.where(ordered[at] == page, order[at], -1)

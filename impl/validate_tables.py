@@ -278,8 +278,9 @@ def _t7_shared_write(v: GroupView) -> Finding:
     page are the ends of its run among the sorted pages)."""
     ordered, order = torch.sort(v.real_pages.reshape(-1), stable=True)  # a page's rows: a run, in row order
     rows = order // v.width
-    low = rows[torch.searchsorted(ordered, v.real_pages)]
-    high = rows[torch.searchsorted(ordered, v.real_pages, right=True) - 1]
+    pages = v.real_pages.contiguous()  # searchsorted copies (and warns about) a strided view of the table
+    low = rows[torch.searchsorted(ordered, pages)]
+    high = rows[torch.searchsorted(ordered, pages, right=True) - 1]
     ps = v.spec.block_granularity
     writes = (v.col >= v.spans.live_first // ps) & (v.col < v.end)
     flags = v.real & writes & (low != high)

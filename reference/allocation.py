@@ -225,6 +225,8 @@ def check_rows_kept(step: AllocStep, outcome: AllocOutcome) -> list[AllocFault]:
     copied = {(row, pos) for i, row in enumerate(rows) if row != step.rows[i] for pos in range(step.starts[i])}
     writer = {loc: k for k, loc in reversed(list(enumerate(outcome.locs)))}
     for row, (old, new) in enumerate(zip(before, after, strict=True)):
+        if old == new:
+            continue  # a row the step left as it was (most of them): nothing to judge cell by cell
         for col, (was, now) in enumerate(zip(old, new, strict=True)):
             mine = own.get((row, col))
             if was == now or (row, col) in copied or (mine is not None and (now not in writer

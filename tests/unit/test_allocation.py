@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import given, settings
 
+from kvtable.alloc_contract import Allocation, AllocState
 from kvtable.backends import load
 from kvtable.backends.profiles import get_profile
 from kvtable.conformance.alloc_calls import alloc_outcome, alloc_state, call_allocator
@@ -305,3 +307,20 @@ def test_pool_ledger_judges_frees_across_steps_only_as_far_as_the_trace_records_
     blind.before_step([3, 4], {})
     blind.after_step({3: "request 0"}, [4])
     assert blind.before_step([3, 4], {}) == [] and PoolLedger(4).release([1], "a free") == []
+
+
+def test_the_torch_checker_names_a_page_handed_to_two_page_columns() -> None:
+    """Page size 2: request 0's position 0 and request 1's position 1 both on free page 3 (offsets 0 and 1) pass
+    every slot rule of A3, but one page went to two page columns (A6); request 1 on its own partial page 4 passes."""
+    step = AllocStep("extend", _table([[], [], [8]]), rows=[1, 2], prefix_lens=[0, 1], seq_lens=[1, 2],
+                     free_pages=[3, 5], page_size=2, pool_pages=6)
+
+    def answer(locs: list[int]) -> tuple[torch.Tensor, AllocState, Allocation]:
+        state, _ = alloc_state(step)
+        table = torch.tensor(_record(step, locs))
+        return state.req_to_token.clone(), state, Allocation(torch.tensor(locs), table, free_pages=torch.tensor([5]))
+
+    check_allocation(*answer([6, 9]))
+    with pytest.raises(ContractViolation, match="page 3 handed out twice, to two page columns") as err:
+        check_allocation(*answer([6, 7]))
+    assert err.value.clause_id == "A6"
