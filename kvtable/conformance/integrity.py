@@ -55,65 +55,23 @@ def _storage(tensor: torch.Tensor) -> int:
 
 
 def _arguments(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The call's arguments by parameter name (``arg0``, ``arg1``, ... where the signature cannot be read), in the
-    signature's order. Which argument a parameter gets depends on the number of positional arguments and the keywords
-    alone: that plan is made once per function and call shape, not bound anew on every call."""
-    try:
-        key = (_function_key(fn), len(args), tuple(kwargs))
-        plan = _PLANS.get(key, _UNPLANNED)
-    except TypeError:  # an unhashable callable: bound every time
-        return _bound(fn, args, kwargs)
-    if plan is _UNPLANNED:
-        if len(_PLANS) >= SIGNATURES_KEPT:
-            _PLANS.clear()
-        plan = _PLANS[key] = _plan(fn, args, kwargs)
-    if plan is None:
-        return _bound(fn, args, kwargs)
-    return {name: args[where] if isinstance(where, int) else kwargs[where] for name, where in plan}
-
-
-def _bound(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments by parameter name (``arg0``, ``arg1``, ... where the signature cannot be read)."""
     try:
         return dict(signature_of(fn).bind(*args, **kwargs).arguments)
     except (TypeError, ValueError):
         return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
 
 
-def _plan(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-          ) -> tuple[tuple[str, int | str], ...] | None:
-    """Each parameter ``_bound`` names and where its value comes from (an index into the positional arguments or a
-    keyword); None where one gathers several (``*args``, ``**kwargs``): those are bound every time."""
-    plan: list[tuple[str, int | str]] = []
-    for name, value in _bound(fn, args, kwargs).items():
-        where: int | str | None = next((i for i, a in enumerate(args) if a is value), None)
-        if name in kwargs and kwargs[name] is value:
-            where = name
-        if where is None:
-            return None
-        plan.append((name, where))
-    if sorted(w for _, w in plan if isinstance(w, int)) != list(range(len(args))) or \
-            sorted(w for _, w in plan if isinstance(w, str)) != sorted(kwargs):
-        return None
-    return tuple(plan)
-
-
-_UNPLANNED = object()
-_PLANS: dict[tuple[Any, int, tuple[str, ...]], tuple[tuple[str, int | str], ...] | None] = {}
 _SIGNATURES: dict[tuple[Any, bool], inspect.Signature] = {}
 SIGNATURES_KEPT = 1024
 
 
-def _function_key(fn: Callable[..., Any]) -> tuple[Any, bool]:
-    """A callable's key: a bound method is new at every attribute access, so it is kept by its function (every
-    method bound to that function has the one signature)."""
-    func = getattr(fn, "__func__", None)
-    return (func, True) if func is not None and getattr(fn, "__self__", None) is not None else (fn, False)
-
-
 def signature_of(fn: Callable[..., Any]) -> inspect.Signature:
     """``inspect.signature(fn)``, read once per function: reading it cost more than many of the calls it names the
-    arguments of."""
-    key = _function_key(fn)
+    arguments of. A bound method is new at every attribute access, so it is kept by its function (every method
+    bound to that function has the one signature)."""
+    func = getattr(fn, "__func__", None)
+    key = (func, True) if func is not None and getattr(fn, "__self__", None) is not None else (fn, False)
     try:
         found = _SIGNATURES.get(key)
     except TypeError:  # an unhashable callable: read every time
