@@ -176,7 +176,7 @@ def group_seq_locs(specs: Specs, tables: Mapping[str, torch.Tensor], seq_lens: t
 
     CPU lengths go through ``group_locs`` and all its checks; device lengths get only the shape checks
     (the kernels sink what those cannot see), and in debug mode the device-side validator, which checks
-    them along with the tables in its one readback.
+    them along with the tables in the same readback.
     """
     if mode == "extend":
         raise ValueError("mode 'extend': extend lengths are CPU mirrors; use group_locs with Batch.extend")

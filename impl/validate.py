@@ -4,7 +4,7 @@ The cheap checks read only shapes, dtypes, python ints and the CPU mirrors of th
 C-level passes (``min``, ``map``) per call and no Python loop over rows. What they cannot see (page
 contents, lengths that live on the device) the kernels turn into null-page sink writes; debug mode
 (``KVTABLE_DEBUG=1`` or ``debug=True``) runs impl's own vectorized table validator and the strong write
-checker on the tables' device and reads every verdict back in one transfer.
+checker on the tables' device and reads every verdict back in one transfer (a breach's entry in a second).
 """
 
 from __future__ import annotations
