@@ -198,10 +198,11 @@ def _group_table(draw: st.DrawFn, rand: random.Random, spec: GroupSpec, batch: B
     block = spec.block_granularity
     live = batch.live_rows
     spans = [ceil_div(batch.seq_lens[row], block) for row in range(live)]
-    starts = []
-    for row in range(live):
-        cols = needed_columns(batch, row, spec)
-        starts.append(cols.start if cols and spec.family == "sliding" else 0)
+    starts = [0] * live  # only a sliding group has front holes
+    if spec.family == "sliding":
+        for row in range(live):
+            cols = needed_columns(batch, row, spec)
+            starts[row] = cols.start if cols else 0
     # the spare columns last (least significant): the shrinker trades a row's length for a spare column in one step
     big, shared_rows, spare = digits(draw, [_BIG if big_pages is None else 1, 2 ** max(rows - 1, 0),
                                             3 if width is None else 1])

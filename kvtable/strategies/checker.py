@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -98,8 +99,7 @@ def _corrupt(draw: st.DrawFn, case: Case, table: Table, locs: list[int], block: 
         table[row][pos // block] = NULL_PAGE
         return live_locs(table, batch, block), table
     if how == "shared write page":  # two rows write one slot: same page, same offset (D2)
-        pairs = [(a, pa, b, pb) for a, pa in tokens for b, pb in tokens if a < b and pa % block == pb % block]
-        a, pa, b, pb = pick(draw, pairs)
+        a, pa, b, pb = _shared_pair(draw, tokens, block)
         table = [list(r) for r in table]
         table[b][pb // block] = table[a][pa // block]
         return live_locs(table, batch, block), table
@@ -121,6 +121,33 @@ def _corrupt(draw: st.DrawFn, case: Case, table: Table, locs: list[int], block: 
         assume(block >= 2)
         locs[i] = locs[i] - pos % block + (pos + 1) % block
     return locs, table
+
+
+def _shared_pair(draw: st.DrawFn, tokens: list[tuple[int, int]], block: int) -> tuple[int, int, int, int]:
+    """``pick`` over the pairs ``(a, pa, b, pb)`` of ``tokens`` (in row order) with ``a < b`` and one offset in the
+    page, in token order, without listing them: they grow with the square of the tokens."""
+    counts = [0] * len(tokens)  # the pairs each token starts: same-offset tokens of later rows
+    after: Counter[int] = Counter()
+    pending: Counter[int] = Counter()
+    row = None
+    for i in reversed(range(len(tokens))):
+        r, p = tokens[i]
+        if r != row:
+            after.update(pending)
+            pending.clear()
+            row = r
+        counts[i] = after[p % block]
+        pending[p % block] += 1
+    total = sum(counts)
+    if total != 1:
+        assume(total > 0)
+    index = draw(between(0, total - 1)) if total > 1 else 0
+    first = next(i for i, count in enumerate(counts) if (index := index - count) < 0)
+    index += counts[first]  # the pair's place among those its first token starts
+    a, pa = tokens[first]
+    partners = [(b, pb) for b, pb in tokens[first + 1:] if b > a and pb % block == pa % block]
+    b, pb = partners[index]
+    return a, pa, b, pb
 
 
 def _other_pages(table: Table, batch: Batch, token: tuple[int, int], block: int, how: str) -> list[int]:

@@ -52,18 +52,21 @@ def digits(draw: st.DrawFn, sizes: Sequence[int]) -> list[int]:
     the engine shrinks the packed value toward 0 it takes the earlier digits toward 0 first, as it did
     separate draws in order."""
     out: list[int] = []
-    start = 0
-    while start < len(sizes):
+    start, count = 0, len(sizes)
+    while start < count:
         span, end = sizes[start], start + 1
-        while end < len(sizes) and span * sizes[end] <= PACKED:
+        while end < count and span * sizes[end] <= PACKED:
             span *= sizes[end]
             end += 1
-        value = draw(between(0, span - 1)) if span > 1 else 0  # not even a span for the engine to record
-        chunk = []
-        for size in reversed(sizes[start:end]):
-            value, digit = divmod(value, size)
-            chunk.append(digit)
-        out += reversed(chunk)
+        if end - start == 1:  # one digit: the drawn value itself
+            out.append(draw(between(0, span - 1)) if span > 1 else 0)
+        else:
+            value = draw(between(0, span - 1)) if span > 1 else 0  # not even a span for the engine to record
+            chunk = []
+            for size in reversed(sizes[start:end]):
+                value, digit = divmod(value, size)
+                chunk.append(digit)
+            out += reversed(chunk)
         start = end
     return out
 

@@ -13,6 +13,7 @@ import torch
 from hypothesis import strategies as st
 
 from kvtable.reference.ring import ring_columns, ring_pages
+from kvtable.strategies.batches import as_tensor
 from kvtable.strategies.domain import current
 from kvtable.strategies.draws import BOOLEANS, between, pick
 
@@ -41,7 +42,7 @@ class RingCase:
 
     def tensor(self) -> torch.Tensor:
         """The table as the int32 tensor a backend gets."""
-        return torch.tensor(self.table, dtype=torch.int32).reshape(len(self.table), -1)
+        return as_tensor(self.table)
 
     def args(self) -> tuple[torch.Tensor, list[int], list[int], int, int]:
         """``ring_locs``' arguments."""
