@@ -64,6 +64,10 @@ def ring_cases(draw: st.DrawFn) -> RingCase:
     return RingCase(table, tuple(prefix), tuple(extend), page_size, window)
 
 
+_VALID = ring_cases()
+"""Built once: a strategy built inside a draw is built (and validated) again on every draw."""
+
+
 @dataclass(frozen=True)
 class BrokenRing:
     """A ring step with R1 broken once, and the (row, col) entries a refusal may name (col None: any column)."""
@@ -77,7 +81,7 @@ class BrokenRing:
 def ring_broken_cases(draw: st.DrawFn) -> BrokenRing:
     """A valid ring step with one R1 breach: a used column at page 0, a page of another row's ring, one column
     fewer than the widest ring needs, or a real page past the ring's ``ceil(window / ps)`` columns."""
-    case = draw(ring_cases())
+    case = draw(_VALID)
     rows = len(case.table)
     need = [ring_columns(p + e, case.window, case.page_size)
             for p, e in zip(case.prefix_lens, case.extend_lens, strict=True)]
@@ -108,7 +112,6 @@ def ring_broken_cases(draw: st.DrawFn) -> BrokenRing:
     return BrokenRing(broken, how, frozenset(where))
 
 
-_VALID = ring_cases()
 _BROKEN = ring_broken_cases()
 
 
