@@ -1,14 +1,17 @@
 """Debug mode's verdicts and messages on random valid and broken steps equal those recorded from the validator
 as it was before its checks were fused into one readback (commit dbfae29): same clause, entry and wording.
 
-``data/debug_messages.json`` holds each step (tables, lengths, locations, tail pad) and the message that
-validator raised for it (or null); ``random_case`` drew them (seed 0, ``CASES`` steps).
+``data/debug_messages.json`` holds the message that validator raised for each step (or null), in the order
+``random_case`` draws the steps from its seed, and a digest of those steps: a change to ``random_case`` is named
+as one, never read as a changed verdict.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -133,9 +136,15 @@ def _batch(case: dict[str, Any]) -> Batch:
     return Batch(tuple(case["seq"]), mode=case["mode"], n=case["n"], prefix_lens=prefix, actual_bs=case["actual_bs"])
 
 
+@cache
 def recorded() -> list[dict[str, Any]]:
-    """The steps and messages recorded from the validator at dbfae29."""
-    return json.loads(FIXTURE.read_text())
+    """The steps ``random_case`` draws from the fixture's seed, each with the message recorded for it at dbfae29."""
+    fixture = json.loads(FIXTURE.read_text())
+    rng = random.Random(fixture["seed"])
+    steps = [random_case(rng) for _ in range(fixture["steps"])]
+    digest = hashlib.sha256(json.dumps(steps, sort_keys=True).encode()).hexdigest()
+    assert digest == fixture["steps_sha256"], "random_case draws other steps than those the messages were recorded for"
+    return [{**step, "message": message} for step, message in zip(steps, fixture["messages"], strict=True)]
 
 
 def test_the_recorded_steps_cover_every_check() -> None:
