@@ -234,12 +234,14 @@ class GroupGraphBuffers:
         storage = first.untyped_storage().data_ptr()
         if storage == self.table_stack.untyped_storage().data_ptr():
             return None
+        # the storage first: tables allocated apart (the common case) are told by one op each, not six
+        if any(tables[gid].untyped_storage().data_ptr() != storage for gid in self.group_ids[1:]):
+            return None
         starts = []
         for gid, cols in zip(self.group_ids, columns, strict=True):
             table = tables[gid]
             if (live[gid] != rows or table.device != self.device or table.dtype != torch.int32
-                    or table.shape[1] != cols or not table[:rows].is_contiguous()
-                    or table.untyped_storage().data_ptr() != storage):
+                    or table.shape[1] != cols or not table[:rows].is_contiguous()):
                 return None
             starts.append(int(table.storage_offset()))
         low = min(starts)

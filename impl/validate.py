@@ -128,8 +128,9 @@ def check_seq_tensor(seq_lens: object, clause: str = "T9") -> None:
     if not isinstance(seq_lens, torch.Tensor) or seq_lens.dim() != 1:
         what = tuple(seq_lens.shape) if isinstance(seq_lens, torch.Tensor) else type(seq_lens).__name__
         raise ContractViolation(clause, f"lengths are a 1-D integer tensor, got {what}")
-    if seq_lens.dtype.is_floating_point or seq_lens.dtype.is_complex or seq_lens.dtype == torch.bool:
-        raise ContractViolation(clause, f"lengths are integers, got dtype {seq_lens.dtype}")
+    dtype = seq_lens.dtype  # read once: each read of a tensor attribute is a dispatch under a torch function mode
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise ContractViolation(clause, f"lengths are integers, got dtype {dtype}")
 
 
 def check_same_device(seq_lens: torch.Tensor, device: torch.device, clause: str = "T9") -> None:

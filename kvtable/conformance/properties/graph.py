@@ -308,6 +308,9 @@ class GraphProtocol(RuleBasedStateMachine):
         self.ctx, self.on_teardown = ctx, on_teardown
         self.ctx.transcript.reset()
         self.harness: GraphHarness | None = None
+        self.compared = False
+        """The step just run compared every buffer and view itself (a replay): the invariant has nothing new to
+        see, so it skips the same comparison once."""
 
     def teardown(self) -> None:
         self.on_teardown()
@@ -346,6 +349,7 @@ class GraphProtocol(RuleBasedStateMachine):
     def replay(self, step: Replay) -> None:
         with self.ctx.example():
             self.h.replay(step)
+        self.compared = True
 
     @precondition(lambda self: self.ready() and self.h.last is not None)
     @rule(seed=SEEDS)
@@ -354,6 +358,7 @@ class GraphProtocol(RuleBasedStateMachine):
         assert self.h.last is not None
         with self.ctx.example():
             self.h.replay(repage(self.h.setup, self.h.last, random.Random(seed)))
+        self.compared = True
 
     @precondition(replayable)
     @rule(step=_REPLAYS, kind=st.sampled_from(STALE_KINDS))
@@ -385,6 +390,9 @@ class GraphProtocol(RuleBasedStateMachine):
 
     @invariant()
     def buffers_match(self) -> None:
+        if self.compared:  # GraphHarness.replay compared them after the step; nothing ran since
+            self.compared = False
+            return
         if self.ready() and self.h.runner is not None:
             with self.ctx.example():
                 self.h.check_buffers()
