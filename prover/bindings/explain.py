@@ -7,25 +7,12 @@ from __future__ import annotations
 import linecache
 from collections.abc import Mapping
 
-import z3
-
 from kvtable.prover.bindings.binding import Binding
 from kvtable.prover.bindings.queries import symbolic_run
 from kvtable.prover.bindings.replay import evaluate
+from kvtable.prover.symexec.values import mentions
 
 _VALUE = " value"
-
-
-def _mentions(term: z3.ExprRef, part: z3.ExprRef) -> bool:
-    seen, todo = set(), [term]
-    while todo:
-        t = todo.pop()
-        if t.eq(part):
-            return True
-        if t.get_id() not in seen:
-            seen.add(t.get_id())
-            todo.extend(t.children())
-    return False
 
 
 def wrap_hint(binding: Binding, model: Mapping[str, int | bool]) -> list[str]:
@@ -43,7 +30,7 @@ def wrap_hint(binding: Binding, model: Mapping[str, int | bool]) -> list[str]:
             continue
         _, trace = symbolic_run(binding)
         store = next((a for a in trace.stores if a.label == label), None)
-        products = [site for site, term in trace.products if store is not None and _mentions(store.value.term, term)]
+        products = [site for site, term in trace.products if store is not None and mentions(store.value.term, term)]
         said = "; ".join(f"line {site.rsplit(':', 1)[1]}: {_source(site)}" for site in dict.fromkeys(products))
         why = (f"an int32 product overflowed before it was widened ({said})" if said else
                "the value was narrowed to 32 bits on its way (a 32-bit output or intermediate)")

@@ -32,6 +32,7 @@ from kvtable.prover.symexec.values import (
     as_sym,
     extremum,
     fresh,
+    mentions,
     select,
 )
 
@@ -118,19 +119,6 @@ class Trace:
     def lane_ranges(self) -> list[z3.BoolRef]:
         """Each lane inside its block, each loop iteration defined."""
         return [*(z3.And(lane >= 0, lane < length) for length, lane in self.lanes.items()), *self.assumptions]
-
-
-def _mentions(term: z3.ExprRef, constant: z3.ExprRef) -> bool:
-    """Whether ``constant`` occurs in ``term``."""
-    seen, todo = set(), [term]
-    while todo:
-        t = todo.pop()
-        if t.eq(constant):
-            return True
-        if t.get_id() not in seen:
-            seen.add(t.get_id())
-            todo.extend(t.children())
-    return False
 
 
 class constexpr:  # noqa: N801 (the name kernels annotate with)
@@ -303,7 +291,7 @@ class Language:
     def sum(self, block: object, axis: object = None, **_: Any) -> Sym:
         """``tl.sum`` of a 1-D block: its one symbolic lane taken at every lane in turn, added up."""
         x = as_sym(block)
-        lanes = [(n, v) for n, v in self._trace.lanes.items() if _mentions(x.term, v)]
+        lanes = [(n, v) for n, v in self._trace.lanes.items() if mentions(x.term, v)]
         if len(lanes) != 1 or axis not in (None, 0):
             raise KernelNotSupported("tl.sum of a block that is not 1-D along one tl.arange")
         length, lane = lanes[0]

@@ -97,6 +97,19 @@ def free_constants(term: z3.ExprRef) -> list[z3.ExprRef]:
     return out
 
 
+def mentions(term: z3.ExprRef, part: z3.ExprRef) -> bool:
+    """Whether ``part`` occurs in ``term`` (each shared subterm visited once)."""
+    seen, todo = set(), [term]
+    while todo:
+        t = todo.pop()
+        if t.eq(part):
+            return True
+        if t.get_id() not in seen:
+            seen.add(t.get_id())
+            todo.extend(t.children())
+    return False
+
+
 def restart_names() -> None:
     """Number fresh values from 0 again: a query built from one run names them the same whatever ran before (z3's
     search, and so how much of its resource limit a query spends, depends on the names)."""
