@@ -28,6 +28,9 @@ PROFILE_EXAMPLES = {"smoke": 3, "quick": 20, "full": 50}
 CONFORM_DEFAULT_EXAMPLES = 100
 CONFORM_DEFAULT_CPU_S = 60.0
 SPEEDUP = 2.0
+CEILING_VARIANTS = ("unchecked", "bare")
+"""This checkout's runs with less of the tester beside fuzz's and conform --examples 20's (``version_runs.VARIANTS``):
+the ceiling on what a cut to the checks (or to the draws too) could give."""
 
 
 def run(settings: Settings) -> Section:
@@ -37,7 +40,7 @@ def run(settings: Settings) -> Section:
         _fuzz_row(section, backend, settings)
     _workers_rows(section, settings)
     _prove_row(section, settings)
-    versions(section, settings, VERSION_RUNS.get(settings.size, ()))
+    versions(section, settings, VERSION_RUNS.get(settings.size, ()), variants=CEILING_VARIANTS)
     profile(section, PROFILE_EXAMPLES[settings.size], smoke=settings.size == "smoke")
     section.notes[:0] = [
         "fuzz runs without an example database (nothing replayed), so every example is a fresh draw",
@@ -114,28 +117,34 @@ def _prove_row(section: Section, settings: Settings) -> None:
 
 
 def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int, int]], *,
-             alone: bool = False) -> None:
+             alone: bool = False, variants: Sequence[str] = ()) -> None:
     """fuzz and conform on torch in this checkout and each ``--baseline``, fresh processes, interleaved: examples
-    per CPU second and this checkout's ratio over each baseline (targets: >= 2x), the default conform's CPU."""
+    per CPU second and this checkout's ratio over each baseline (targets: >= 2x), the default conform's CPU;
+    ``variants``: beside the runs that are not the default conform, the ceiling runs (``_ceiling``)."""
     from kvtable.bench.harness import Spread, Target
-    from kvtable.bench.version_runs import compare
+    from kvtable.bench.version_runs import VARIANTS, compare
 
     if not runs:
         section.skipped.append("the runs beside earlier commits: not in a smoke run")
         return
     rows = []
     for kind, examples, rounds in runs:
-        result = compare(settings.baselines, kind, examples, rounds)
+        default = kind == "conform" and examples == CONFORM_DEFAULT_EXAMPLES
+        result = compare(settings.baselines, kind, examples, rounds, () if default else variants)
         command = f"{kind} --examples {examples} --seed 0" if kind == "fuzz" else f"conform --examples {examples}"
         for c in result["candidates"]:
             rate, ratio = c["examples_per_cpu_s"], c["this_over_it"]
-            rows.append([command, c["commit"] or "?", "this" if c["this"] else "baseline", c["properties"],
+            label = VARIANTS[c["variant"]] if c.get("variant") else "this" if c["this"] else "baseline"
+            rows.append([command, c["commit"] or "?", label, c["properties"],
                          c["examples"], _fmt(c["cpu_s"]), _fmt(c["startup_cpu_s"]), _fmt(rate),
                          _fmt(c["examples_per_wall_s"]), "-" if c["this"] else _fmt(ratio)])
             section.add(command=f"{command} (versions)", backend="torch", checks=c["properties"], passed=c["passed"],
                         examples=c["examples"], wall_s=None, **{"examples/s": rate["median"]}, version=c)
+            if c.get("variant"):
+                _ceiling(section, command, c, result["candidates"])
+                continue
             if c["this"]:
-                if kind == "conform" and examples == CONFORM_DEFAULT_EXAMPLES:
+                if default:
                     cpu = [c["cpu_s"][k] + c["startup_cpu_s"][k] for k in ("min", "median", "max")]
                     got = Spread(cpu[0], cpu[1], cpu[2])
                     section.targets.append(Target(
@@ -147,6 +156,12 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
                 Spread(ratio["min"], ratio["median"], ratio["max"])))
         if kind == "conform" and len(result["candidates"]) > 1:
             _family_table(section, result["candidates"], examples)
+    if any(note.startswith("ceiling, ") for note in section.notes):
+        section.notes.append("ceiling: this checkout run with less of its tester, in the same rounds: 'checks "
+                             "removed' keeps the draws, Hypothesis' engine and the runner (the backend call, the "
+                             "reference, the index guard, the input copies and the judge gone), so no cut to the "
+                             "checks can take the ratio above its figure; 'checks and draws removed' keeps only the "
+                             "engine and the runner")
     if not settings.baselines and not alone:
         section.skipped.append("no --baseline given: this checkout's rates only, no ratio to an earlier commit")
     if rows:
@@ -156,6 +171,25 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
             "columns": ["command", "commit", "candidate", "properties", "examples", "cpu_s", "startup_cpu_s",
                         "examples/cpu_s", "examples/wall_s", "this / it"],
             "rows": rows})
+
+
+def _ceiling(section: Section, command: str, variant: dict[str, Any], candidates: Sequence[dict[str, Any]]) -> None:
+    """A note per baseline: the variant's examples per CPU second over the baseline's, round by round (the most a
+    cut to what the variant removed could make of this checkout's ratio), and, in ms of CPU per example (medians),
+    what the removed part costs now and what it may cost for ``SPEEDUP`` times the baseline's rate."""
+    from kvtable.bench.harness import Spread
+    from kvtable.bench.version_runs import VARIANTS
+
+    this = next(c for c in candidates if c["this"])
+    for base in (c for c in candidates if not c["this"] and not c.get("variant")):
+        ratios = [a / b for a, b in zip(variant["rounds_examples_per_cpu_s"], base["rounds_examples_per_cpu_s"],
+                                        strict=True)]
+        kept, now, allowed = (1000 / c["examples_per_cpu_s"]["median"] for c in (variant, this, base))
+        section.notes.append(
+            f"ceiling, {command}: {VARIANTS[variant['variant']]} (the state machines as they are): "
+            f"{Spread.of(ratios).render()} times {base['commit']}'s examples per CPU second; what it removes "
+            f"costs {now - kept:.2f} ms of CPU per example now and may cost {allowed / SPEEDUP - kept:.2f} ms for "
+            f"{SPEEDUP:g}x")
 
 
 def _family_table(section: Section, candidates: Sequence[dict[str, Any]], examples: int) -> None:

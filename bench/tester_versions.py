@@ -17,7 +17,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     from kvtable.bench.harness import Section, Settings, host_info, write_json
-    from kvtable.bench.tester import profile, versions
+    from kvtable.bench.tester import CEILING_VARIANTS, profile, versions
 
     parser = argparse.ArgumentParser(prog="python -m kvtable.bench.tester_versions")
     parser.add_argument("--baseline", action="append", default=[], metavar="PYTHON")
@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings.for_size("quick", args.baseline)
     section = Section("tester", "The tester beside earlier commits, and where an example's time goes", [])
     runs = [("fuzz", 2000, args.rounds), ("conform", args.conform_examples, args.rounds)]
-    versions(section, settings, runs)
+    versions(section, settings, runs, variants=CEILING_VARIANTS)
     if args.default_conform:
         versions(section, Settings.for_size("quick"), [("conform", 100, 1)], alone=True)
     profile(section, args.profile_examples)

@@ -189,3 +189,36 @@ def test_family_rows_compare_each_family_on_the_properties_both_commits_have():
                     ["locs", 1, 2.0, 1, 4.0, 2.0],
                     ["rejects", 1, 6.0, 1, 3.0, 0.5],
                     ["all", 3, 3.67, 2, 3.5, 0.88]]  # shared: (4 + 3) / (2 + 6) ms, alloc/decode left out
+
+
+def test_ceiling_runs_are_candidates_with_a_note_and_no_target(monkeypatch):
+    from kvtable.bench import version_runs
+    from kvtable.bench.harness import Section, Settings
+    from kvtable.bench.tester import versions
+
+    rates = {("this", ""): [100, 110], ("base", ""): [200, 200], ("this", "unchecked"): [300, 330]}
+    served: dict[tuple[str, str], int] = {}
+
+    def run_once(python, kind, examples, variant=""):
+        who = ("this" if python == version_runs.sys.executable else "base", variant)
+        rate = rates[who][served.get(who, 0)]
+        served[who] = served.get(who, 0) + 1
+        return {"kvtable": "/nowhere/kvtable/__init__.py", "examples": rate, "properties": 3, "passed": True,
+                "cpu_s": 1.0, "wall_s": 1.0, "startup_cpu_s": 0.5, "per_property": {"decode_locs": [1.0, rate]}}
+
+    monkeypatch.setattr(version_runs, "run_once", run_once)
+    monkeypatch.setattr(version_runs, "commit_of", lambda _: "c0ffee")
+    section = Section("tester", "t", [])
+    versions(section, Settings.for_size("quick", ["base-python"]), [("fuzz", 10, 2)], variants=("unchecked",))
+    assert served == {("this", ""): 2, ("base", ""): 2, ("this", "unchecked"): 2}
+    # the target compares this checkout with the baseline alone: (100/200, 110/200)
+    [target] = section.targets
+    assert (target.got.min, target.got.max) == (0.5, 0.55) and not target.met
+    # the ceiling: the run without checks over the baseline, round by round (300/200, 330/200)
+    ceiling = [n for n in section.notes if n.startswith("ceiling, ")]
+    # medians: 105, 200 and 315 examples per CPU second, 9.52, 5 and 3.17 ms per example; 2x 200/s: 2.5 ms
+    assert ceiling == ["ceiling, fuzz --examples 10 --seed 0: this, checks removed (the state machines as they are): "
+                       "1.57 (1.5-1.65) times c0ffee's examples per CPU second; what it removes costs 6.35 ms of "
+                       "CPU per example now and may cost -0.67 ms for 2x"]
+    labels = [row[2] for row in section.tables[0]["rows"]]
+    assert labels == ["this", "baseline", "this, checks removed"]
