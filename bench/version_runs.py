@@ -57,6 +57,7 @@ state machine's steps draw and check as one, so the machines run as they are); "
 def run_once(python: str, kind: str, examples: int, timeout: float = 3600, variant: str = "") -> dict[str, Any]:
     """One run of ``kind`` (``fuzz``: ``examples`` in all; ``conform``: per property) in ``python``'s checkout
     (``variant``: one of ``VARIANTS``)."""
+    python = os.path.abspath(python)  # the run's cwd is elsewhere: a relative path would name another file there
     done = subprocess.run([python, "-c", RUN, kind, str(examples), variant], capture_output=True, text=True,
                           timeout=timeout, cwd=Path(python).resolve().parent)
     if done.returncode != 0:

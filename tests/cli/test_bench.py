@@ -222,3 +222,22 @@ def test_ceiling_runs_are_candidates_with_a_note_and_no_target(monkeypatch):
                        "CPU per example now and may cost -0.67 ms for 2x"]
     labels = [row[2] for row in section.tables[0]["rows"]]
     assert labels == ["this", "baseline", "this, checks removed"]
+
+
+def test_a_baseline_named_relative_to_the_working_directory_is_run_from_there(monkeypatch, tmp_path):
+    import os
+    import subprocess
+    from types import SimpleNamespace
+
+    from kvtable.bench import version_runs
+
+    python = tmp_path / "base" / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    seen = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: seen.append((argv[0], kw["cwd"])) or SimpleNamespace(
+        returncode=0, stdout='{"examples": 1}\n', stderr=""))
+    monkeypatch.chdir(tmp_path / "base")
+    assert version_runs.run_once(os.path.join(".venv", "bin", "python"), "fuzz", 1) == {"examples": 1}
+    # the run's cwd is the interpreter's folder: the path it is given is absolute, not relative to that cwd
+    assert seen == [(str(python), python.parent)]
