@@ -128,6 +128,7 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
         section.skipped.append("the runs beside earlier commits: not in a smoke run")
         return
     rows = []
+    ceilings = False
     for kind, examples, rounds in runs:
         default = kind == "conform" and examples == CONFORM_DEFAULT_EXAMPLES
         result = compare(settings.baselines, kind, examples, rounds, () if default else variants)
@@ -142,6 +143,7 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
                         examples=c["examples"], wall_s=None, **{"examples/s": rate["median"]}, version=c)
             if c.get("variant"):
                 _ceiling(section, command, c, result["candidates"])
+                ceilings = True
                 continue
             if c["this"]:
                 if default:
@@ -156,7 +158,7 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
                 Spread(ratio["min"], ratio["median"], ratio["max"])))
         if kind == "conform" and len(result["candidates"]) > 1:
             _family_table(section, result["candidates"], examples)
-    if any(note.startswith("ceiling, ") for note in section.notes):
+    if ceilings:
         section.notes.append("ceiling: this checkout run with less of its tester, in the same rounds: 'checks "
                              "removed' keeps the draws, Hypothesis' engine and the runner (the backend call, the "
                              "reference, the index guard, the input copies and the judge gone), so no cut to the "

@@ -222,6 +222,10 @@ def test_ceiling_runs_are_candidates_with_a_note_and_no_target(monkeypatch):
                        "CPU per example now and may cost -0.67 ms for 2x"]
     labels = [row[2] for row in section.tables[0]["rows"]]
     assert labels == ["this", "baseline", "this, checks removed"]
+    # a later call without variants (tester_versions' default conform run) adds no second explanation
+    rates.update({("this", ""): [100, 110, 120], ("base", ""): [200, 200, 200]})
+    versions(section, Settings.for_size("quick", ["base-python"]), [("fuzz", 10, 1)])
+    assert sum(n.startswith("ceiling: ") for n in section.notes) == 1
 
 
 def test_a_baseline_named_relative_to_the_working_directory_is_run_from_there(monkeypatch, tmp_path):
