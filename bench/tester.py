@@ -127,8 +127,8 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
     if not runs:
         section.skipped.append("the runs beside earlier commits: not in a smoke run")
         return
-    rows = []
-    ceilings = False
+    rows: list[list[Any]] = []
+    ceilings: list[list[Any]] = []
     for kind, examples, rounds in runs:
         default = kind == "conform" and examples == CONFORM_DEFAULT_EXAMPLES
         result = compare(settings.baselines, kind, examples, rounds, () if default else variants)
@@ -142,8 +142,7 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
             section.add(command=f"{command} (versions)", backend="torch", checks=c["properties"], passed=c["passed"],
                         examples=c["examples"], wall_s=None, **{"examples/s": rate["median"]}, version=c)
             if c.get("variant"):
-                _ceiling(section, command, c, result["candidates"])
-                ceilings = True
+                ceilings += _ceiling(command, c, result["candidates"])
                 continue
             if c["this"]:
                 if default:
@@ -158,12 +157,6 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
                 Spread(ratio["min"], ratio["median"], ratio["max"])))
         if kind == "conform" and len(result["candidates"]) > 1:
             _family_table(section, result["candidates"], examples)
-    if ceilings:
-        section.notes.append("ceiling: this checkout run with less of its tester, in the same rounds: 'checks "
-                             "removed' keeps the draws, Hypothesis' engine and the runner (the backend call, the "
-                             "reference, the index guard, the input copies and the judge gone), so no cut to the "
-                             "checks can take the ratio above its figure; 'checks and draws removed' keeps only the "
-                             "engine and the runner")
     if not settings.baselines and not alone:
         section.skipped.append("no --baseline given: this checkout's rates only, no ratio to an earlier commit")
     if rows:
@@ -173,25 +166,41 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
             "columns": ["command", "commit", "candidate", "properties", "examples", "cpu_s", "startup_cpu_s",
                         "examples/cpu_s", "examples/wall_s", "this / it"],
             "rows": rows})
+    if ceilings:
+        _ceiling_table(section, ceilings)
 
 
-def _ceiling(section: Section, command: str, variant: dict[str, Any], candidates: Sequence[dict[str, Any]]) -> None:
-    """A note per baseline: the variant's examples per CPU second over the baseline's, round by round (the most a
-    cut to what the variant removed could make of this checkout's ratio), and, in ms of CPU per example (medians),
-    what the removed part costs now and what it may cost for ``SPEEDUP`` times the baseline's rate."""
+def _ceiling(command: str, variant: dict[str, Any], candidates: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    """Per baseline, a row of the ceiling table: the variant's examples per CPU second over the baseline's, round
+    by round (the most a cut to what the variant removed could make of this checkout's ratio), and, in ms of CPU
+    per example (medians), what the removed part costs now and what it may cost for ``SPEEDUP`` times the
+    baseline's rate."""
     from kvtable.bench.harness import Spread
     from kvtable.bench.version_runs import VARIANTS
 
     this = next(c for c in candidates if c["this"])
+    rows = []
     for base in (c for c in candidates if not c["this"] and not c.get("variant")):
         ratios = [a / b for a, b in zip(variant["rounds_examples_per_cpu_s"], base["rounds_examples_per_cpu_s"],
                                         strict=True)]
         kept, now, allowed = (1000 / c["examples_per_cpu_s"]["median"] for c in (variant, this, base))
-        section.notes.append(
-            f"ceiling, {command}: {VARIANTS[variant['variant']]} (the state machines as they are): "
-            f"{Spread.of(ratios).render()} times {base['commit']}'s examples per CPU second; what it removes "
-            f"costs {now - kept:.2f} ms of CPU per example now and may cost {allowed / SPEEDUP - kept:.2f} ms for "
-            f"{SPEEDUP:g}x")
+        rows.append([command, VARIANTS[variant["variant"]], base["commit"], Spread.of(ratios).render(),
+                     round(now - kept, 2), round(allowed / SPEEDUP - kept, 2)])
+    return rows
+
+
+def _ceiling_table(section: Section, rows: list[list[Any]]) -> None:
+    """The ceiling rows as a table, what they mean in its title."""
+    section.tables.append({
+        "title": "The ceiling: this checkout run with less of its tester in the same rounds ('checks removed' keeps "
+                 "the draws, Hypothesis' engine and the runner, and drops the backend call, the reference, the index "
+                 "guard, the input copies and the judge; 'checks and draws removed' keeps the engine and the runner; "
+                 "the state machines run as they are): its speed over the baseline's is the most any cut to the "
+                 f"removed part can give; for {SPEEDUP:g}x, that part may cost at most the last column, in ms of CPU "
+                 "per example (medians)",
+        "columns": ["command", "run", "baseline", "examples/cpu_s over the baseline's", "removed part now, ms/example",
+                    f"removed part allowed for {SPEEDUP:g}x, ms/example"],
+        "rows": rows})
 
 
 def _family_table(section: Section, candidates: Sequence[dict[str, Any]], examples: int) -> None:

@@ -191,7 +191,7 @@ def test_family_rows_compare_each_family_on_the_properties_both_commits_have():
                     ["all", 3, 3.67, 2, 3.5, 0.88]]  # shared: (4 + 3) / (2 + 6) ms, alloc/decode left out
 
 
-def test_ceiling_runs_are_candidates_with_a_note_and_no_target(monkeypatch):
+def test_ceiling_runs_are_candidates_with_a_table_of_their_own_and_no_target(monkeypatch):
     from kvtable.bench import version_runs
     from kvtable.bench.harness import Section, Settings
     from kvtable.bench.tester import versions
@@ -214,18 +214,16 @@ def test_ceiling_runs_are_candidates_with_a_note_and_no_target(monkeypatch):
     # the target compares this checkout with the baseline alone: (100/200, 110/200)
     [target] = section.targets
     assert (target.got.min, target.got.max) == (0.5, 0.55) and not target.met
-    # the ceiling: the run without checks over the baseline, round by round (300/200, 330/200)
-    ceiling = [n for n in section.notes if n.startswith("ceiling, ")]
-    # medians: 105, 200 and 315 examples per CPU second, 9.52, 5 and 3.17 ms per example; 2x 200/s: 2.5 ms
-    assert ceiling == ["ceiling, fuzz --examples 10 --seed 0: this, checks removed (the state machines as they are): "
-                       "1.57 (1.5-1.65) times c0ffee's examples per CPU second; what it removes costs 6.35 ms of "
-                       "CPU per example now and may cost -0.67 ms for 2x"]
-    labels = [row[2] for row in section.tables[0]["rows"]]
-    assert labels == ["this", "baseline", "this, checks removed"]
-    # a later call without variants (tester_versions' default conform run) adds no second explanation
+    # the ceiling: the run without checks over the baseline, round by round (300/200, 330/200); medians 105, 200
+    # and 315 examples per CPU second are 9.52, 5 and 3.17 ms per example, and 2x 200/s is 2.5 ms per example
+    tester, ceiling = section.tables
+    assert [row[2] for row in tester["rows"]] == ["this", "baseline", "this, checks removed"]
+    assert ceiling["rows"] == [["fuzz --examples 10 --seed 0", "this, checks removed", "c0ffee", "1.57 (1.5-1.65)",
+                                6.35, -0.67]]
+    # a later call without variants (tester_versions' default conform run) adds no ceiling table
     rates.update({("this", ""): [100, 110, 120], ("base", ""): [200, 200, 200]})
     versions(section, Settings.for_size("quick", ["base-python"]), [("fuzz", 10, 1)])
-    assert sum(n.startswith("ceiling: ") for n in section.notes) == 1
+    assert [t["title"].startswith("The ceiling") for t in section.tables] == [False, True, False]
 
 
 def test_a_baseline_named_relative_to_the_working_directory_is_run_from_there(monkeypatch, tmp_path):
