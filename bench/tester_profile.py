@@ -4,6 +4,9 @@ One in-process ``run_conformance`` on the torch backend with the phases timed (`
 a phase inside another is charged to the inner one only), then the same run with the index guard off, so the
 guard's share is the backend time the two runs differ by (the same seed draws the same examples: the torch
 backend fails nothing, so both runs take the same path). The timers wrap functions for the run and restore them.
+A timed call costs the timers a few microseconds, which a small function called often (the reference's) would
+otherwise be charged: that cost, measured on a timed no-op (``timer_cost``), is taken out per call, and a third run
+without timers gives each family's whole CPU time per example beside the phases' sum, as a check.
 
 Phases: ``draw`` (the property's strategy), ``backend`` (the backend's own call, the index guard's dispatch
 mode around it included), ``guard`` (that mode's share of ``backend``), ``integrity`` (copying a call's inputs
@@ -34,6 +37,8 @@ class Clock:
 
     def __init__(self) -> None:
         self.totals: dict[str, float] = {}
+        self.entries: dict[tuple[str, str], int] = {}
+        """How often each phase was entered, by the phase it was entered from ("" at the top)."""
         self._stack: list[str] = []
         self._since = 0.0
 
@@ -48,6 +53,8 @@ class Clock:
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         self._charge()
+        key = (self._stack[-1] if self._stack else "", name)
+        self.entries[key] = self.entries.get(key, 0) + 1
         self._stack.append(name)
         try:
             yield
@@ -55,12 +62,45 @@ class Clock:
             self._charge()
             self._stack.pop()
 
+    def net(self, cost: tuple[float, float]) -> dict[str, float]:
+        """The totals less what the timers themselves cost: ``cost`` is one timed call's, charged to the phase it
+        is made from and to its own (``timer_cost``); a small fn timed in many calls is otherwise overstated."""
+        out = dict(self.totals)
+        for (outer, inner), n in self.entries.items():
+            out[inner] = out.get(inner, 0.0) - n * cost[1]
+            if outer:
+                out[outer] = out.get(outer, 0.0) - n * cost[0]
+        return {phase: max(seconds, 0.0) for phase, seconds in out.items()}
+
     def timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def run(*args: Any, **kwargs: Any) -> Any:
             with self.phase(name):
                 return fn(*args, **kwargs)
         functools.update_wrapper(run, fn, assigned=(), updated=())  # sets run.__wrapped__ alone
         return run
+
+
+def _nothing() -> None:
+    return None
+
+
+def timer_cost(calls: int = 20000, trials: int = 5) -> tuple[float, float]:
+    """What one timed call costs the timers (CPU seconds), charged to the phase it is made from and to its own: a
+    timed no-op called in a phase, less the same loop calling it untimed; the least of ``trials`` (a floor)."""
+    outer, inner = [], []
+    for _ in range(trials):
+        clock = Clock()
+        timed = clock.timed("inner", _nothing)
+        with clock.phase("outer"):
+            for _ in range(calls):
+                timed()
+        start = time.thread_time()
+        for _ in range(calls):
+            _nothing()
+        plain = (time.thread_time() - start) / calls
+        outer.append(clock.totals["outer"] / calls - plain)
+        inner.append(clock.totals["inner"] / calls)
+    return max(min(outer), 0.0), max(min(inner), 0.0)
 
 
 @contextmanager
@@ -164,27 +204,35 @@ def family(name: str) -> str:
     return name.split("/")[0] if "/" in name else "locs"
 
 
-def profile_run(examples: int, seed: int = 0, *, guard: bool = True,
+def profile_run(examples: int, seed: int = 0, *, guard: bool = True, timed: bool = True,
                 properties: Sequence[Any] | None = None) -> dict[str, dict[str, float]]:
-    """Per family: examples run and CPU seconds per phase of one ``run_conformance`` on the torch backend."""
+    """Per family: examples run and CPU seconds per phase of one ``run_conformance`` on the torch backend, the
+    timers' own cost taken out (``timed=False``: no timers, the whole CPU time as ``untimed``)."""
     from kvtable.conformance.context import make_context
     from kvtable.conformance.execute import run_property
     from kvtable.conformance.properties import PROPERTIES
 
     chosen = PROPERTIES if properties is None else properties
     ctx, spec = make_context("torch")
+    cost = timer_cost() if timed else (0.0, 0.0)
     out: dict[str, dict[str, float]] = {}
     for prop in chosen:
         run_property(prop, ctx, examples=1, seed=seed, spec=spec)  # warm: first-use costs are no example's
-        clock = Clock()
-        with instrumented(clock, guard=guard), clock.phase("hypothesis"):
-            result = run_property(_timed_property(prop, clock), ctx, examples=examples, seed=seed, spec=spec)
+        if timed:
+            clock = Clock()
+            with instrumented(clock, guard=guard), clock.phase("hypothesis"):
+                result = run_property(_timed_property(prop, clock), ctx, examples=examples, seed=seed, spec=spec)
+            spent = clock.net(cost)
+        else:
+            start = time.thread_time()
+            result = run_property(prop, ctx, examples=examples, seed=seed, spec=spec)
+            spent = {"untimed": time.thread_time() - start}
         if not result.applicable:
             continue
         row = out.setdefault(family(prop.name), {"examples": 0.0, "properties": 0.0})
         row["examples"] += result.examples
         row["properties"] += 1
-        for phase, seconds in clock.totals.items():
+        for phase, seconds in spent.items():
             row[phase] = row.get(phase, 0.0) + seconds
     return out
 
@@ -192,16 +240,22 @@ def profile_run(examples: int, seed: int = 0, *, guard: bool = True,
 def profile_table(examples: int, seed: int = 0, properties: Sequence[Any] | None = None
                   ) -> tuple[list[str], list[list[Any]]]:
     """The profile table: per family (and in all), examples and milliseconds of CPU per example in each phase,
-    the guard's share from a second run without it."""
+    the guard's share from a second run without it, and beside their sum a third run's without timers, all three
+    after a pass that warms what the first use of an example's shapes fills."""
+    profile_run(examples, seed, timed=False, properties=properties)  # warm: the Triton interpreter's caches (routes/*
+    # run 1.7x slower in the first pass over their examples than in the next) would favour the later runs
     guarded = profile_run(examples, seed, properties=properties)
     bare = profile_run(examples, seed, guard=False, properties=properties)
-    columns = ["family", "properties", "examples", "ms/example", *PHASES]
+    untimed = profile_run(examples, seed, timed=False, properties=properties)
+    columns = ["family", "properties", "examples", "ms/example", "untimed ms/example", *PHASES]
     rows: list[list[Any]] = []
     total: dict[str, float] = {}
     for name in sorted(guarded):
         row = dict(guarded[name])
         row["guard"] = max(0.0, row.get("backend", 0.0) - bare.get(name, {}).get("backend", 0.0))
         row["backend"] = row.get("backend", 0.0) - row["guard"]
+        row["untimed"] = untimed.get(name, {}).get("untimed", 0.0) * row["examples"] / max(
+            untimed.get(name, {}).get("examples", 0.0), 1.0)  # per example of its own run, over this run's
         for key, value in row.items():
             total[key] = total.get(key, 0.0) + value
         rows.append(_row(name, row))
@@ -213,4 +267,4 @@ def _row(name: str, row: dict[str, float]) -> list[Any]:
     n = max(row.get("examples", 0.0), 1.0)
     phases = [1000 * row.get(p, 0.0) / n for p in PHASES]
     return [name, int(row.get("properties", 0)), int(row.get("examples", 0)), round(sum(phases), 2),
-            *(round(p, 2) for p in phases)]
+            round(1000 * row.get("untimed", 0.0) / n, 2), *(round(p, 2) for p in phases)]

@@ -243,3 +243,20 @@ def test_a_baseline_named_relative_to_the_working_directory_is_run_from_there(mo
     assert version_runs.run_once(os.path.join(".venv", "bin", "python"), "fuzz", 1) == {"examples": 1}
     # the run's cwd is the interpreter's folder: the path it is given is absolute, not relative to that cwd
     assert seen == [(str(python), python.parent)]
+
+
+def test_the_profile_clock_counts_entries_and_takes_the_timers_cost_out():
+    from kvtable.bench.tester_profile import Clock
+
+    clock = Clock()
+    timed = clock.timed("reference", lambda: None)
+    with clock.phase("hypothesis"):
+        for _ in range(3):
+            timed()
+        with clock.phase("draw"):
+            timed()
+    assert clock.entries == {("", "hypothesis"): 1, ("hypothesis", "reference"): 3, ("hypothesis", "draw"): 1,
+                             ("draw", "reference"): 1}
+    # each entry costs the phase it was made from 2 s and its own 1 s (never below zero): hypothesis 20 - 1 - 4 * 2
+    clock.totals = {"hypothesis": 20.0, "reference": 10.0, "draw": 1.5}
+    assert clock.net((2.0, 1.0)) == {"hypothesis": 11.0, "reference": 6.0, "draw": 0.0}
