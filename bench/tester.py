@@ -218,14 +218,15 @@ def _family_table(section: Section, candidates: Sequence[dict[str, Any]], exampl
 
 def profile(section: Section, examples: int, *, smoke: bool = False) -> None:
     """The profile table: where an example's CPU time goes, per property family (``tester_profile``)."""
-    from kvtable.bench.tester_profile import profile_table
+    from kvtable.bench.tester_profile import PROFILE_REPEATS, profile_table
     from kvtable.conformance.properties import select
 
     columns, rows = profile_table(examples, properties=select(SMOKE_PROPERTIES) if smoke else None)
     section.tables.append({
         "title": f"Where an example's CPU time goes: ms per example by phase, per property family (conform "
-                 f"--examples {examples} on torch, in process; guard = the backend time a run without the index "
-                 "guard saves)",
+                 f"--examples {examples} on torch, in process, medians of {PROFILE_REPEATS} interleaved runs, the "
+                 "timers' own cost taken out; guard = the backend time a run without the index guard saves; "
+                 "untimed = the whole CPU per example of a run without timers, the check on the phases' sum)",
         "columns": columns, "rows": rows})
 
 

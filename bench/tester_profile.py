@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -237,16 +238,22 @@ def profile_run(examples: int, seed: int = 0, *, guard: bool = True, timed: bool
     return out
 
 
-def profile_table(examples: int, seed: int = 0, properties: Sequence[Any] | None = None
-                  ) -> tuple[list[str], list[list[Any]]]:
+PROFILE_REPEATS = 3
+
+
+def profile_table(examples: int, seed: int = 0, properties: Sequence[Any] | None = None,
+                  repeats: int = PROFILE_REPEATS) -> tuple[list[str], list[list[Any]]]:
     """The profile table: per family (and in all), examples and milliseconds of CPU per example in each phase,
-    the guard's share from a second run without it, and beside their sum a third run's without timers, all three
-    after a pass that warms what the first use of an example's shapes fills."""
+    the guard's share from runs without it, and beside their sum the CPU of runs without timers; each figure the
+    median of ``repeats`` interleaved runs (a collection or a stall lands in one phase of one run), all after a
+    pass that warms what the first use of an example's shapes fills."""
     profile_run(examples, seed, timed=False, properties=properties)  # warm: the Triton interpreter's caches (routes/*
     # run 1.7x slower in the first pass over their examples than in the next) would favour the later runs
-    guarded = profile_run(examples, seed, properties=properties)
-    bare = profile_run(examples, seed, guard=False, properties=properties)
-    untimed = profile_run(examples, seed, timed=False, properties=properties)
+    runs: list[list[dict[str, dict[str, float]]]] = [[], [], []]
+    for _ in range(repeats):
+        for kind, run in zip(({}, {"guard": False}, {"timed": False}), runs, strict=True):
+            run.append(profile_run(examples, seed, properties=properties, **kind))
+    guarded, bare, untimed = (_medians(run) for run in runs)
     columns = ["family", "properties", "examples", "ms/example", "untimed ms/example", *PHASES]
     rows: list[list[Any]] = []
     total: dict[str, float] = {}
@@ -261,6 +268,15 @@ def profile_table(examples: int, seed: int = 0, properties: Sequence[Any] | None
         rows.append(_row(name, row))
     rows.append(_row("all", total))
     return columns, rows
+
+
+def _medians(runs: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per family and figure, the median over the runs (a figure a run lacks counts as 0)."""
+    out: dict[str, dict[str, float]] = {}
+    for name in runs[0]:
+        keys = {key for run in runs for key in run.get(name, {})}
+        out[name] = {key: statistics.median(run.get(name, {}).get(key, 0.0) for run in runs) for key in keys}
+    return out
 
 
 def _row(name: str, row: dict[str, float]) -> list[Any]:

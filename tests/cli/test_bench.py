@@ -260,3 +260,13 @@ def test_the_profile_clock_counts_entries_and_takes_the_timers_cost_out():
     # each entry costs the phase it was made from 2 s and its own 1 s (never below zero): hypothesis 20 - 1 - 4 * 2
     clock.totals = {"hypothesis": 20.0, "reference": 10.0, "draw": 1.5}
     assert clock.net((2.0, 1.0)) == {"hypothesis": 11.0, "reference": 6.0, "draw": 0.0}
+
+
+def test_profile_figures_are_medians_over_the_runs():
+    from kvtable.bench.tester_profile import _medians
+
+    runs = [{"locs": {"examples": 10.0, "draw": 1.0, "backend": 9.0}},
+            {"locs": {"examples": 10.0, "draw": 3.0}},
+            {"locs": {"examples": 10.0, "draw": 2.0, "backend": 1.0}, "ring": {"draw": 5.0}}]
+    # a stall in one run's backend does not move the figure; a family only later runs have is left out
+    assert _medians(runs) == {"locs": {"examples": 10.0, "draw": 2.0, "backend": 1.0}}
