@@ -205,21 +205,20 @@ def family(name: str) -> str:
     return name.split("/")[0] if "/" in name else "locs"
 
 
-def profile_run(examples: int, seed: int = 0, *, guard: bool = True, timed: bool = True,
+def profile_run(examples: int, seed: int = 0, *, cost: tuple[float, float] | None, guard: bool = True,
                 properties: Sequence[Any] | None = None) -> dict[str, dict[str, float]]:
     """Per family: examples run and CPU seconds per phase of one ``run_conformance`` on the torch backend, the
-    timers' own cost taken out (``timed=False``: no timers, the whole CPU time as ``untimed``)."""
+    timers' own ``cost`` (``timer_cost``) taken out (None: no timers, the whole CPU time as ``untimed``)."""
     from kvtable.conformance.context import make_context
     from kvtable.conformance.execute import run_property
     from kvtable.conformance.properties import PROPERTIES
 
     chosen = PROPERTIES if properties is None else properties
     ctx, spec = make_context("torch")
-    cost = timer_cost() if timed else (0.0, 0.0)
     out: dict[str, dict[str, float]] = {}
     for prop in chosen:
         run_property(prop, ctx, examples=1, seed=seed, spec=spec)  # warm: first-use costs are no example's
-        if timed:
+        if cost is not None:
             clock = Clock()
             with instrumented(clock, guard=guard), clock.phase("hypothesis"):
                 result = run_property(_timed_property(prop, clock), ctx, examples=examples, seed=seed, spec=spec)
@@ -247,12 +246,14 @@ def profile_table(examples: int, seed: int = 0, properties: Sequence[Any] | None
     the guard's share from runs without it, and beside their sum the CPU of runs without timers; each figure the
     median of ``repeats`` interleaved runs (a collection or a stall lands in one phase of one run), all after a
     pass that warms what the first use of an example's shapes fills."""
-    profile_run(examples, seed, timed=False, properties=properties)  # warm: the Triton interpreter's caches (routes/*
+    profile_run(examples, seed, cost=None, properties=properties)  # warm: the Triton interpreter's caches (routes/*
     # run 1.7x slower in the first pass over their examples than in the next) would favour the later runs
-    runs: list[list[dict[str, dict[str, float]]]] = [[], [], []]
+    cost = timer_cost()
+    runs: tuple[list[dict[str, dict[str, float]]], ...] = ([], [], [])
     for _ in range(repeats):
-        for kind, run in zip(({}, {"guard": False}, {"timed": False}), runs, strict=True):
-            run.append(profile_run(examples, seed, properties=properties, **kind))
+        runs[0].append(profile_run(examples, seed, cost=cost, properties=properties))
+        runs[1].append(profile_run(examples, seed, cost=cost, guard=False, properties=properties))
+        runs[2].append(profile_run(examples, seed, cost=None, properties=properties))
     guarded, bare, untimed = (_medians(run) for run in runs)
     columns = ["family", "properties", "examples", "ms/example", "untimed ms/example", *PHASES]
     rows: list[list[Any]] = []
