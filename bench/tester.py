@@ -120,7 +120,7 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
              alone: bool = False, variants: Sequence[str] = ()) -> None:
     """fuzz and conform on torch in this checkout and each ``--baseline``, fresh processes, interleaved: examples
     per CPU second and this checkout's ratio over each baseline (targets: >= 2x), the default conform's CPU;
-    ``variants``: beside the runs that are not the default conform, the ceiling runs (``_ceiling``)."""
+    ``variants``: beside each baseline's runs that are not the default conform, the ceiling runs (``_ceiling``)."""
     from kvtable.bench.harness import Spread, Target
     from kvtable.bench.version_runs import VARIANTS, compare
 
@@ -131,7 +131,8 @@ def versions(section: Section, settings: Settings, runs: Sequence[tuple[str, int
     ceilings: list[list[Any]] = []
     for kind, examples, rounds in runs:
         default = kind == "conform" and examples == CONFORM_DEFAULT_EXAMPLES
-        result = compare(settings.baselines, kind, examples, rounds, () if default else variants)
+        ceiling = variants if settings.baselines and not default else ()  # a ceiling is over a baseline's rate
+        result = compare(settings.baselines, kind, examples, rounds, ceiling)
         command = f"{kind} --examples {examples} --seed 0" if kind == "fuzz" else f"conform --examples {examples}"
         for c in result["candidates"]:
             rate, ratio = c["examples_per_cpu_s"], c["this_over_it"]

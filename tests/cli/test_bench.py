@@ -224,6 +224,10 @@ def test_ceiling_runs_are_candidates_with_a_table_of_their_own_and_no_target(mon
     rates.update({("this", ""): [100, 110, 120], ("base", ""): [200, 200, 200]})
     versions(section, Settings.for_size("quick", ["base-python"]), [("fuzz", 10, 1)])
     assert [t["title"].startswith("The ceiling") for t in section.tables] == [False, True, False]
+    # without a baseline there is nothing to hold a ceiling against: no variant runs
+    served.clear()
+    versions(Section("tester", "t", []), Settings.for_size("quick"), [("fuzz", 10, 1)], variants=("unchecked",))
+    assert served == {("this", ""): 1}
 
 
 def test_a_baseline_named_relative_to_the_working_directory_is_run_from_there(monkeypatch, tmp_path):
