@@ -58,10 +58,10 @@ def digits(draw: st.DrawFn, sizes: Sequence[int]) -> list[int]:
         while end < count and span * sizes[end] <= PACKED:
             span *= sizes[end]
             end += 1
+        value = draw(between(0, span - 1)) if span > 1 else 0  # not even a span for the engine to record
         if end - start == 1:  # one digit: the drawn value itself
-            out.append(draw(between(0, span - 1)) if span > 1 else 0)
+            out.append(value)
         else:
-            value = draw(between(0, span - 1)) if span > 1 else 0  # not even a span for the engine to record
             chunk = []
             for size in reversed(sizes[start:end]):
                 value, digit = divmod(value, size)
